@@ -1,0 +1,69 @@
+/* nkrt/exec.h - tensor sets, execution and events.
+ *
+ * Execution binds tensors by name: inputs by the NEFF's input names, outputs
+ * by its output names. Every input must be present; every output must be
+ * present except aliased ones (they default to their input); a name the
+ * model does not have is an error that lists the names it expects.
+ *
+ * Each core has an in-order queue served by its own thread. nkrt_execute runs
+ * synchronously (inline on the caller when the queue is idle, in order with
+ * queued work otherwise); nkrt_execute_async and the async copies return an
+ * event to wait on or poll. Work on different cores runs concurrently.
+ */
+#ifndef NKRT_EXEC_H
+#define NKRT_EXEC_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "nkrt/model.h"
+#include "nkrt/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct nkrt_tensor_set nkrt_tensor_set_t;
+
+nkrt_status_t nkrt_tensor_set_create(nkrt_tensor_set_t **out_set);
+void nkrt_tensor_set_destroy(nkrt_tensor_set_t *set);
+/* Binds name -> tensor (retaining it); replaces an earlier binding of name. */
+nkrt_status_t nkrt_tensor_set_add(nkrt_tensor_set_t *set, const char *name, nkrt_tensor_t *tensor);
+/* Borrowed; NULL if absent. */
+nkrt_tensor_t *nkrt_tensor_set_get(const nkrt_tensor_set_t *set, const char *name);
+uint32_t nkrt_tensor_set_count(const nkrt_tensor_set_t *set);
+void nkrt_tensor_set_clear(nkrt_tensor_set_t *set);
+
+/* Runs the model once and returns its status. Thread-safe. */
+nkrt_status_t nkrt_execute(nkrt_model_t *model, const nkrt_tensor_set_t *inputs,
+                           const nkrt_tensor_set_t *outputs);
+
+typedef struct nkrt_event nkrt_event_t;
+
+/* Queues an execution on the model's core. Tensors are bound (and retained)
+ * at submission, so the sets may change or be destroyed right after. */
+nkrt_status_t nkrt_execute_async(nkrt_model_t *model, const nkrt_tensor_set_t *inputs,
+                                 const nkrt_tensor_set_t *outputs, nkrt_event_t **out_event);
+/* Queued host-to-device / device-to-host copies, in order with executions on
+ * the tensor's core. The host buffer must stay valid until the event is done. */
+nkrt_status_t nkrt_tensor_write_async(nkrt_tensor_t *tensor, const void *src, uint64_t offset,
+                                      uint64_t size, nkrt_event_t **out_event);
+nkrt_status_t nkrt_tensor_read_async(nkrt_tensor_t *tensor, void *dst, uint64_t offset,
+                                     uint64_t size, nkrt_event_t **out_event);
+
+/* Waits up to timeout_ns (< 0: forever). Returns the work's status (a copy
+ * the caller frees), or NKRT_TIMEOUT. Can be called repeatedly. */
+nkrt_status_t nkrt_event_wait(nkrt_event_t *event, int64_t timeout_ns);
+/* Polls without blocking. */
+bool nkrt_event_is_done(const nkrt_event_t *event);
+/* Monotonic per-runtime id, also the tracking_id in traces. */
+uint64_t nkrt_event_id(const nkrt_event_t *event);
+void nkrt_event_release(nkrt_event_t *event);
+
+/* Waits until every queued item on logical core `core` is done. */
+nkrt_status_t nkrt_core_synchronize(nkrt_runtime_t *runtime, uint32_t core);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* NKRT_EXEC_H */

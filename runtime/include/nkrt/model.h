@@ -1,0 +1,62 @@
+/* nkrt/model.h - executables (NEFFs): load, validate, describe, unload.
+ *
+ * A NEFF is a native shared object following nkrt/neff_abi.h. Loading copies
+ * the bytes into an anonymous memory file and loads that, so every load is
+ * independent and the source file may go away afterwards. The descriptor is
+ * validated (ABI version, struct size, tensor names unique and non-empty,
+ * dtypes known, sizes equal to shape x dtype size, aliases in range) and
+ * anything malformed is refused with a message. Only load trusted NEFFs: a
+ * NEFF is native code.
+ */
+#ifndef NKRT_MODEL_H
+#define NKRT_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nkrt/neff_abi.h"
+#include "nkrt/runtime.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct nkrt_model nkrt_model_t;
+
+typedef struct nkrt_load_options {
+  uint32_t struct_size;  /* set by nkrt_load_options_init */
+  uint32_t cc_enabled;   /* collective parameters, recorded for the kernel env */
+  int32_t rank;
+  int32_t world_size;
+  const char *name;      /* NULL: the descriptor's name */
+} nkrt_load_options_t;
+
+void nkrt_load_options_init(nkrt_load_options_t *options);
+
+nkrt_status_t nkrt_model_load(nkrt_runtime_t *runtime, const void *neff, size_t size,
+                              uint32_t core, const nkrt_load_options_t *options,
+                              nkrt_model_t **out_model);
+nkrt_status_t nkrt_model_load_file(nkrt_runtime_t *runtime, const char *path, uint32_t core,
+                                   const nkrt_load_options_t *options, nkrt_model_t **out_model);
+/* Drops the caller's reference; queued executions keep the model alive. */
+void nkrt_model_unload(nkrt_model_t *model);
+
+uint32_t nkrt_model_input_count(const nkrt_model_t *model);
+uint32_t nkrt_model_output_count(const nkrt_model_t *model);
+/* Descriptor entries, valid while the model is loaded; NULL out of range. */
+const nkrt_neff_tensor_t *nkrt_model_input(const nkrt_model_t *model, uint32_t index);
+const nkrt_neff_tensor_t *nkrt_model_output(const nkrt_model_t *model, uint32_t index);
+const char *nkrt_model_name(const nkrt_model_t *model);
+uint32_t nkrt_model_core(const nkrt_model_t *model);
+uint32_t nkrt_model_abi_version(const nkrt_model_t *model);
+uint64_t nkrt_model_scratch_bytes(const nkrt_model_t *model);
+void nkrt_model_collectives(const nkrt_model_t *model, uint32_t *out_cc_enabled,
+                            int32_t *out_rank, int32_t *out_world_size);
+
+/* "float32", "bfloat16", ...; "unknown" otherwise. */
+const char *nkrt_dtype_name(uint32_t dtype);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* NKRT_MODEL_H */

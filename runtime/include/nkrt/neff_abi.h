@@ -1,0 +1,127 @@
+/* nkrt/neff_abi.h - the NEFF ABI: the one contract between generated kernels
+ * and the nkrt runtime.
+ *
+ * A NEFF here is a native shared object (ELF .so). It exports one symbol,
+ * NKRT_NEFF_ENTRY, of type nkrt_neff_query_fn. The runtime calls it with its
+ * own ABI version and gets back a static descriptor saying which ABI the NEFF
+ * was built for, its input and output tensors (name, dtype, shape, byte size,
+ * aliasing of outputs to inputs), how much scratch memory it needs, and the
+ * kernel entry point.
+ *
+ * Kernels link nothing: everything they need from outside (a parallel-for over
+ * the runtime's worker pool, scratch memory, logging, error reporting) comes in
+ * through the nkrt_kernel_env_t passed to every call. This header therefore
+ * includes only <stdint.h> and <stddef.h>, so generated C compiles fast.
+ *
+ * Versioning: structs start with struct_size and only grow; fields are only
+ * appended; enum values are only appended. A runtime accepts a NEFF whose
+ * abi_version is between NKRT_NEFF_ABI_MIN_VERSION and NKRT_NEFF_ABI_VERSION.
+ *
+ * Security: a NEFF is native code, loaded like a .so. Load only NEFFs you trust.
+ */
+#ifndef NKRT_NEFF_ABI_H
+#define NKRT_NEFF_ABI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define NKRT_NEFF_ABI_VERSION 1u
+#define NKRT_NEFF_ABI_MIN_VERSION 1u
+#define NKRT_NEFF_ENTRY "nkrt_neff_query"
+#define NKRT_NEFF_MAX_RANK 8u
+#define NKRT_NEFF_MAX_NAME 255u
+
+/* Element types. Values are stable; new ones are appended. */
+typedef enum nkrt_dtype {
+  NKRT_DTYPE_INVALID = 0,
+  NKRT_DTYPE_FLOAT32 = 1,
+  NKRT_DTYPE_FLOAT16 = 2,
+  NKRT_DTYPE_BFLOAT16 = 3,
+  NKRT_DTYPE_INT8 = 4,
+  NKRT_DTYPE_UINT8 = 5,
+  NKRT_DTYPE_INT16 = 6,
+  NKRT_DTYPE_UINT16 = 7,
+  NKRT_DTYPE_INT32 = 8,
+  NKRT_DTYPE_UINT32 = 9,
+  NKRT_DTYPE_INT64 = 10,
+  NKRT_DTYPE_UINT64 = 11,
+  NKRT_DTYPE_BOOL = 12,
+  NKRT_DTYPE_FLOAT64 = 13,
+  NKRT_DTYPE_COUNT_ = 14
+} nkrt_dtype_t;
+
+/* One input or output of a NEFF. */
+typedef struct nkrt_neff_tensor {
+  const char *name;      /* inputs: kernel parameter names; outputs: output0..N */
+  uint32_t dtype;        /* nkrt_dtype_t */
+  uint32_t ndim;         /* <= NKRT_NEFF_MAX_RANK; 0 for a scalar */
+  const int64_t *shape;  /* ndim extents, each >= 0 */
+  uint64_t size;         /* bytes: product(shape) * dtype size */
+  int32_t alias_input;   /* outputs: index of the input this output aliases, else -1 */
+} nkrt_neff_tensor_t;
+
+/* Worker callback of parallel_for: handles indices [begin, end). `worker` is
+ * in [0, env->num_workers) and is unique among the threads running one
+ * parallel_for, so it can index per-worker scratch. */
+typedef void (*nkrt_range_fn)(void *arg, int64_t begin, int64_t end, uint32_t worker);
+
+/* What the runtime passes to a kernel. */
+typedef struct nkrt_kernel_env {
+  uint32_t struct_size;
+  uint32_t abi_version;   /* the runtime's NKRT_NEFF_ABI_VERSION */
+  uint32_t core_id;       /* logical core running this execution */
+  uint32_t num_workers;   /* threads parallel_for may use, >= 1 */
+  int32_t rank;           /* collective parameters given at load */
+  int32_t world_size;
+  uint32_t cc_enabled;
+  uint32_t reserved0;
+  void *ctx;              /* opaque; pass back to the callbacks */
+  /* Runs fn over [0, n) in chunks of at least `grain` indices on the
+   * runtime's worker pool (the calling thread takes part) and returns when
+   * every chunk is done. Small ranges run inline. */
+  void (*parallel_for)(void *ctx, int64_t n, int64_t grain, nkrt_range_fn fn, void *arg);
+  /* Returns `bytes` of 64-byte aligned scratch memory valid until the kernel
+   * returns, or NULL when memory is exhausted (then return non-zero). Each
+   * call returns a fresh region. */
+  void *(*scratch)(void *ctx, uint64_t bytes);
+  /* Logs a message through the runtime (level 0 error .. 3 debug). */
+  void (*log)(void *ctx, int level, const char *msg);
+  /* Records an error message; the kernel then returns non-zero. */
+  void (*set_error)(void *ctx, const char *msg);
+} nkrt_kernel_env_t;
+
+/* The kernel: inputs[i] and outputs[i] point at device memory of the sizes the
+ * descriptor declares, in descriptor order. Returns 0 on success. */
+typedef int (*nkrt_kernel_fn)(const nkrt_kernel_env_t *env, void *const *inputs,
+                              void *const *outputs);
+
+typedef struct nkrt_neff_desc {
+  uint32_t struct_size;      /* sizeof(nkrt_neff_desc_t) when built */
+  uint32_t abi_version;      /* NKRT_NEFF_ABI_VERSION when built */
+  const char *name;          /* kernel name, for traces and errors */
+  uint32_t num_inputs;
+  uint32_t num_outputs;
+  const nkrt_neff_tensor_t *inputs;
+  const nkrt_neff_tensor_t *outputs;
+  uint64_t scratch_bytes;    /* reserved per loaded model for env->scratch */
+  nkrt_kernel_fn kernel;
+} nkrt_neff_desc_t;
+
+/* The one exported entry point. Returns NULL if the NEFF cannot serve a
+ * runtime of that ABI version. */
+typedef const nkrt_neff_desc_t *(*nkrt_neff_query_fn)(uint32_t runtime_abi_version);
+
+/* Byte size of one element; 0 for an unknown dtype. */
+static inline uint32_t nkrt_dtype_size(uint32_t dtype) {
+  static const uint8_t sizes[NKRT_DTYPE_COUNT_] = {0, 4, 2, 2, 1, 1, 2, 2, 4, 4, 8, 8, 1, 8};
+  return dtype < NKRT_DTYPE_COUNT_ ? sizes[dtype] : 0u;
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* NKRT_NEFF_ABI_H */

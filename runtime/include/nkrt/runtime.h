@@ -1,0 +1,98 @@
+/* nkrt/runtime.h - the runtime context: init/close, visible cores, memory.
+ *
+ * One nkrt_runtime_t owns everything: the visible NeuronCores, a device-memory
+ * arena per core, the worker pool kernels parallelise over, the per-core
+ * execution queues and the trace sessions. There are no hidden globals; the
+ * Python layer keeps one runtime per process (the spike singleton).
+ *
+ * Virtual NeuronCores: the CPU driver presents NKRT_TOTAL_CORES cores (ids
+ * 0..NKRT_TOTAL_CORES-1). The visible ones are chosen by the `visible_cores`
+ * option, else NEURON_RT_VISIBLE_CORES (syntax "0-3,5"), else all of them.
+ * Calls address visible cores by logical index 0..count-1, as libnrt does.
+ *
+ * Device memory: each core has its own arena of `core_memory_bytes` (option,
+ * else NKRT_CORE_MEMORY, e.g. "4G", "512M", else NKRT_DEFAULT_CORE_MEMORY).
+ * Arenas are reserved address space; host pages are touched only when used.
+ */
+#ifndef NKRT_RUNTIME_H
+#define NKRT_RUNTIME_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "nkrt/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define NKRT_VERSION_MAJOR 0
+#define NKRT_VERSION_MINOR 1
+#define NKRT_TOTAL_CORES 32u
+#define NKRT_DEFAULT_CORE_MEMORY (16ull << 30)
+#define NKRT_MIN_CORE_MEMORY (1ull << 20)
+#define NKRT_ALIGNMENT 64u
+
+typedef struct nkrt_runtime nkrt_runtime_t;
+
+typedef struct nkrt_options {
+  uint32_t struct_size;        /* set by nkrt_options_init */
+  const char *visible_cores;   /* "0-3,5"; NULL: NEURON_RT_VISIBLE_CORES, else all */
+  uint64_t core_memory_bytes;  /* 0: NKRT_CORE_MEMORY, else the default */
+  uint32_t num_workers;        /* 0: NKRT_NUM_WORKERS, else the host's CPU count */
+} nkrt_options_t;
+
+void nkrt_options_init(nkrt_options_t *options);
+
+/* Parses a core list such as "0-3,5" into ascending unique ids below
+ * NKRT_TOTAL_CORES. Errors name the offending text. */
+nkrt_status_t nkrt_parse_core_list(const char *spec, uint32_t *out_ids, uint32_t capacity,
+                                   uint32_t *out_count);
+/* Parses a byte size such as "4G", "512M", "65536". */
+nkrt_status_t nkrt_parse_size(const char *text, uint64_t *out_bytes);
+
+/* How many cores a runtime created now with default options would see
+ * (reads NEURON_RT_VISIBLE_CORES). Needs no runtime. */
+nkrt_status_t nkrt_visible_core_count(uint32_t *out_count);
+
+nkrt_status_t nkrt_runtime_create(const nkrt_options_t *options, nkrt_runtime_t **out_runtime);
+/* Waits for queued work, then frees every tensor, model, event, trace session
+ * and arena. Handles obtained from the runtime are invalid afterwards: destroy
+ * tensor sets (which hold tensors) and trace sessions you still need to free
+ * before the runtime, never after. NULL is a no-op. */
+void nkrt_runtime_destroy(nkrt_runtime_t *runtime);
+
+uint32_t nkrt_runtime_core_count(const nkrt_runtime_t *runtime);
+/* Physical (virtual NeuronCore) id of logical core `core`, or -1. */
+int32_t nkrt_runtime_physical_core(const nkrt_runtime_t *runtime, uint32_t core);
+uint32_t nkrt_runtime_num_workers(const nkrt_runtime_t *runtime);
+uint64_t nkrt_runtime_core_memory(const nkrt_runtime_t *runtime);
+
+/* Per-core device-memory statistics. Fields are only appended. */
+typedef struct nkrt_memory_stats {
+  uint32_t struct_size;
+  uint32_t core;
+  uint64_t capacity_bytes;        /* arena size */
+  uint64_t allocated_bytes;       /* bytes in live allocations (rounded to alignment) */
+  uint64_t peak_allocated_bytes;  /* since creation or the last reset_peak */
+  uint64_t reserved_bytes;        /* extent of the arena in use: end of the highest live block */
+  uint64_t peak_reserved_bytes;
+  uint64_t active_allocations;    /* live allocations */
+  uint64_t total_allocations;     /* successful allocations ever */
+  uint64_t total_frees;
+  uint64_t oom_count;             /* allocations refused for lack of memory */
+  uint64_t free_blocks;           /* free fragments below the extent, plus the tail */
+  uint64_t largest_free_block;
+} nkrt_memory_stats_t;
+
+nkrt_status_t nkrt_memory_stats(nkrt_runtime_t *runtime, uint32_t core,
+                                nkrt_memory_stats_t *out_stats);
+nkrt_status_t nkrt_memory_reset_peak(nkrt_runtime_t *runtime, uint32_t core);
+
+/* Frees memory returned by nkrt (JSON strings). */
+void nkrt_free(void *ptr);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* NKRT_RUNTIME_H */

@@ -1,0 +1,65 @@
+/* nkrt/tensor.h - device tensors.
+ *
+ * A tensor is a named byte range of device memory on one core. An owning
+ * tensor holds an allocation from the core's arena; a slice is a non-owning
+ * window (offset, size) into another tensor that keeps the allocation alive
+ * while the slice exists, so it can never dangle. Tensors are reference
+ * counted: nkrt_tensor_free() drops the caller's reference, and in-flight
+ * executions and tensor sets hold their own, so memory is returned only when
+ * nothing uses it. Reads and writes are bounds-checked.
+ */
+#ifndef NKRT_TENSOR_H
+#define NKRT_TENSOR_H
+
+#include <stdint.h>
+
+#include "nkrt/runtime.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct nkrt_tensor nkrt_tensor_t;
+
+/* Allocates `size` bytes on logical core `core`. size 0 is allowed (a valid,
+ * unique address with no bytes). name NULL gives "unnamed_tensor". Out of
+ * memory is NKRT_RESOURCE with the figures in the message. */
+nkrt_status_t nkrt_tensor_allocate(nkrt_runtime_t *runtime, uint32_t core, uint64_t size,
+                                   const char *name, nkrt_tensor_t **out_tensor);
+/* A window [offset, offset+size) of `source`; size 0 means "to the end". */
+nkrt_status_t nkrt_tensor_slice(nkrt_tensor_t *source, uint64_t offset, uint64_t size,
+                                const char *name, nkrt_tensor_t **out_tensor);
+
+void nkrt_tensor_retain(nkrt_tensor_t *tensor);
+void nkrt_tensor_release(nkrt_tensor_t *tensor);
+/* Releases *tensor and sets it to NULL. */
+void nkrt_tensor_free(nkrt_tensor_t **tensor);
+
+nkrt_status_t nkrt_tensor_write(nkrt_tensor_t *tensor, const void *src, uint64_t offset,
+                                uint64_t size);
+nkrt_status_t nkrt_tensor_read(const nkrt_tensor_t *tensor, void *dst, uint64_t offset,
+                               uint64_t size);
+nkrt_status_t nkrt_tensor_copy(const nkrt_tensor_t *src, uint64_t src_offset, nkrt_tensor_t *dst,
+                               uint64_t dst_offset, uint64_t size);
+nkrt_status_t nkrt_tensor_memset(nkrt_tensor_t *tensor, int value, uint64_t offset,
+                                 uint64_t size);
+
+/* Host-visible address of the first byte. Only nkrt and kernels may touch it. */
+void *nkrt_tensor_va(const nkrt_tensor_t *tensor);
+uint64_t nkrt_tensor_size(const nkrt_tensor_t *tensor);
+uint32_t nkrt_tensor_core(const nkrt_tensor_t *tensor);
+const char *nkrt_tensor_name(const nkrt_tensor_t *tensor);
+/* 1 for a slice, 0 for an owning tensor. */
+int nkrt_tensor_is_slice(const nkrt_tensor_t *tensor);
+nkrt_runtime_t *nkrt_tensor_runtime(const nkrt_tensor_t *tensor);
+
+/* Finds the owning tensor whose allocation contains `address` (any byte inside
+ * it, not only its base). The tensor is borrowed: valid while it is live.
+ * NKRT_INVALID if no live allocation contains the address. */
+nkrt_status_t nkrt_tensor_lookup(nkrt_runtime_t *runtime, const void *address,
+                                 nkrt_tensor_t **out_tensor, uint64_t *out_offset);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* NKRT_TENSOR_H */

@@ -1,0 +1,634 @@
+/* exec.c - tensor sets, per-core in-order queues, execution and events. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* ---- tensor sets -------------------------------------------------------- */
+
+typedef struct set_entry {
+  char *name;
+  nkrt_tensor_t *tensor;
+} set_entry_t;
+
+struct nkrt_tensor_set {
+  set_entry_t *entries;
+  uint32_t count, capacity;
+};
+
+nkrt_status_t nkrt_tensor_set_create(nkrt_tensor_set_t **out_set) {
+  if (!out_set) return nkrt_status_make(NKRT_INVALID, "out_set is NULL");
+  *out_set = calloc(1, sizeof(nkrt_tensor_set_t));
+  return *out_set ? NULL : nkrt_status_make(NKRT_RESOURCE, "out of host memory");
+}
+
+void nkrt_tensor_set_clear(nkrt_tensor_set_t *s) {
+  if (!s) return;
+  for (uint32_t i = 0; i < s->count; i++) {
+    free(s->entries[i].name);
+    nkrt_tensor_release(s->entries[i].tensor);
+  }
+  s->count = 0;
+}
+
+void nkrt_tensor_set_destroy(nkrt_tensor_set_t *s) {
+  if (!s) return;
+  nkrt_tensor_set_clear(s);
+  free(s->entries);
+  free(s);
+}
+
+static set_entry_t *find_entry(const nkrt_tensor_set_t *s, const char *name) {
+  for (uint32_t i = 0; i < s->count; i++)
+    if (strcmp(s->entries[i].name, name) == 0) return &s->entries[i];
+  return NULL;
+}
+
+nkrt_status_t nkrt_tensor_set_add(nkrt_tensor_set_t *s, const char *name, nkrt_tensor_t *t) {
+  if (!s || !name || !*name || !t)
+    return nkrt_status_make(NKRT_INVALID, "tensor set add needs a set, a non-empty name and a "
+                            "tensor");
+  set_entry_t *e = find_entry(s, name);
+  if (e) {
+    nkrt_tensor_retain(t);
+    nkrt_tensor_release(e->tensor);
+    e->tensor = t;
+    return NULL;
+  }
+  if (s->count == s->capacity) {
+    uint32_t ncap = s->capacity ? s->capacity * 2 : 8;
+    set_entry_t *ne = realloc(s->entries, ncap * sizeof(*ne));
+    if (!ne) return nkrt_status_make(NKRT_RESOURCE, "out of host memory");
+    s->entries = ne;
+    s->capacity = ncap;
+  }
+  char *copy = nkrt_strdup_name(name, name);
+  if (!copy) return nkrt_status_make(NKRT_RESOURCE, "out of host memory");
+  nkrt_tensor_retain(t);
+  s->entries[s->count].name = copy;
+  s->entries[s->count].tensor = t;
+  s->count++;
+  return NULL;
+}
+
+nkrt_tensor_t *nkrt_tensor_set_get(const nkrt_tensor_set_t *s, const char *name) {
+  if (!s || !name) return NULL;
+  set_entry_t *e = find_entry(s, name);
+  return e ? e->tensor : NULL;
+}
+
+uint32_t nkrt_tensor_set_count(const nkrt_tensor_set_t *s) { return s ? s->count : 0; }
+
+/* ---- binding a model's tensors by name ---------------------------------- */
+
+/* "a, b, c" for the names of a tensor table, into buf. */
+static const char *name_list(const nkrt_neff_tensor_t *ts, uint32_t n, char *buf, size_t cap) {
+  size_t used = 0;
+  buf[0] = '\0';
+  for (uint32_t i = 0; i < n && used + 1 < cap; i++) {
+    int w = snprintf(buf + used, cap - used, "%s%s", i ? ", " : "", ts[i].name);
+    if (w < 0) break;
+    used += (size_t)w;
+  }
+  if (n == 0) snprintf(buf, cap, "(none)");
+  return buf;
+}
+
+static void shape_text(const nkrt_neff_tensor_t *t, char *buf, size_t cap) {
+  size_t used = (size_t)snprintf(buf, cap, "%s[", nkrt_dtype_name(t->dtype));
+  for (uint32_t k = 0; k < t->ndim && used < cap; k++)
+    used += (size_t)snprintf(buf + used, cap - used, "%s%" PRId64, k ? ", " : "", t->shape[k]);
+  if (used < cap) snprintf(buf + used, cap - used, "]");
+}
+
+static nkrt_status_t check_binding(const nkrt_model_t *m, const char *kind,
+                                   const nkrt_neff_tensor_t *info, const nkrt_tensor_t *t) {
+  if (t->size != info->size) {
+    char shape[160];
+    shape_text(info, shape, sizeof(shape));
+    return nkrt_status_make(NKRT_EXEC_BAD_INPUT,
+                            "%s '%s' of model '%s' is %" PRIu64 " bytes but the model expects %"
+                            PRIu64 " bytes (%s)", kind, info->name, m->name, t->size, info->size,
+                            shape);
+  }
+  if (t->core != m->core || t->runtime != m->runtime)
+    return nkrt_status_make(NKRT_EXEC_BAD_INPUT,
+                            "%s '%s' is on core %u but model '%s' is loaded on core %u", kind,
+                            info->name, t->core, m->name, m->core);
+  return NULL;
+}
+
+static nkrt_status_t check_unknown(const nkrt_model_t *m, const char *kind,
+                                   const nkrt_tensor_set_t *set, const nkrt_neff_tensor_t *ts,
+                                   uint32_t n) {
+  if (!set) return NULL;
+  for (uint32_t i = 0; i < set->count; i++) {
+    bool known = false;
+    for (uint32_t j = 0; j < n && !known; j++) known = strcmp(set->entries[i].name, ts[j].name) == 0;
+    if (!known) {
+      char names[1024];
+      return nkrt_status_make(NKRT_EXEC_BAD_INPUT,
+                              "unknown %s tensor '%s' for model '%s'; it expects %ss: %s", kind,
+                              set->entries[i].name, m->name, kind, name_list(ts, n, names,
+                                                                             sizeof(names)));
+    }
+  }
+  return NULL;
+}
+
+/* Resolves and retains every tensor of an execution into slots[0 .. nin+nout). */
+static nkrt_status_t bind(const nkrt_model_t *m, const nkrt_tensor_set_t *in,
+                          const nkrt_tensor_set_t *out, nkrt_tensor_t **slots) {
+  const nkrt_neff_desc_t *d = m->desc;
+  nkrt_status_t st = check_unknown(m, "input", in, d->inputs, d->num_inputs);
+  if (!st) st = check_unknown(m, "output", out, d->outputs, d->num_outputs);
+  if (st) return st;
+  uint32_t bound = 0;
+  char names[1024];
+  for (uint32_t i = 0; i < d->num_inputs && !st; i++) {
+    nkrt_tensor_t *t = nkrt_tensor_set_get(in, d->inputs[i].name);
+    if (!t)
+      st = nkrt_status_make(NKRT_EXEC_BAD_INPUT, "missing input tensor '%s' for model '%s'; it "
+                            "expects inputs: %s", d->inputs[i].name, m->name,
+                            name_list(d->inputs, d->num_inputs, names, sizeof(names)));
+    else
+      st = check_binding(m, "input", &d->inputs[i], t);
+    if (!st) {
+      nkrt_tensor_retain(t);
+      slots[bound++] = t;
+    }
+  }
+  for (uint32_t i = 0; i < d->num_outputs && !st; i++) {
+    const nkrt_neff_tensor_t *o = &d->outputs[i];
+    nkrt_tensor_t *t = nkrt_tensor_set_get(out, o->name);
+    if (!t && o->alias_input >= 0) t = slots[o->alias_input];
+    if (!t)
+      st = nkrt_status_make(NKRT_EXEC_BAD_INPUT, "missing output tensor '%s' for model '%s'; it "
+                            "expects outputs: %s", o->name, m->name,
+                            name_list(d->outputs, d->num_outputs, names, sizeof(names)));
+    else
+      st = check_binding(m, "output", o, t);
+    if (!st) {
+      nkrt_tensor_retain(t);
+      slots[bound++] = t;
+    }
+  }
+  if (st)
+    for (uint32_t i = 0; i < bound; i++) nkrt_tensor_release(slots[i]);
+  return st;
+}
+
+static void unbind(const nkrt_model_t *m, nkrt_tensor_t **slots) {
+  uint32_t n = m->desc->num_inputs + m->desc->num_outputs;
+  for (uint32_t i = 0; i < n; i++) nkrt_tensor_release(slots[i]);
+}
+
+/* ---- running a kernel ---------------------------------------------------- */
+
+typedef struct exec_ctx {
+  nkrt_model_t *model;
+  uint64_t scratch_used;
+  nkrt_tensor_t **extra;        /* scratch beyond the model's reservation */
+  uint32_t extra_count, extra_cap;
+  char error[512];
+  bool has_error;
+} exec_ctx_t;
+
+static void env_parallel_for(void *ctx, int64_t n, int64_t grain, nkrt_range_fn fn, void *arg) {
+  exec_ctx_t *x = ctx;
+  nkrt_pool_parallel_for(x->model->runtime->pool, n, grain, fn, arg);
+}
+
+static void *env_scratch(void *ctx, uint64_t bytes) {
+  exec_ctx_t *x = ctx;
+  nkrt_model_t *m = x->model;
+  uint64_t need = (bytes + NKRT_ALIGNMENT - 1) & ~(uint64_t)(NKRT_ALIGNMENT - 1);
+  if (m->scratch && need <= m->scratch->size - x->scratch_used) {
+    void *p = m->scratch->va + x->scratch_used;
+    x->scratch_used += need;
+    return p;
+  }
+  if (x->extra_count == x->extra_cap) {
+    uint32_t ncap = x->extra_cap ? x->extra_cap * 2 : 4;
+    nkrt_tensor_t **ne = realloc(x->extra, ncap * sizeof(*ne));
+    if (!ne) return NULL;
+    x->extra = ne;
+    x->extra_cap = ncap;
+  }
+  nkrt_tensor_t *t = NULL;
+  nkrt_status_t st = nkrt_tensor_allocate(m->runtime, m->core, bytes, "scratch", &t);
+  if (st) {
+    snprintf(x->error, sizeof(x->error), "scratch allocation failed: %s", nkrt_status_message(st));
+    nkrt_status_free(st);
+    return NULL;
+  }
+  x->extra[x->extra_count++] = t;
+  return t->va;
+}
+
+static int log_level(void) {
+  static atomic_int cached = -1;
+  int v = atomic_load(&cached);
+  if (v < 0) {
+    const char *env = getenv("NKRT_LOG_LEVEL");
+    v = env ? atoi(env) : 0;
+    atomic_store(&cached, v);
+  }
+  return v;
+}
+
+static void env_log(void *ctx, int level, const char *msg) {
+  exec_ctx_t *x = ctx;
+  if (level <= log_level())
+    fprintf(stderr, "[nkrt] kernel '%s' (core %u): %s\n", x->model->name, x->model->core,
+            msg ? msg : "");
+}
+
+static void env_set_error(void *ctx, const char *msg) {
+  exec_ctx_t *x = ctx;
+  snprintf(x->error, sizeof(x->error), "%s", msg ? msg : "kernel error");
+  x->has_error = true;
+}
+
+static nkrt_status_t run_kernel(nkrt_model_t *m, nkrt_tensor_t **slots, uint64_t id) {
+  const nkrt_neff_desc_t *d = m->desc;
+  uint32_t n = d->num_inputs + d->num_outputs;
+  void *stack_ptrs[32];
+  void **ptrs = n <= 32 ? stack_ptrs : malloc(n * sizeof(void *));
+  if (!ptrs) return nkrt_status_make(NKRT_RESOURCE, "out of host memory executing '%s'", m->name);
+  for (uint32_t i = 0; i < n; i++) ptrs[i] = slots[i]->va;
+
+  exec_ctx_t x = {.model = m};
+  nkrt_kernel_env_t env = {
+      .struct_size = sizeof(env),
+      .abi_version = NKRT_NEFF_ABI_VERSION,
+      .core_id = m->core,
+      .num_workers = nkrt_pool_size(m->runtime->pool),
+      .rank = m->rank,
+      .world_size = m->world_size,
+      .cc_enabled = m->cc_enabled,
+      .ctx = &x,
+      .parallel_for = env_parallel_for,
+      .scratch = env_scratch,
+      .log = env_log,
+      .set_error = env_set_error,
+  };
+  nkrt_runtime_t *rt = m->runtime;
+  bool tracing = nkrt_trace_enabled(rt);
+  if (tracing) nkrt_trace_record(rt, NKRT_TRACE_EXEC, 0, m->core, id, nkrt_now_ns(), 0, m->name);
+  int rc = d->kernel(&env, ptrs, ptrs + d->num_inputs);
+  if (tracing) nkrt_trace_record(rt, NKRT_TRACE_EXEC, 1, m->core, id, nkrt_now_ns(), 0, m->name);
+
+  for (uint32_t i = 0; i < x.extra_count; i++) nkrt_tensor_release(x.extra[i]);
+  free(x.extra);
+  if (ptrs != stack_ptrs) free(ptrs);
+  if (rc != 0 || x.has_error)
+    return nkrt_status_make(NKRT_EXEC_COMPLETED_WITH_ERR, "kernel '%s' failed on core %u: %s",
+                            m->name, m->core, x.error[0] ? x.error : "it returned an error code");
+  return NULL;
+}
+
+/* ---- events -------------------------------------------------------------- */
+
+struct nkrt_event {
+  nkrt_runtime_t *runtime;
+  uint64_t id;
+  atomic_uint refs;         /* the caller's and the queue's */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool done;
+  nkrt_status_t status;
+  struct nkrt_event *list_prev, *list_next;
+};
+
+static nkrt_event_t *event_create(nkrt_runtime_t *rt) {
+  nkrt_event_t *ev = calloc(1, sizeof(*ev));
+  if (!ev) return NULL;
+  ev->runtime = rt;
+  ev->id = atomic_fetch_add(&rt->next_id, 1);
+  atomic_init(&ev->refs, 2);
+  pthread_mutex_init(&ev->mu, NULL);
+  pthread_condattr_t attr;
+  pthread_condattr_init(&attr);
+  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+  pthread_cond_init(&ev->cv, &attr);
+  pthread_condattr_destroy(&attr);
+  pthread_mutex_lock(&rt->mu);
+  ev->list_next = rt->events;
+  if (rt->events) rt->events->list_prev = ev;
+  rt->events = ev;
+  pthread_mutex_unlock(&rt->mu);
+  return ev;
+}
+
+static void event_destroy(nkrt_event_t *ev) {
+  nkrt_runtime_t *rt = ev->runtime;
+  pthread_mutex_lock(&rt->mu);
+  if (ev->list_prev) ev->list_prev->list_next = ev->list_next;
+  else rt->events = ev->list_next;
+  if (ev->list_next) ev->list_next->list_prev = ev->list_prev;
+  pthread_mutex_unlock(&rt->mu);
+  nkrt_status_free(ev->status);
+  pthread_cond_destroy(&ev->cv);
+  pthread_mutex_destroy(&ev->mu);
+  free(ev);
+}
+
+void nkrt_event_release(nkrt_event_t *ev) {
+  if (ev && atomic_fetch_sub_explicit(&ev->refs, 1, memory_order_acq_rel) == 1) event_destroy(ev);
+}
+
+void nkrt_events_destroy_all(nkrt_runtime_t *rt) {
+  while (rt->events) event_destroy(rt->events);
+}
+
+static void event_complete(nkrt_event_t *ev, nkrt_status_t st) {
+  pthread_mutex_lock(&ev->mu);
+  ev->status = st;
+  ev->done = true;
+  pthread_cond_broadcast(&ev->cv);
+  pthread_mutex_unlock(&ev->mu);
+  nkrt_event_release(ev);
+}
+
+nkrt_status_t nkrt_event_wait(nkrt_event_t *ev, int64_t timeout_ns) {
+  if (!ev) return nkrt_status_make(NKRT_INVALID_HANDLE, "event is NULL");
+  struct timespec deadline;
+  if (timeout_ns >= 0) {
+    clock_gettime(CLOCK_MONOTONIC, &deadline);
+    deadline.tv_sec += timeout_ns / 1000000000;
+    deadline.tv_nsec += timeout_ns % 1000000000;
+    if (deadline.tv_nsec >= 1000000000) {
+      deadline.tv_sec++;
+      deadline.tv_nsec -= 1000000000;
+    }
+  }
+  pthread_mutex_lock(&ev->mu);
+  while (!ev->done) {
+    if (timeout_ns < 0) {
+      pthread_cond_wait(&ev->cv, &ev->mu);
+    } else if (pthread_cond_timedwait(&ev->cv, &ev->mu, &deadline) == ETIMEDOUT) {
+      break;
+    }
+  }
+  nkrt_status_t st;
+  if (!ev->done)
+    st = nkrt_status_make(NKRT_TIMEOUT, "event %" PRIu64 " not done after %" PRId64 " ns", ev->id,
+                          timeout_ns);
+  else
+    st = ev->status ? nkrt_status_make(nkrt_status_code(ev->status), "%s",
+                                       nkrt_status_message(ev->status))
+                    : NULL;
+  pthread_mutex_unlock(&ev->mu);
+  return st;
+}
+
+bool nkrt_event_is_done(const nkrt_event_t *ev) {
+  if (!ev) return true;
+  nkrt_event_t *e = (nkrt_event_t *)ev;
+  pthread_mutex_lock(&e->mu);
+  bool done = e->done;
+  pthread_mutex_unlock(&e->mu);
+  return done;
+}
+
+uint64_t nkrt_event_id(const nkrt_event_t *ev) { return ev ? ev->id : 0; }
+
+/* ---- queued work ----------------------------------------------------------- */
+
+typedef enum { WORK_EXEC, WORK_WRITE, WORK_READ } work_kind_t;
+
+struct nkrt_work {
+  work_kind_t kind;
+  nkrt_work_t *next;
+  nkrt_event_t *event;
+  nkrt_model_t *model;        /* exec */
+  nkrt_tensor_t **slots;      /* exec: bound tensors */
+  nkrt_tensor_t *tensor;      /* copies */
+  void *host;
+  uint64_t offset, size;
+};
+
+void nkrt_queue_init(nkrt_queue_t *q) {
+  memset(q, 0, sizeof(*q));
+  pthread_mutex_init(&q->mu, NULL);
+  pthread_cond_init(&q->work_cv, NULL);
+  pthread_cond_init(&q->idle_cv, NULL);
+}
+
+static nkrt_status_t do_work(nkrt_work_t *w) {
+  switch (w->kind) {
+    case WORK_EXEC: return run_kernel(w->model, w->slots, w->event->id);
+    case WORK_WRITE: return nkrt_tensor_write(w->tensor, w->host, w->offset, w->size);
+    case WORK_READ: return nkrt_tensor_read(w->tensor, w->host, w->offset, w->size);
+  }
+  return NULL;
+}
+
+static void free_work(nkrt_work_t *w) {
+  if (w->kind == WORK_EXEC) {
+    unbind(w->model, w->slots);
+    free(w->slots);
+    nkrt_model_release(w->model);
+  } else {
+    nkrt_tensor_release(w->tensor);
+  }
+  free(w);
+}
+
+static void *queue_main(void *p) {
+  nkrt_core_t *core = p;
+  nkrt_queue_t *q = &core->queue;
+  pthread_mutex_lock(&q->mu);
+  for (;;) {
+    while (!q->stop && (!q->head || q->busy)) pthread_cond_wait(&q->work_cv, &q->mu);
+    if (!q->head) break; /* stopping, and nothing left */
+    if (q->busy) {       /* stopping while an inline execution runs */
+      pthread_cond_wait(&q->work_cv, &q->mu);
+      continue;
+    }
+    nkrt_work_t *w = q->head;
+    q->head = w->next;
+    if (!q->head) q->tail = NULL;
+    q->busy = true;
+    pthread_mutex_unlock(&q->mu);
+    nkrt_status_t st = do_work(w);
+    nkrt_event_t *ev = w->event;
+    free_work(w);
+    event_complete(ev, st);
+    pthread_mutex_lock(&q->mu);
+    q->busy = false;
+    pthread_cond_broadcast(&q->idle_cv);
+  }
+  pthread_mutex_unlock(&q->mu);
+  return NULL;
+}
+
+static nkrt_status_t enqueue(nkrt_core_t *core, nkrt_work_t *w) {
+  nkrt_queue_t *q = &core->queue;
+  pthread_mutex_lock(&q->mu);
+  if (q->stop) {
+    pthread_mutex_unlock(&q->mu);
+    return nkrt_status_make(NKRT_CLOSED, "the runtime is shutting down");
+  }
+  if (!q->thread_started) {
+    if (pthread_create(&q->thread, NULL, queue_main, core) != 0) {
+      pthread_mutex_unlock(&q->mu);
+      return nkrt_status_make(NKRT_HW_ERROR, "cannot start the queue thread of core %u",
+                              core->arena.core);
+    }
+    q->thread_started = true;
+  }
+  w->next = NULL;
+  if (q->tail) q->tail->next = w;
+  else q->head = w;
+  q->tail = w;
+  pthread_cond_signal(&q->work_cv);
+  pthread_mutex_unlock(&q->mu);
+  return NULL;
+}
+
+void nkrt_queue_shutdown(nkrt_core_t *core) {
+  nkrt_queue_t *q = &core->queue;
+  pthread_mutex_lock(&q->mu);
+  q->stop = true;
+  pthread_cond_broadcast(&q->work_cv);
+  bool started = q->thread_started;
+  pthread_mutex_unlock(&q->mu);
+  if (started) pthread_join(q->thread, NULL);
+  pthread_cond_destroy(&q->work_cv);
+  pthread_cond_destroy(&q->idle_cv);
+  pthread_mutex_destroy(&q->mu);
+}
+
+/* Submits work with a fresh event; on failure frees the work. */
+static nkrt_status_t submit(nkrt_runtime_t *rt, uint32_t core, nkrt_work_t *w,
+                            nkrt_event_t **out_event) {
+  nkrt_event_t *ev = event_create(rt);
+  w->event = ev;
+  /* once queued, w belongs to the queue thread and may be gone at any time */
+  nkrt_status_t st = ev ? enqueue(&rt->cores[core], w)
+                        : nkrt_status_make(NKRT_RESOURCE, "out of host memory");
+  if (st) {
+    free_work(w);
+    if (ev) { /* neither the queue nor the caller will release it */
+      nkrt_event_release(ev);
+      nkrt_event_release(ev);
+    }
+    return st;
+  }
+  *out_event = ev;
+  return NULL;
+}
+
+static nkrt_status_t make_exec_work(nkrt_model_t *m, const nkrt_tensor_set_t *in,
+                                    const nkrt_tensor_set_t *out, nkrt_work_t **out_work) {
+  uint32_t n = m->desc->num_inputs + m->desc->num_outputs;
+  nkrt_work_t *w = calloc(1, sizeof(*w));
+  nkrt_tensor_t **slots = calloc(n ? n : 1, sizeof(*slots));
+  if (!w || !slots) {
+    free(w);
+    free(slots);
+    return nkrt_status_make(NKRT_RESOURCE, "out of host memory");
+  }
+  nkrt_status_t st = bind(m, in, out, slots);
+  if (st) {
+    free(w);
+    free(slots);
+    return st;
+  }
+  nkrt_model_retain(m);
+  w->kind = WORK_EXEC;
+  w->model = m;
+  w->slots = slots;
+  *out_work = w;
+  return NULL;
+}
+
+nkrt_status_t nkrt_execute_async(nkrt_model_t *m, const nkrt_tensor_set_t *in,
+                                 const nkrt_tensor_set_t *out, nkrt_event_t **out_event) {
+  if (!out_event) return nkrt_status_make(NKRT_INVALID, "out_event is NULL");
+  *out_event = NULL;
+  if (!m) return nkrt_status_make(NKRT_INVALID_HANDLE, "model is NULL");
+  nkrt_work_t *w = NULL;
+  nkrt_status_t st = make_exec_work(m, in, out, &w);
+  if (st) return st;
+  return submit(m->runtime, m->core, w, out_event);
+}
+
+nkrt_status_t nkrt_execute(nkrt_model_t *m, const nkrt_tensor_set_t *in,
+                           const nkrt_tensor_set_t *out) {
+  if (!m) return nkrt_status_make(NKRT_INVALID_HANDLE, "model is NULL");
+  nkrt_runtime_t *rt = m->runtime;
+  nkrt_queue_t *q = &rt->cores[m->core].queue;
+  uint32_t n = m->desc->num_inputs + m->desc->num_outputs;
+  pthread_mutex_lock(&q->mu);
+  bool inline_ok = !q->busy && !q->head && !q->stop && n <= 32;
+  if (inline_ok) q->busy = true;
+  pthread_mutex_unlock(&q->mu);
+
+  if (inline_ok) { /* idle core: run on the calling thread, no hand-off */
+    nkrt_tensor_t *slots[32];
+    nkrt_status_t st = bind(m, in, out, slots);
+    if (!st) {
+      st = run_kernel(m, slots, atomic_fetch_add_explicit(&rt->next_id, 1, memory_order_relaxed));
+      unbind(m, slots);
+    }
+    pthread_mutex_lock(&q->mu);
+    q->busy = false;
+    if (q->head) pthread_cond_signal(&q->work_cv);
+    pthread_cond_broadcast(&q->idle_cv);
+    pthread_mutex_unlock(&q->mu);
+    return st;
+  }
+  nkrt_event_t *ev;
+  nkrt_status_t st = nkrt_execute_async(m, in, out, &ev);
+  if (st) return st;
+  st = nkrt_event_wait(ev, -1);
+  nkrt_event_release(ev);
+  return st;
+}
+
+static nkrt_status_t copy_async(work_kind_t kind, nkrt_tensor_t *t, void *host, uint64_t offset,
+                                uint64_t size, nkrt_event_t **out_event) {
+  if (!out_event) return nkrt_status_make(NKRT_INVALID, "out_event is NULL");
+  *out_event = NULL;
+  if (!t) return nkrt_status_make(NKRT_INVALID_HANDLE, "tensor is NULL");
+  if (offset > t->size || size > t->size - offset)
+    return nkrt_status_make(NKRT_INVALID, "%s of %" PRIu64 " bytes at offset %" PRIu64
+                            " exceeds the tensor bound of '%s' (%" PRIu64 " bytes)",
+                            kind == WORK_WRITE ? "write" : "read", size, offset, t->name, t->size);
+  if (size && !host) return nkrt_status_make(NKRT_INVALID, "host buffer is NULL");
+  nkrt_work_t *w = calloc(1, sizeof(*w));
+  if (!w) return nkrt_status_make(NKRT_RESOURCE, "out of host memory");
+  nkrt_tensor_retain(t);
+  w->kind = kind;
+  w->tensor = t;
+  w->host = host;
+  w->offset = offset;
+  w->size = size;
+  return submit(t->runtime, t->core, w, out_event);
+}
+
+nkrt_status_t nkrt_tensor_write_async(nkrt_tensor_t *t, const void *src, uint64_t offset,
+                                      uint64_t size, nkrt_event_t **out_event) {
+  return copy_async(WORK_WRITE, t, (void *)src, offset, size, out_event);
+}
+
+nkrt_status_t nkrt_tensor_read_async(nkrt_tensor_t *t, void *dst, uint64_t offset, uint64_t size,
+                                     nkrt_event_t **out_event) {
+  return copy_async(WORK_READ, t, dst, offset, size, out_event);
+}
+
+nkrt_status_t nkrt_core_synchronize(nkrt_runtime_t *rt, uint32_t core) {
+  nkrt_status_t st = nkrt_check_core(rt, core);
+  if (st) return st;
+  nkrt_queue_t *q = &rt->cores[core].queue;
+  pthread_mutex_lock(&q->mu);
+  while (q->head || q->busy) pthread_cond_wait(&q->idle_cv, &q->mu);
+  pthread_mutex_unlock(&q->mu);
+  return NULL;
+}

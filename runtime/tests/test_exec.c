@@ -1,0 +1,443 @@
+/* NEFF loading and validation, execution, events, tracing, concurrency. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "test.h"
+
+static nkrt_model_t *load(nkrt_runtime_t *rt, const char *name, uint32_t core) {
+  nkrt_model_t *m = NULL;
+  CHECK_OK(nkrt_model_load_file(rt, nkrt_test_neff(name), core, NULL, &m));
+  return m;
+}
+
+static nkrt_tensor_t *tensor_from(nkrt_runtime_t *rt, uint32_t core, const char *name,
+                                  const void *data, uint64_t size) {
+  nkrt_tensor_t *t = NULL;
+  CHECK_OK(nkrt_tensor_allocate(rt, core, size, name, &t));
+  if (t && data) CHECK_OK(nkrt_tensor_write(t, data, 0, size));
+  return t;
+}
+
+static char *read_file(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *buf = malloc((size_t)n);
+  *len = fread(buf, 1, (size_t)n, f);
+  fclose(f);
+  return buf;
+}
+
+TEST(model_load_and_info) {
+  nkrt_runtime_t *rt = nkrt_test_runtime("0", 1 << 20);
+  nkrt_load_options_t o;
+  nkrt_load_options_init(&o);
+  o.cc_enabled = 1;
+  o.rank = 1;
+  o.world_size = 4;
+  nkrt_model_t *m = NULL;
+  CHECK_OK(nkrt_model_load_file(rt, nkrt_test_neff("mixed"), 0, &o, &m));
+  CHECK(strcmp(nkrt_model_name(m), "mixed") == 0);
+  CHECK(nkrt_model_input_count(m) == 2 && nkrt_model_output_count(m) == 2);
+  const nkrt_neff_tensor_t *y = nkrt_model_input(m, 1);
+  CHECK(strcmp(y->name, "y") == 0 && y->dtype == NKRT_DTYPE_INT32 && y->ndim == 1 &&
+        y->shape[0] == 3 && y->size == 12);
+  CHECK(strcmp(nkrt_dtype_name(nkrt_model_output(m, 0)->dtype), "float32") == 0);
+  CHECK(nkrt_model_input(m, 2) == NULL && nkrt_model_output(m, 2) == NULL);
+  CHECK(nkrt_model_abi_version(m) == NKRT_NEFF_ABI_VERSION);
+  CHECK(nkrt_model_scratch_bytes(m) == 256 && nkrt_model_core(m) == 0);
+  uint32_t cc;
+  int32_t rank, world;
+  nkrt_model_collectives(m, &cc, &rank, &world);
+  CHECK(cc == 1 && rank == 1 && world == 4);
+  nkrt_model_unload(m);
+  /* the same bytes load twice, independently, from memory */
+  size_t len = 0;
+  char *bytes = read_file(nkrt_test_neff("add"), &len);
+  nkrt_model_t *m1 = NULL, *m2 = NULL;
+  nkrt_load_options_init(&o);
+  o.name = "add_copy";
+  CHECK_OK(nkrt_model_load(rt, bytes, len, 0, NULL, &m1));
+  CHECK_OK(nkrt_model_load(rt, bytes, len, 0, &o, &m2));
+  CHECK(strcmp(nkrt_model_name(m2), "add_copy") == 0);
+  nkrt_model_unload(m1);
+  nkrt_model_unload(m2);
+  free(bytes);
+  CHECK(strcmp(nkrt_dtype_name(99), "unknown") == 0 && nkrt_dtype_size(NKRT_DTYPE_BFLOAT16) == 2);
+  nkrt_runtime_destroy(rt);
+}
+
+TEST(model_load_errors) {
+  nkrt_runtime_t *rt = nkrt_test_runtime("0", 1 << 20);
+  nkrt_model_t *m = NULL;
+  CHECK_ERR(nkrt_model_load_file(rt, "/nonexistent/x.neff", 0, NULL, &m), NKRT_FAILURE,
+            "cannot open NEFF file '/nonexistent/x.neff': No such file or directory");
+  char junk[4096];
+  for (size_t i = 0; i < sizeof(junk); i++) junk[i] = (char)(i * 7);
+  CHECK_ERR(nkrt_model_load(rt, junk, sizeof(junk), 0, NULL, &m), NKRT_FAILURE,
+            "do not start with the ELF magic");
+  CHECK_ERR(nkrt_model_load(rt, junk, 3, 0, NULL, &m), NKRT_FAILURE, "ELF magic");
+  size_t len = 0;
+  char *bytes = read_file(nkrt_test_neff("add"), &len);
+  CHECK_ERR(nkrt_model_load(rt, bytes, len / 2, 0, NULL, &m), NKRT_FAILURE,
+            "not a loadable NEFF (the shared object is truncated or corrupt)");
+  /* corrupt the program headers but keep the magic */
+  memset(bytes + 64, 0xff, 256);
+  CHECK_ERR(nkrt_model_load(rt, bytes, len, 0, NULL, &m), NKRT_FAILURE, "not a loadable NEFF");
+  free(bytes);
+  CHECK_ERR(nkrt_model_load_file(rt, nkrt_test_neff("bad_abi"), 0, NULL, &m),
+            NKRT_UNSUPPORTED_NEFF_VERSION,
+            "NEFF 'bad_abi' was built for ABI version 999; this runtime supports versions 1 to 1");
+  CHECK_ERR(nkrt_model_load_file(rt, nkrt_test_neff("bad_desc"), 0, NULL, &m), NKRT_FAILURE,
+            "input 'x' declares 15 bytes but its shape and dtype (float32) give 16 bytes");
+  CHECK_ERR(nkrt_model_load_file(rt, nkrt_test_neff("noentry"), 0, NULL, &m), NKRT_FAILURE,
+            "has no entry point 'nkrt_neff_query'");
+  CHECK_ERR(nkrt_model_load_file(rt, nkrt_test_neff("add"), 5, NULL, &m), NKRT_LOAD_NOT_ENOUGH_NC,
+            "core 5 is not visible");
+  nkrt_load_options_t o;
+  nkrt_load_options_init(&o);
+  o.rank = 2;
+  o.world_size = 2;
+  CHECK_ERR(nkrt_model_load_file(rt, nkrt_test_neff("add"), 0, &o, &m), NKRT_INVALID,
+            "rank 2, world size 2");
+  CHECK(m == NULL);
+  nkrt_runtime_destroy(rt);
+}
+
+enum { ROWS = 64, COLS = 33, N = ROWS * COLS };
+
+TEST(execute_add) {
+  nkrt_runtime_t *rt = nkrt_test_runtime("0", 1 << 20);
+  nkrt_model_t *m = load(rt, "add", 0);
+  float a[N], b[N], out[N];
+  for (int i = 0; i < N; i++) {
+    a[i] = (float)i;
+    b[i] = (float)(2 * i) + 0.5f;
+  }
+  nkrt_tensor_t *ta = tensor_from(rt, 0, "a", a, sizeof(a));
+  nkrt_tensor_t *tb = tensor_from(rt, 0, "b", b, sizeof(b));
+  nkrt_tensor_t *to = tensor_from(rt, 0, "out", NULL, sizeof(out));
+  nkrt_tensor_set_t *in = NULL, *os = NULL;
+  CHECK_OK(nkrt_tensor_set_create(&in));
+  CHECK_OK(nkrt_tensor_set_create(&os));
+  CHECK_OK(nkrt_tensor_set_add(in, "a", ta));
+  CHECK_OK(nkrt_tensor_set_add(in, "b", tb));
+  CHECK_OK(nkrt_tensor_set_add(os, "output0", to));
+  CHECK(nkrt_tensor_set_count(in) == 2 && nkrt_tensor_set_get(in, "b") == tb);
+  CHECK(nkrt_tensor_set_get(in, "zz") == NULL);
+  for (int rep = 0; rep < 3; rep++) CHECK_OK(nkrt_execute(m, in, os));
+  CHECK_OK(nkrt_tensor_read(to, out, 0, sizeof(out)));
+  int bad = 0;
+  for (int i = 0; i < N; i++) bad += out[i] != a[i] + b[i];
+  CHECK(bad == 0);
+  /* sets retain their tensors: freeing the caller's reference is safe */
+  nkrt_tensor_free(&ta);
+  CHECK_OK(nkrt_execute(m, in, os));
+  nkrt_tensor_set_destroy(in);
+  nkrt_tensor_set_destroy(os);
+  nkrt_tensor_free(&tb);
+  nkrt_tensor_free(&to);
+  nkrt_model_unload(m);
+  nkrt_runtime_destroy(rt);
+}
+
+TEST(execute_bad_inputs) {
+  nkrt_runtime_t *rt = nkrt_test_runtime("0,1", 1 << 20);
+  nkrt_model_t *m = load(rt, "add", 0);
+  nkrt_tensor_t *ta = tensor_from(rt, 0, "a", NULL, N * 4);
+  nkrt_tensor_t *small = tensor_from(rt, 0, "s", NULL, 16);
+  nkrt_tensor_t *other = tensor_from(rt, 1, "o", NULL, N * 4);
+  nkrt_tensor_t *to = tensor_from(rt, 0, "out", NULL, N * 4);
+  nkrt_tensor_set_t *in = NULL, *os = NULL;
+  CHECK_OK(nkrt_tensor_set_create(&in));
+  CHECK_OK(nkrt_tensor_set_create(&os));
+  CHECK_OK(nkrt_tensor_set_add(os, "output0", to));
+  CHECK_OK(nkrt_tensor_set_add(in, "a", ta));
+  CHECK_ERR(nkrt_execute(m, in, os), NKRT_EXEC_BAD_INPUT,
+            "missing input tensor 'b' for model 'add'; it expects inputs: a, b");
+  CHECK_OK(nkrt_tensor_set_add(in, "b", small));
+  CHECK_ERR(nkrt_execute(m, in, os), NKRT_EXEC_BAD_INPUT,
+            "input 'b' of model 'add' is 16 bytes but the model expects 8448 bytes (float32[64, 33])");
+  CHECK_OK(nkrt_tensor_set_add(in, "b", other));
+  CHECK_ERR(nkrt_execute(m, in, os), NKRT_EXEC_BAD_INPUT,
+            "input 'b' is on core 1 but model 'add' is loaded on core 0");
+  CHECK_OK(nkrt_tensor_set_add(in, "b", ta));
+  CHECK_OK(nkrt_tensor_set_add(in, "c", ta));
+  CHECK_ERR(nkrt_execute(m, in, os), NKRT_EXEC_BAD_INPUT,
+            "unknown input tensor 'c' for model 'add'; it expects inputs: a, b");
+  nkrt_tensor_set_clear(in);
+  CHECK_OK(nkrt_tensor_set_add(in, "a", ta));
+  CHECK_OK(nkrt_tensor_set_add(in, "b", ta));
+  nkrt_tensor_set_clear(os);
+  CHECK_ERR(nkrt_execute(m, in, os), NKRT_EXEC_BAD_INPUT, "missing output tensor 'output0'");
+  CHECK_ERR(nkrt_execute(m, in, NULL), NKRT_EXEC_BAD_INPUT, "missing output tensor 'output0'");
+  CHECK_ERR(nkrt_execute(NULL, in, os), NKRT_INVALID_HANDLE, "model is NULL");
+  CHECK_ERR(nkrt_tensor_set_add(in, "", ta), NKRT_INVALID, "non-empty name");
+  nkrt_event_t *ev = NULL;
+  CHECK_ERR(nkrt_execute_async(m, in, os, &ev), NKRT_EXEC_BAD_INPUT, "missing output");
+  CHECK(ev == NULL);
+  nkrt_tensor_set_destroy(in);
+  nkrt_tensor_set_destroy(os);
+  nkrt_tensor_free(&ta);
+  nkrt_tensor_free(&small);
+  nkrt_tensor_free(&other);
+  nkrt_tensor_free(&to);
+  nkrt_model_unload(m);
+  nkrt_runtime_destroy(rt);
+}
+
+TEST(execute_scratch_alias_and_failure) {
+  nkrt_runtime_t *rt = nkrt_test_runtime("0", 1 << 20);
+  /* mixed: two outputs, two dtypes, scratch memory */
+  nkrt_model_t *m = load(rt, "mixed", 0);
+  float x[6] = {1, 2, 3, 4, 5, 6}, o0[6];
+  int32_t y[3] = {10, 20, 30}, o1 = 0;
+  nkrt_tensor_t *tx = tensor_from(rt, 0, "x", x, sizeof(x));
+  nkrt_tensor_t *ty = tensor_from(rt, 0, "y", y, sizeof(y));
+  nkrt_tensor_t *t0 = tensor_from(rt, 0, "o0", NULL, sizeof(o0));
+  nkrt_tensor_t *t1 = tensor_from(rt, 0, "o1", NULL, sizeof(o1));
+  nkrt_tensor_set_t *in = NULL, *os = NULL;
+  CHECK_OK(nkrt_tensor_set_create(&in));
+  CHECK_OK(nkrt_tensor_set_create(&os));
+  CHECK_OK(nkrt_tensor_set_add(in, "x", tx));
+  CHECK_OK(nkrt_tensor_set_add(in, "y", ty));
+  CHECK_OK(nkrt_tensor_set_add(os, "output0", t0));
+  CHECK_OK(nkrt_tensor_set_add(os, "output1", t1));
+  CHECK_OK(nkrt_execute(m, in, os));
+  CHECK_OK(nkrt_tensor_read(t0, o0, 0, sizeof(o0)));
+  CHECK_OK(nkrt_tensor_read(t1, &o1, 0, sizeof(o1)));
+  CHECK(o0[0] == 11 && o0[5] == 36 && o1 == 60);
+  nkrt_model_unload(m);
+  nkrt_tensor_set_clear(in);
+  nkrt_tensor_set_clear(os);
+
+  /* inplace: the aliased output defaults to its input */
+  m = load(rt, "inplace", 0);
+  float v[16] = {0};
+  nkrt_tensor_t *tv = tensor_from(rt, 0, "v", v, sizeof(v));
+  CHECK_OK(nkrt_tensor_set_add(in, "x", tv));
+  CHECK_OK(nkrt_execute(m, in, os));
+  CHECK_OK(nkrt_execute(m, in, NULL));
+  CHECK_OK(nkrt_tensor_read(tv, v, 0, sizeof(v)));
+  CHECK(v[0] == 2 && v[15] == 2);
+  nkrt_model_unload(m);
+
+  /* a kernel error surfaces with its message */
+  m = load(rt, "fails", 0);
+  nkrt_tensor_t *f4 = tensor_from(rt, 0, "f", NULL, 16), *g4 = tensor_from(rt, 0, "g", NULL, 16);
+  nkrt_tensor_set_clear(in);
+  CHECK_OK(nkrt_tensor_set_add(in, "x", f4));
+  CHECK_OK(nkrt_tensor_set_add(os, "output0", g4));
+  CHECK_ERR(nkrt_execute(m, in, os), NKRT_EXEC_COMPLETED_WITH_ERR,
+            "kernel 'fails' failed on core 0: deliberate kernel failure");
+  nkrt_event_t *ev = NULL;
+  CHECK_OK(nkrt_execute_async(m, in, os, &ev));
+  CHECK_ERR(nkrt_event_wait(ev, -1), NKRT_EXEC_COMPLETED_WITH_ERR, "deliberate kernel failure");
+  CHECK_ERR(nkrt_event_wait(ev, 0), NKRT_EXEC_COMPLETED_WITH_ERR, "deliberate"); /* repeatable */
+  nkrt_event_release(ev);
+  nkrt_model_unload(m);
+  nkrt_tensor_set_destroy(in);
+  nkrt_tensor_set_destroy(os);
+  nkrt_tensor_t *all[] = {tx, ty, t0, t1, tv, f4, g4};
+  for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) nkrt_tensor_release(all[i]);
+  nkrt_memory_stats_t s = {.struct_size = sizeof(s)};
+  CHECK_OK(nkrt_memory_stats(rt, 0, &s));
+  CHECK(s.active_allocations == 0); /* models' scratch was returned too */
+  nkrt_runtime_destroy(rt);
+}
+
+/* Builds sets for the spin kernel on `core`. */
+typedef struct spin_job {
+  nkrt_runtime_t *rt;
+  uint32_t core;
+  nkrt_model_t *model;
+  nkrt_tensor_set_t *in, *out;
+  nkrt_tensor_t *x, *n, *y;
+} spin_job_t;
+
+static void spin_setup(spin_job_t *j, nkrt_runtime_t *rt, uint32_t core, int32_t iters) {
+  memset(j, 0, sizeof(*j));
+  j->rt = rt;
+  j->core = core;
+  j->model = load(rt, "spin", core);
+  float x[256];
+  for (int i = 0; i < 256; i++) x[i] = 0.1f + (float)i / 1000.0f;
+  j->x = tensor_from(rt, core, "x", x, sizeof(x));
+  j->n = tensor_from(rt, core, "n", &iters, 4);
+  j->y = tensor_from(rt, core, "y", NULL, sizeof(x));
+  CHECK_OK(nkrt_tensor_set_create(&j->in));
+  CHECK_OK(nkrt_tensor_set_create(&j->out));
+  CHECK_OK(nkrt_tensor_set_add(j->in, "x", j->x));
+  CHECK_OK(nkrt_tensor_set_add(j->in, "n", j->n));
+  CHECK_OK(nkrt_tensor_set_add(j->out, "output0", j->y));
+}
+
+static void spin_teardown(spin_job_t *j) {
+  nkrt_tensor_set_destroy(j->in);
+  nkrt_tensor_set_destroy(j->out);
+  nkrt_tensor_release(j->x);
+  nkrt_tensor_release(j->n);
+  nkrt_tensor_release(j->y);
+  nkrt_model_unload(j->model);
+}
+
+TEST(async_queue_order_and_events) {
+  nkrt_runtime_t *rt = nkrt_test_runtime("0", 1 << 20);
+  spin_job_t j;
+  spin_setup(&j, rt, 0, 20000);
+  /* copies and executions on one core run in submission order */
+  int32_t small = 1, big = 200000;
+  nkrt_event_t *w1 = NULL, *e1 = NULL, *w2 = NULL, *e2 = NULL, *r = NULL;
+  float y1[256], y2[256];
+  CHECK_OK(nkrt_tensor_write_async(j.n, &big, 0, 4, &w1));
+  CHECK_OK(nkrt_execute_async(j.model, j.in, j.out, &e1));
+  CHECK(!nkrt_event_is_done(e1) || nkrt_event_is_done(w1));
+  CHECK_ERR(nkrt_event_wait(e1, 0), NKRT_TIMEOUT, "not done after 0 ns");
+  CHECK_OK(nkrt_tensor_write_async(j.n, &small, 0, 4, &w2));
+  CHECK_OK(nkrt_execute_async(j.model, j.in, j.out, &e2));
+  CHECK_OK(nkrt_event_wait(e1, -1));
+  CHECK_OK(nkrt_tensor_read_async(j.y, y2, 0, sizeof(y2), &r));
+  CHECK_OK(nkrt_event_wait(r, 1000000000));
+  CHECK(nkrt_event_is_done(w1) && nkrt_event_is_done(w2) && nkrt_event_is_done(e2));
+  CHECK(nkrt_event_id(e2) > nkrt_event_id(e1));
+  /* the read saw the second execution (1 iteration) */
+  CHECK(y2[0] > 0.332f && y2[0] < 0.334f); /* 3.7 * 0.1 * 0.9 */
+  CHECK_OK(nkrt_core_synchronize(rt, 0));
+  /* synchronous execute queues behind async work */
+  CHECK_OK(nkrt_tensor_write_async(j.n, &big, 0, 4, &w1 /* reuse var; released below */));
+  nkrt_event_t *w3 = w1;
+  CHECK_OK(nkrt_execute(j.model, j.in, j.out));
+  CHECK(nkrt_event_is_done(w3));
+  CHECK_OK(nkrt_tensor_read(j.y, y1, 0, sizeof(y1)));
+  CHECK(y1[0] != y2[0]);
+  CHECK_ERR(nkrt_tensor_write_async(j.n, &big, 4, 4, &w1), NKRT_INVALID, "exceeds the tensor bound");
+  nkrt_event_release(w3);
+  nkrt_event_release(e1);
+  nkrt_event_release(w2);
+  nkrt_event_release(e2);
+  nkrt_event_release(r);
+  nkrt_event_t *leak = NULL; /* an unreleased event is freed by destroy */
+  CHECK_OK(nkrt_execute_async(j.model, j.in, j.out, &leak));
+  spin_teardown(&j);
+  nkrt_runtime_destroy(rt);
+}
+
+typedef struct thread_arg {
+  spin_job_t *job;
+  int reps;
+  int failures;
+} thread_arg_t;
+
+static void *hammer(void *p) {
+  thread_arg_t *a = p;
+  for (int i = 0; i < a->reps; i++) {
+    nkrt_tensor_t *t = NULL;
+    nkrt_status_t st = nkrt_tensor_allocate(a->job->rt, a->job->core, 1000 + (uint64_t)i * 64, "h", &t);
+    if (st) {
+      a->failures++;
+      nkrt_status_free(st);
+      continue;
+    }
+    st = nkrt_execute(a->job->model, a->job->in, a->job->out);
+    if (st) {
+      a->failures++;
+      nkrt_status_free(st);
+    }
+    nkrt_event_t *ev = NULL;
+    st = nkrt_execute_async(a->job->model, a->job->in, a->job->out, &ev);
+    if (!st) st = nkrt_event_wait(ev, -1);
+    if (st) {
+      a->failures++;
+      nkrt_status_free(st);
+    }
+    nkrt_event_release(ev);
+    nkrt_tensor_release(t);
+  }
+  return NULL;
+}
+
+TEST(concurrency_many_threads) {
+  nkrt_runtime_t *rt = nkrt_test_runtime("0,1", 4 << 20);
+  spin_job_t jobs[2];
+  spin_setup(&jobs[0], rt, 0, 50);
+  spin_setup(&jobs[1], rt, 1, 50);
+  pthread_t th[8];
+  thread_arg_t args[8];
+  for (int i = 0; i < 8; i++) {
+    args[i] = (thread_arg_t){&jobs[i % 2], 200, 0};
+    pthread_create(&th[i], NULL, hammer, &args[i]);
+  }
+  int failures = 0;
+  for (int i = 0; i < 8; i++) {
+    pthread_join(th[i], NULL);
+    failures += args[i].failures;
+  }
+  CHECK(failures == 0);
+  for (int c = 0; c < 2; c++) {
+    nkrt_memory_stats_t s = {.struct_size = sizeof(s)};
+    CHECK_OK(nkrt_memory_stats(rt, (uint32_t)c, &s));
+    CHECK(s.active_allocations == 3 && s.total_allocations == 3 + 800);
+  }
+  spin_teardown(&jobs[0]);
+  spin_teardown(&jobs[1]);
+  nkrt_runtime_destroy(rt);
+}
+
+TEST(trace_sessions) {
+  nkrt_runtime_t *rt = nkrt_test_runtime("0,1", 1 << 20);
+  spin_job_t j0, j1;
+  spin_setup(&j0, rt, 0, 10);
+  spin_setup(&j1, rt, 1, 10);
+  nkrt_trace_session_t *all = NULL, *core1 = NULL;
+  CHECK_ERR(nkrt_trace_start(rt, 7, &all), NKRT_LOAD_NOT_ENOUGH_NC, "core 7 is not visible");
+  CHECK_ERR(nkrt_trace_start(rt, -2, &all), NKRT_INVALID, "use -1 for all cores");
+  CHECK_OK(nkrt_trace_start(rt, -1, &all));
+  CHECK_OK(nkrt_trace_start(rt, 1, &core1));
+  CHECK_OK(nkrt_execute(j0.model, j0.in, j0.out));
+  CHECK_OK(nkrt_execute(j1.model, j1.in, j1.out));
+  float buf[4];
+  CHECK_OK(nkrt_tensor_read(j1.y, buf, 0, sizeof(buf)));
+  nkrt_trace_stop(all);
+  nkrt_trace_stop(all);
+  CHECK_OK(nkrt_execute(j0.model, j0.in, j0.out)); /* not recorded */
+  CHECK(nkrt_trace_event_count(all) == 6);
+  CHECK(nkrt_trace_event_count(core1) == 4);
+  char *json = NULL;
+  size_t len = 0;
+  CHECK_OK(nkrt_trace_events_json(core1, false, &json, &len));
+  CHECK(json && strlen(json) == len);
+  CHECK(strstr(json, "{\"events\":[{\"event_type\":\"nc_exec_running\",\"phase\":\"start\","
+                     "\"nc_idx\":1,") != NULL);
+  CHECK(strstr(json, "\"event_type\":\"tensor_read\",\"phase\":\"stop\"") != NULL);
+  CHECK(strstr(json, "\"name\":\"spin\"") != NULL && strstr(json, "\"nc_timestamp_ns\":") != NULL);
+  nkrt_free(json);
+  CHECK_OK(nkrt_trace_events_json(core1, true, &json, NULL));
+  nkrt_free(json);
+  CHECK(nkrt_trace_event_count(core1) == 0);
+  char path[] = "/tmp/nkrt_trace_XXXXXX";
+  int fd = mkstemp(path);
+  close(fd);
+  CHECK_OK(nkrt_trace_write_chrome(all, path));
+  size_t n = 0;
+  char *text = read_file(path, &n);
+  CHECK(text && n > 0);
+  if (text) {
+    text = realloc(text, n + 1);
+    text[n] = '\0';
+    CHECK(strstr(text, "\"traceEvents\":[") != NULL);
+    CHECK(strstr(text, "\"cat\":\"nc_exec_running\",\"ph\":\"X\"") != NULL);
+    CHECK(strstr(text, "\"cat\":\"tensor_read\"") != NULL);
+    CHECK(strstr(text, "NeuronCore 1 (nc 1) execution") != NULL);
+  }
+  free(text);
+  remove(path);
+  CHECK_ERR(nkrt_trace_write_chrome(all, "/nonexistent/dir/t.json"), NKRT_FAILURE,
+            "cannot write trace file '/nonexistent/dir/t.json'");
+  nkrt_trace_destroy(all);
+  spin_teardown(&j0);
+  spin_teardown(&j1);
+  nkrt_runtime_destroy(rt); /* core1 session still open: destroy frees it */
+}

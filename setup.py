@@ -1,0 +1,21 @@
+"""Build of the C parts: the spike._spike extension, which compiles the nkrt
+runtime sources (runtime/src) together with its CPython binding."""
+import glob
+
+from setuptools import Extension, setup
+
+RUNTIME_SOURCES = sorted(glob.glob("runtime/src/*.c"))
+
+setup(
+    ext_modules=[
+        Extension(
+            "spike._spike",
+            sources=RUNTIME_SOURCES + ["spike/_spike.c"],
+            include_dirs=["runtime/include", "runtime/src"],
+            define_macros=[("_GNU_SOURCE", "1")],
+            extra_compile_args=["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror",
+                                "-fvisibility=hidden"],
+            libraries=["dl", "pthread"],
+        )
+    ]
+)

@@ -1,0 +1,1744 @@
+/* spike/_spike.c - the CPython binding of the nkrt device runtime.
+ *
+ * Module `spike._spike`: the low-level `Spike` runtime object and the data
+ * objects it hands out (NrtTensor, NrtModel, SystemTraceSession), the error
+ * classes (SpikeRuntimeError > SpikeError, NrtError) and the metadata types
+ * (TensorMetadata, ModelTensorInfo).
+ *
+ * Lifetime. One small reference-counted context (SpikeCtx) holds the
+ * nkrt_runtime_t and a `closed` flag; the Spike object and every object it
+ * creates hold a reference. The runtime is destroyed by Spike.close() or when
+ * the last holder goes away; after that every destructor is a no-op and every
+ * use raises SpikeError("... the runtime is closed").
+ *
+ * Threads. `closed` is only read and written with the GIL held. Calls that
+ * release the GIL take the context's read lock first (while still holding the
+ * GIL, after checking `closed`) and drop it before taking the GIL back;
+ * close() sets `closed` under the GIL, then waits for the write lock without
+ * the GIL before destroying the runtime. Nothing holding the write lock ever
+ * needs the GIL, so the two locks cannot deadlock. Tensors used without the
+ * GIL are retained for the duration; a model being executed is unloaded only
+ * once its last execution has returned.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "nkrt/nkrt.h"
+
+/* ------------------------------------------------------------------------ */
+/* Errors                                                                    */
+/* ------------------------------------------------------------------------ */
+
+static PyObject *SpikeRuntimeError;
+static PyObject *SpikeError;
+static PyObject *NrtError;
+
+/* Raises SpikeError("Spike Error: <formatted>") and returns NULL. The format
+ * is that of PyUnicode_FromFormat. */
+static PyObject *spike_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  PyObject *text = PyUnicode_FromFormatV(fmt, ap);
+  va_end(ap);
+  if (!text) return NULL;
+  PyObject *msg = PyUnicode_FromFormat("Spike Error: %U", text);
+  Py_DECREF(text);
+  if (!msg) return NULL;
+  PyErr_SetObject(SpikeError, msg);
+  Py_DECREF(msg);
+  return NULL;
+}
+
+/* Raises NrtError for a failed status, frees the status, returns NULL. */
+static PyObject *nrt_error(nkrt_status_t status) {
+  nkrt_code_t code = nkrt_status_code(status);
+  const char *name = nkrt_code_name(code);
+  PyObject *msg = PyUnicode_FromFormat("NRT Error %s(%d): %s", name, (int)code,
+                                       nkrt_status_message(status));
+  nkrt_status_free(status);
+  if (!msg) return NULL;
+  PyObject *exc = PyObject_CallOneArg(NrtError, msg);
+  Py_DECREF(msg);
+  if (!exc) return NULL;
+  PyObject *code_obj = PyLong_FromLong((long)code);
+  PyObject *name_obj = PyUnicode_FromString(name);
+  if (!code_obj || !name_obj || PyObject_SetAttrString(exc, "status_code", code_obj) < 0 ||
+      PyObject_SetAttrString(exc, "status_name", name_obj) < 0) {
+    Py_XDECREF(code_obj);
+    Py_XDECREF(name_obj);
+    Py_DECREF(exc);
+    return NULL;
+  }
+  Py_DECREF(code_obj);
+  Py_DECREF(name_obj);
+  PyErr_SetObject(NrtError, exc);
+  Py_DECREF(exc);
+  return NULL;
+}
+
+/* Argument checks shared by the methods. Return 0, or -1 with ValueError. */
+static int check_non_negative(const char *what, long long value) {
+  if (value < 0) {
+    PyErr_Format(PyExc_ValueError, "%s must be a non-negative integer, got %lld", what, value);
+    return -1;
+  }
+  return 0;
+}
+
+/* "O&" converter: a filesystem path (str, bytes, os.PathLike) as bytes, or
+ * None as NULL. Supports the cleanup call of PyArg_Parse*. */
+static int fs_path_or_none(PyObject *obj, void *out) {
+  PyObject **result = out;
+  if (obj == NULL) {
+    Py_CLEAR(*result);
+    return 1;
+  }
+  if (obj == Py_None) {
+    *result = NULL;
+    return 1;
+  }
+  return PyUnicode_FSConverter(obj, out);
+}
+
+static int check_core_id(long long core_id) {
+  if (core_id < 0 || core_id > (long long)UINT32_MAX) {
+    PyErr_Format(PyExc_ValueError, "core_id must be a non-negative logical core index, got %lld",
+                 core_id);
+    return -1;
+  }
+  return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The shared runtime context                                                */
+/* ------------------------------------------------------------------------ */
+
+struct TraceSessionObject;
+
+typedef struct SpikeCtx {
+  Py_ssize_t refs;          /* holders; changed with the GIL held */
+  nkrt_runtime_t *runtime;  /* NULL once closed */
+  int closed;               /* read and written with the GIL held */
+  pthread_rwlock_t lock;    /* read: a call running without the GIL; write: close */
+  struct TraceSessionObject *sessions; /* live SystemTraceSessions, destroyed at close */
+} SpikeCtx;
+
+/* The context of the live (not closed) runtime, if any: one per process. */
+static SpikeCtx *g_live_ctx;
+
+static SpikeCtx *ctx_new(nkrt_runtime_t *runtime) {
+  SpikeCtx *ctx = calloc(1, sizeof(*ctx));
+  if (!ctx) return NULL;
+  if (pthread_rwlock_init(&ctx->lock, NULL) != 0) {
+    free(ctx);
+    return NULL;
+  }
+  ctx->refs = 1;
+  ctx->runtime = runtime;
+  return ctx;
+}
+
+static void ctx_incref(SpikeCtx *ctx) { ctx->refs++; }
+
+static void trace_sessions_detach_all(SpikeCtx *ctx);
+
+/* Destroys the runtime (GIL held on entry and exit). Idempotent. */
+static void ctx_close(SpikeCtx *ctx) {
+  if (ctx->closed) return;
+  ctx->closed = 1; /* from here on nothing new starts */
+  if (g_live_ctx == ctx) g_live_ctx = NULL;
+  trace_sessions_detach_all(ctx);
+  nkrt_runtime_t *runtime = ctx->runtime;
+  ctx->runtime = NULL;
+  Py_BEGIN_ALLOW_THREADS
+  /* Waits for calls still running without the GIL. */
+  pthread_rwlock_wrlock(&ctx->lock);
+  nkrt_runtime_destroy(runtime);
+  pthread_rwlock_unlock(&ctx->lock);
+  Py_END_ALLOW_THREADS
+}
+
+static void ctx_decref(SpikeCtx *ctx) {
+  if (!ctx || --ctx->refs > 0) return;
+  ctx_close(ctx);
+  pthread_rwlock_destroy(&ctx->lock);
+  free(ctx);
+}
+
+/* 0 if the runtime is open, else -1 with SpikeError. */
+static int ctx_check(const SpikeCtx *ctx) {
+  if (ctx->closed) {
+    spike_error("the runtime is closed (after Spike.close() or spike.reset()); "
+                "create a new runtime and new objects");
+    return -1;
+  }
+  return 0;
+}
+
+/* Enter/leave a region that runs without the GIL. ctx_enter is called with
+ * the GIL held and fails if the runtime is closed. */
+static int ctx_enter(SpikeCtx *ctx) {
+  if (ctx_check(ctx) < 0) return -1;
+  pthread_rwlock_rdlock(&ctx->lock);
+  return 0;
+}
+
+static void ctx_leave(SpikeCtx *ctx) { pthread_rwlock_unlock(&ctx->lock); }
+
+/* Process exit: if objects leaked past finalization, still stop the runtime's
+ * threads and unmap its memory. No Python API is used here. */
+static void spike_at_exit(void) {
+  SpikeCtx *ctx = g_live_ctx;
+  if (ctx && !ctx->closed) {
+    ctx->closed = 1;
+    g_live_ctx = NULL;
+    pthread_rwlock_wrlock(&ctx->lock); /* a daemon thread may still be executing */
+    nkrt_runtime_destroy(ctx->runtime);
+    ctx->runtime = NULL;
+    pthread_rwlock_unlock(&ctx->lock);
+  }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Type objects (defined below)                                              */
+/* ------------------------------------------------------------------------ */
+
+static PyTypeObject SpikeType;
+static PyTypeObject NrtTensorType;
+static PyTypeObject NrtModelType;
+static PyTypeObject TraceSessionType;
+static PyTypeObject TensorMetadataType;
+static PyTypeObject ModelTensorInfoType;
+
+typedef struct {
+  PyObject_HEAD
+  SpikeCtx *ctx;
+  int verbose_level;
+} SpikeObject;
+
+typedef struct {
+  PyObject_HEAD
+  SpikeCtx *ctx;
+  nkrt_tensor_t *tensor; /* NULL once freed */
+  PyObject *name;        /* str, kept for messages after free */
+  uint64_t size;
+  uint32_t core;
+  int is_slice;
+} NrtTensorObject;
+
+typedef struct {
+  PyObject_HEAD
+  SpikeCtx *ctx;
+  nkrt_model_t *model;   /* NULL once unloaded */
+  PyObject *neff_path;   /* str */
+  PyObject *name;        /* str */
+  uint32_t core;
+  int32_t rank;
+  int32_t world_size;
+  int cc_enabled;
+  int busy;              /* executions running without the GIL */
+  int unload_pending;    /* unload requested while busy */
+} NrtModelObject;
+
+typedef struct TraceSessionObject {
+  PyObject_HEAD
+  SpikeCtx *ctx;
+  nkrt_trace_session_t *session; /* NULL once the runtime closed */
+  int32_t core;                  /* -1: all cores */
+  int stopped;
+  struct TraceSessionObject *prev, *next; /* in ctx->sessions */
+} TraceSessionObject;
+
+/* ------------------------------------------------------------------------ */
+/* Helpers for the objects                                                   */
+/* ------------------------------------------------------------------------ */
+
+static int spike_check_open(SpikeObject *self) { return ctx_check(self->ctx); }
+
+/* The live nkrt tensor of `obj`, or NULL with SpikeError (freed, closed). */
+static nkrt_tensor_t *tensor_get(NrtTensorObject *obj) {
+  if (!obj->tensor) {
+    spike_error("Tensor '%U' is freed; it cannot be used after free_tensor()", obj->name);
+    return NULL;
+  }
+  if (obj->ctx->closed) {
+    spike_error("Tensor '%U' belongs to a runtime that is closed (after Spike.close() or "
+                "spike.reset()); create a new tensor",
+                obj->name);
+    return NULL;
+  }
+  return obj->tensor;
+}
+
+static int tensor_arg(PyObject *arg, const char *what, NrtTensorObject **out) {
+  if (!PyObject_TypeCheck(arg, &NrtTensorType)) {
+    PyErr_Format(PyExc_TypeError, "%s must be an NrtTensor, got %s", what, Py_TYPE(arg)->tp_name);
+    return -1;
+  }
+  *out = (NrtTensorObject *)arg;
+  return tensor_get(*out) ? 0 : -1;
+}
+
+static nkrt_model_t *model_get(NrtModelObject *obj) {
+  if (!obj->model || obj->unload_pending) {
+    spike_error("Model '%U' is unloaded; load it again with load_model()", obj->name);
+    return NULL;
+  }
+  if (obj->ctx->closed) {
+    spike_error("Model '%U' belongs to a runtime that is closed (after Spike.close() or "
+                "spike.reset()); load it again",
+                obj->name);
+    return NULL;
+  }
+  return obj->model;
+}
+
+static int model_arg(PyObject *arg, NrtModelObject **out) {
+  if (!PyObject_TypeCheck(arg, &NrtModelType)) {
+    PyErr_Format(PyExc_TypeError, "model must be an NrtModel, got %s", Py_TYPE(arg)->tp_name);
+    return -1;
+  }
+  *out = (NrtModelObject *)arg;
+  return model_get(*out) ? 0 : -1;
+}
+
+/* Wraps a new nkrt tensor (reference taken over) in an NrtTensor. */
+static PyObject *tensor_wrap(SpikeCtx *ctx, nkrt_tensor_t *tensor) {
+  NrtTensorObject *obj = PyObject_New(NrtTensorObject, &NrtTensorType);
+  if (!obj) {
+    nkrt_tensor_free(&tensor);
+    return NULL;
+  }
+  obj->name = PyUnicode_FromString(nkrt_tensor_name(tensor));
+  if (!obj->name) {
+    obj->ctx = NULL;
+    obj->tensor = NULL;
+    nkrt_tensor_free(&tensor);
+    Py_DECREF(obj);
+    return NULL;
+  }
+  obj->ctx = ctx;
+  ctx_incref(ctx);
+  obj->tensor = tensor;
+  obj->size = nkrt_tensor_size(tensor);
+  obj->core = nkrt_tensor_core(tensor);
+  obj->is_slice = nkrt_tensor_is_slice(tensor);
+  return (PyObject *)obj;
+}
+
+/* Drops a model that has no execution in flight. */
+static void model_release(NrtModelObject *obj) {
+  if (obj->model && !obj->ctx->closed) nkrt_model_unload(obj->model);
+  obj->model = NULL;
+  obj->unload_pending = 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* NrtTensor                                                                 */
+/* ------------------------------------------------------------------------ */
+
+static void tensor_dealloc(NrtTensorObject *self) {
+  if (self->ctx) {
+    if (self->tensor && !self->ctx->closed) nkrt_tensor_free(&self->tensor);
+    ctx_decref(self->ctx);
+  }
+  Py_XDECREF(self->name);
+  PyObject_Free(self);
+}
+
+static PyObject *tensor_get_core_id(NrtTensorObject *self, void *c) {
+  (void)c;
+  return PyLong_FromUnsignedLong(self->core);
+}
+
+static PyObject *tensor_get_size(NrtTensorObject *self, void *c) {
+  (void)c;
+  return PyLong_FromUnsignedLongLong(self->size);
+}
+
+static PyObject *tensor_get_name(NrtTensorObject *self, void *c) {
+  (void)c;
+  return Py_NewRef(self->name);
+}
+
+static PyObject *tensor_get_va(NrtTensorObject *self, void *c) {
+  (void)c;
+  nkrt_tensor_t *tensor = tensor_get(self);
+  if (!tensor) return NULL;
+  return PyLong_FromVoidPtr(nkrt_tensor_va(tensor));
+}
+
+static PyObject *tensor_get_is_slice(NrtTensorObject *self, void *c) {
+  (void)c;
+  return PyBool_FromLong(self->is_slice);
+}
+
+static PyObject *tensor_get_freed(NrtTensorObject *self, void *c) {
+  (void)c;
+  return PyBool_FromLong(self->tensor == NULL);
+}
+
+static PyObject *tensor_repr(NrtTensorObject *self) {
+  const char *state = !self->tensor ? ", freed" : (self->ctx->closed ? ", runtime closed" : "");
+  return PyUnicode_FromFormat("NrtTensor(name=%R, size=%llu, core_id=%u%s%s)", self->name,
+                              (unsigned long long)self->size, (unsigned)self->core,
+                              self->is_slice ? ", slice" : "", state);
+}
+
+static PyGetSetDef tensor_getset[] = {
+    {"core_id", (getter)tensor_get_core_id, NULL, "Logical core the tensor lives on.", NULL},
+    {"size", (getter)tensor_get_size, NULL, "Size in bytes.", NULL},
+    {"name", (getter)tensor_get_name, NULL, "Name given at allocation.", NULL},
+    {"va", (getter)tensor_get_va, NULL,
+     "Host-visible device address of the first byte (an int). Only kernels and the runtime "
+     "may touch that memory.",
+     NULL},
+    {"is_slice", (getter)tensor_get_is_slice, NULL, "True for a slice of another tensor.", NULL},
+    {"freed", (getter)tensor_get_freed, NULL, "True after Spike.free_tensor().", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject NrtTensorType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "spike._spike.NrtTensor",
+    .tp_basicsize = sizeof(NrtTensorObject),
+    .tp_dealloc = (destructor)tensor_dealloc,
+    .tp_repr = (reprfunc)tensor_repr,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A device tensor: a named byte range of device memory on one core. Created by "
+              "Spike.allocate_tensor() or Spike.slice_from_tensor(); its memory is freed when "
+              "the object is deleted or by Spike.free_tensor().",
+    .tp_getset = tensor_getset,
+};
+
+/* ------------------------------------------------------------------------ */
+/* NrtModel                                                                  */
+/* ------------------------------------------------------------------------ */
+
+static void model_dealloc(NrtModelObject *self) {
+  if (self->ctx) {
+    model_release(self);
+    ctx_decref(self->ctx);
+  }
+  Py_XDECREF(self->neff_path);
+  Py_XDECREF(self->name);
+  PyObject_Free(self);
+}
+
+static PyObject *model_get_neff_path(NrtModelObject *self, void *c) {
+  (void)c;
+  return Py_NewRef(self->neff_path);
+}
+static PyObject *model_get_name(NrtModelObject *self, void *c) {
+  (void)c;
+  return Py_NewRef(self->name);
+}
+static PyObject *model_get_core_id(NrtModelObject *self, void *c) {
+  (void)c;
+  return PyLong_FromUnsignedLong(self->core);
+}
+static PyObject *model_get_rank_id(NrtModelObject *self, void *c) {
+  (void)c;
+  return PyLong_FromLong(self->rank);
+}
+static PyObject *model_get_world_size(NrtModelObject *self, void *c) {
+  (void)c;
+  return PyLong_FromLong(self->world_size);
+}
+static PyObject *model_get_is_collective(NrtModelObject *self, void *c) {
+  (void)c;
+  return PyBool_FromLong(self->cc_enabled);
+}
+static PyObject *model_get_loaded(NrtModelObject *self, void *c) {
+  (void)c;
+  return PyBool_FromLong(self->model && !self->unload_pending && !self->ctx->closed);
+}
+
+static PyObject *model_repr(NrtModelObject *self) {
+  const char *state = (!self->model || self->unload_pending)
+                          ? ", unloaded"
+                          : (self->ctx->closed ? ", runtime closed" : "");
+  return PyUnicode_FromFormat("NrtModel(name=%R, neff_path=%R, core_id=%u%s)", self->name,
+                              self->neff_path, (unsigned)self->core, state);
+}
+
+static PyGetSetDef model_getset[] = {
+    {"neff_path", (getter)model_get_neff_path, NULL, "Path the NEFF was loaded from.", NULL},
+    {"name", (getter)model_get_name, NULL, "Model name (load name or the NEFF's kernel name).",
+     NULL},
+    {"core_id", (getter)model_get_core_id, NULL, "Logical core the model runs on.", NULL},
+    {"rank_id", (getter)model_get_rank_id, NULL, "Rank in the collective group.", NULL},
+    {"world_size", (getter)model_get_world_size, NULL, "Ranks in the collective group.", NULL},
+    {"is_collective", (getter)model_get_is_collective, NULL,
+     "True when loaded with cc_enabled=True.", NULL},
+    {"loaded", (getter)model_get_loaded, NULL, "False after unload_model() or runtime close.",
+     NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject NrtModelType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "spike._spike.NrtModel",
+    .tp_basicsize = sizeof(NrtModelObject),
+    .tp_dealloc = (destructor)model_dealloc,
+    .tp_repr = (reprfunc)model_repr,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A NEFF loaded on one core by Spike.load_model(); unloaded when deleted or by "
+              "Spike.unload_model().",
+    .tp_getset = model_getset,
+};
+
+/* ------------------------------------------------------------------------ */
+/* TensorMetadata / ModelTensorInfo                                          */
+/* ------------------------------------------------------------------------ */
+
+static PyStructSequence_Field tensor_metadata_fields[] = {
+    {"size", "size in bytes"},
+    {"dtype", "element type name, e.g. 'float32'"},
+    {"shape", "tuple of extents"},
+    {"alias_of", "for an output: the name of the input it aliases, else None"},
+    {NULL, NULL},
+};
+
+static PyStructSequence_Desc tensor_metadata_desc = {
+    "spike._spike.TensorMetadata", "Size, dtype and shape of one model input or output.",
+    tensor_metadata_fields, 4};
+
+static PyStructSequence_Field model_tensor_info_fields[] = {
+    {"inputs", "dict: input name -> TensorMetadata"},
+    {"outputs", "dict: output name -> TensorMetadata"},
+    {NULL, NULL},
+};
+
+static PyStructSequence_Desc model_tensor_info_desc = {
+    "spike._spike.ModelTensorInfo", "The inputs and outputs of a loaded model, by name.",
+    model_tensor_info_fields, 2};
+
+static PyObject *tensor_metadata_new(const nkrt_neff_tensor_t *t, const nkrt_model_t *model) {
+  PyObject *md = PyStructSequence_New(&TensorMetadataType);
+  if (!md) return NULL;
+  PyObject *shape = PyTuple_New(t->ndim);
+  if (!shape) goto fail;
+  PyStructSequence_SetItem(md, 2, shape);
+  for (uint32_t i = 0; i < t->ndim; i++) {
+    PyObject *dim = PyLong_FromLongLong(t->shape[i]);
+    if (!dim) goto fail;
+    PyTuple_SET_ITEM(shape, i, dim);
+  }
+  PyObject *size = PyLong_FromUnsignedLongLong(t->size);
+  if (!size) goto fail;
+  PyStructSequence_SetItem(md, 0, size);
+  PyObject *dtype = PyUnicode_FromString(nkrt_dtype_name(t->dtype));
+  if (!dtype) goto fail;
+  PyStructSequence_SetItem(md, 1, dtype);
+  PyObject *alias = Py_None;
+  const nkrt_neff_tensor_t *input = NULL;
+  if (model && t->alias_input >= 0) input = nkrt_model_input(model, (uint32_t)t->alias_input);
+  if (input) {
+    alias = PyUnicode_FromString(input->name);
+    if (!alias) goto fail;
+  } else {
+    Py_INCREF(alias);
+  }
+  PyStructSequence_SetItem(md, 3, alias);
+  return md;
+fail:
+  Py_DECREF(md);
+  return NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* SystemTraceSession                                                        */
+/* ------------------------------------------------------------------------ */
+
+static void trace_session_unlink(TraceSessionObject *s) {
+  if (s->prev) s->prev->next = s->next;
+  else if (s->ctx && s->ctx->sessions == s) s->ctx->sessions = s->next;
+  if (s->next) s->next->prev = s->prev;
+  s->prev = s->next = NULL;
+}
+
+/* Called by ctx_close before the runtime goes: sessions are freed first. */
+static void trace_sessions_detach_all(SpikeCtx *ctx) {
+  while (ctx->sessions) {
+    TraceSessionObject *s = ctx->sessions;
+    nkrt_trace_destroy(s->session);
+    s->session = NULL;
+    s->stopped = 1;
+    trace_session_unlink(s);
+  }
+}
+
+static nkrt_trace_session_t *trace_get(TraceSessionObject *self) {
+  if (!self->session || self->ctx->closed) {
+    spike_error("the trace session's runtime is closed (after Spike.close() or spike.reset())");
+    return NULL;
+  }
+  return self->session;
+}
+
+static PyObject *trace_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+  static char *kwlist[] = {"spike", "core_id", NULL};
+  PyObject *spike_arg = Py_None, *core_arg = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OO:SystemTraceSession", kwlist, &spike_arg,
+                                   &core_arg))
+    return NULL;
+  /* SystemTraceSession(0) means core 0, as in the original API. */
+  if (core_arg == Py_None && spike_arg != Py_None && !PyObject_TypeCheck(spike_arg, &SpikeType)) {
+    core_arg = spike_arg;
+    spike_arg = Py_None;
+  }
+  SpikeCtx *ctx;
+  if (spike_arg == Py_None) {
+    if (!g_live_ctx)
+      return spike_error("SystemTraceSession needs a runtime: no Spike runtime is active "
+                         "(create one with spike.get_spike_singleton() or Spike())");
+    ctx = g_live_ctx;
+  } else if (PyObject_TypeCheck(spike_arg, &SpikeType)) {
+    ctx = ((SpikeObject *)spike_arg)->ctx;
+  } else {
+    return PyErr_Format(PyExc_TypeError, "spike must be a Spike instance or None, got %s",
+                        Py_TYPE(spike_arg)->tp_name);
+  }
+  int32_t core = -1;
+  if (core_arg != Py_None) {
+    if (!PyLong_Check(core_arg))
+      return PyErr_Format(PyExc_TypeError, "core_id must be an int or None (all cores), got %s",
+                          Py_TYPE(core_arg)->tp_name);
+    long long value = PyLong_AsLongLong(core_arg);
+    if (value == -1 && PyErr_Occurred()) return NULL;
+    if (value < 0 || value > INT32_MAX)
+      return PyErr_Format(PyExc_ValueError,
+                          "core_id must be a non-negative logical core index or None, got %lld",
+                          value);
+    core = (int32_t)value;
+  }
+  if (ctx_check(ctx) < 0) return NULL;
+  nkrt_trace_session_t *session = NULL;
+  nkrt_status_t st = nkrt_trace_start(ctx->runtime, core, &session);
+  if (st) return nrt_error(st);
+  TraceSessionObject *self = (TraceSessionObject *)type->tp_alloc(type, 0);
+  if (!self) {
+    nkrt_trace_destroy(session);
+    return NULL;
+  }
+  self->ctx = ctx;
+  ctx_incref(ctx);
+  self->session = session;
+  self->core = core;
+  self->next = ctx->sessions;
+  if (ctx->sessions) ctx->sessions->prev = self;
+  ctx->sessions = self;
+  return (PyObject *)self;
+}
+
+static void trace_dealloc(TraceSessionObject *self) {
+  if (self->ctx) {
+    if (self->session && !self->ctx->closed) nkrt_trace_destroy(self->session);
+    self->session = NULL;
+    trace_session_unlink(self);
+    ctx_decref(self->ctx);
+  }
+  Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *trace_stop(TraceSessionObject *self, PyObject *unused) {
+  (void)unused;
+  if (self->session && !self->ctx->closed) nkrt_trace_stop(self->session);
+  self->stopped = 1;
+  Py_RETURN_NONE;
+}
+
+/* The session's events as a JSON string; `drain` removes them. */
+static PyObject *trace_json(TraceSessionObject *self, bool drain) {
+  nkrt_trace_session_t *session = trace_get(self);
+  if (!session) return NULL;
+  char *json = NULL;
+  size_t length = 0;
+  nkrt_status_t st = nkrt_trace_events_json(session, drain, &json, &length);
+  if (st) return nrt_error(st);
+  PyObject *text = PyUnicode_DecodeUTF8(json, (Py_ssize_t)length, "replace");
+  nkrt_free(json);
+  return text;
+}
+
+static PyObject *trace_fetch_events_json(TraceSessionObject *self, PyObject *unused) {
+  (void)unused;
+  return trace_json(self, false);
+}
+
+static PyObject *trace_drain_events(TraceSessionObject *self, PyObject *unused) {
+  (void)unused;
+  PyObject *text = trace_json(self, true);
+  if (!text) return NULL;
+  PyObject *json_mod = PyImport_ImportModule("json");
+  if (!json_mod) {
+    Py_DECREF(text);
+    return NULL;
+  }
+  PyObject *doc = PyObject_CallMethod(json_mod, "loads", "O", text);
+  Py_DECREF(json_mod);
+  Py_DECREF(text);
+  if (!doc) return NULL;
+  PyObject *events = PyDict_Check(doc) ? PyDict_GetItemString(doc, "events") : NULL;
+  if (!events || !PyList_Check(events)) {
+    Py_DECREF(doc);
+    return spike_error("the runtime returned trace JSON without an \"events\" list");
+  }
+  Py_INCREF(events);
+  Py_DECREF(doc);
+  return events;
+}
+
+static PyObject *trace_save(TraceSessionObject *self, PyObject *args) {
+  PyObject *path = NULL;
+  if (!PyArg_ParseTuple(args, "O&:save", PyUnicode_FSConverter, &path)) return NULL;
+  nkrt_trace_session_t *session = trace_get(self);
+  if (!session) {
+    Py_DECREF(path);
+    return NULL;
+  }
+  nkrt_status_t st = nkrt_trace_write_chrome(session, PyBytes_AS_STRING(path));
+  Py_DECREF(path);
+  if (st) return nrt_error(st);
+  Py_RETURN_NONE;
+}
+
+static PyObject *trace_enter(TraceSessionObject *self, PyObject *unused) {
+  (void)unused;
+  return Py_NewRef(self);
+}
+
+static PyObject *trace_exit(TraceSessionObject *self, PyObject *args) {
+  (void)args;
+  return trace_stop(self, NULL);
+}
+
+static PyObject *trace_get_core_id(TraceSessionObject *self, void *c) {
+  (void)c;
+  if (self->core < 0) Py_RETURN_NONE;
+  return PyLong_FromLong(self->core);
+}
+
+static PyObject *trace_get_active(TraceSessionObject *self, void *c) {
+  (void)c;
+  return PyBool_FromLong(self->session && !self->stopped && !self->ctx->closed);
+}
+
+static PyObject *trace_get_event_count(TraceSessionObject *self, void *c) {
+  (void)c;
+  nkrt_trace_session_t *session = trace_get(self);
+  if (!session) return NULL;
+  return PyLong_FromUnsignedLongLong(nkrt_trace_event_count(session));
+}
+
+static PyObject *trace_repr(TraceSessionObject *self) {
+  const char *state = self->ctx->closed ? "closed" : (self->stopped ? "stopped" : "recording");
+  if (self->core < 0) return PyUnicode_FromFormat("SystemTraceSession(core_id=None, %s)", state);
+  return PyUnicode_FromFormat("SystemTraceSession(core_id=%d, %s)", (int)self->core, state);
+}
+
+static PyMethodDef trace_methods[] = {
+    {"stop", (PyCFunction)trace_stop, METH_NOARGS,
+     "stop() -> None\n\nStops recording; recorded events stay readable. Idempotent."},
+    {"fetch_events_json", (PyCFunction)trace_fetch_events_json, METH_NOARGS,
+     "fetch_events_json() -> str\n\nThe recorded events as system-trace JSON "
+     "({\"events\": [...]}), without removing them."},
+    {"drain_events", (PyCFunction)trace_drain_events, METH_NOARGS,
+     "drain_events() -> list[dict]\n\nThe recorded events, parsed, removed from the session."},
+    {"save", (PyCFunction)trace_save, METH_VARARGS,
+     "save(path) -> None\n\nWrites the recorded events as Chrome Trace Event JSON."},
+    {"__enter__", (PyCFunction)trace_enter, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)trace_exit, METH_VARARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef trace_getset[] = {
+    {"core_id", (getter)trace_get_core_id, NULL, "Traced core, or None for all cores.", NULL},
+    {"active", (getter)trace_get_active, NULL, "True while recording.", NULL},
+    {"event_count", (getter)trace_get_event_count, NULL, "Events recorded and not drained.",
+     NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject TraceSessionType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "spike._spike.SystemTraceSession",
+    .tp_basicsize = sizeof(TraceSessionObject),
+    .tp_dealloc = (destructor)trace_dealloc,
+    .tp_repr = (reprfunc)trace_repr,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "SystemTraceSession(spike=None, core_id=None)\n\n"
+              "Records executions and copies (events 'nc_exec_running', 'tensor_write', ...) "
+              "on one core, or all cores when core_id is None, from creation until stop(). "
+              "`spike` is a Spike instance; None uses the live runtime. A context manager "
+              "that stops on exit.",
+    .tp_methods = trace_methods,
+    .tp_getset = trace_getset,
+    .tp_new = trace_new,
+};
+
+/* ------------------------------------------------------------------------ */
+/* Spike: lifecycle                                                          */
+/* ------------------------------------------------------------------------ */
+
+static PyObject *spike_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+  static char *kwlist[] = {"verbose_level", "core_memory_bytes", "num_workers", NULL};
+  int verbose_level = 0;
+  PyObject *memory_arg = Py_None, *workers_arg = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "|i$OO:Spike", kwlist, &verbose_level,
+                                   &memory_arg, &workers_arg))
+    return NULL;
+  nkrt_options_t options;
+  nkrt_options_init(&options);
+  if (memory_arg != Py_None) {
+    if (!PyLong_Check(memory_arg))
+      return PyErr_Format(PyExc_TypeError, "core_memory_bytes must be an int or None, got %s",
+                          Py_TYPE(memory_arg)->tp_name);
+    unsigned long long bytes = PyLong_AsUnsignedLongLong(memory_arg);
+    if (PyErr_Occurred() || bytes == 0) {
+      PyErr_Clear();
+      return PyErr_Format(PyExc_ValueError,
+                          "core_memory_bytes must be a positive number of bytes, got %R",
+                          memory_arg);
+    }
+    options.core_memory_bytes = bytes;
+  }
+  if (workers_arg != Py_None) {
+    if (!PyLong_Check(workers_arg))
+      return PyErr_Format(PyExc_TypeError, "num_workers must be an int or None, got %s",
+                          Py_TYPE(workers_arg)->tp_name);
+    long long workers = PyLong_AsLongLong(workers_arg);
+    if ((workers == -1 && PyErr_Occurred()) || workers <= 0 || workers > UINT32_MAX) {
+      PyErr_Clear();
+      return PyErr_Format(PyExc_ValueError, "num_workers must be a positive int, got %R",
+                          workers_arg);
+    }
+    options.num_workers = (uint32_t)workers;
+  }
+  if (g_live_ctx)
+    return spike_error("a Spike runtime is already active in this process (only one per "
+                       "process); close it first (Spike.close() or spike.reset()), or use "
+                       "spike.get_spike_singleton()");
+  nkrt_runtime_t *runtime = NULL;
+  nkrt_status_t st;
+  Py_BEGIN_ALLOW_THREADS
+  st = nkrt_runtime_create(&options, &runtime);
+  Py_END_ALLOW_THREADS
+  if (st) return nrt_error(st);
+  if (g_live_ctx) { /* another thread won the race while the GIL was released */
+    nkrt_runtime_destroy(runtime);
+    return spike_error("a Spike runtime is already active in this process (only one per "
+                       "process)");
+  }
+  SpikeObject *self = (SpikeObject *)type->tp_alloc(type, 0);
+  if (!self) {
+    nkrt_runtime_destroy(runtime);
+    return NULL;
+  }
+  self->ctx = ctx_new(runtime);
+  if (!self->ctx) {
+    nkrt_runtime_destroy(runtime);
+    Py_DECREF(self);
+    return PyErr_NoMemory();
+  }
+  self->verbose_level = verbose_level;
+  g_live_ctx = self->ctx;
+  return (PyObject *)self;
+}
+
+static void spike_dealloc(SpikeObject *self) {
+  ctx_decref(self->ctx);
+  Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *spike_close(SpikeObject *self, PyObject *unused) {
+  (void)unused;
+  ctx_close(self->ctx);
+  return PyLong_FromLong(0);
+}
+
+static PyObject *spike_get_visible_core_count(PyObject *unused1, PyObject *unused2) {
+  (void)unused1;
+  (void)unused2;
+  uint32_t count = 0;
+  nkrt_status_t st = nkrt_visible_core_count(&count);
+  if (st) return nrt_error(st);
+  return PyLong_FromUnsignedLong(count);
+}
+
+static PyObject *spike_get_closed(SpikeObject *self, void *c) {
+  (void)c;
+  return PyBool_FromLong(self->ctx->closed);
+}
+
+static PyObject *spike_get_verbose_level(SpikeObject *self, void *c) {
+  (void)c;
+  return PyLong_FromLong(self->verbose_level);
+}
+
+static PyObject *spike_get_core_count(SpikeObject *self, void *c) {
+  (void)c;
+  if (spike_check_open(self) < 0) return NULL;
+  return PyLong_FromUnsignedLong(nkrt_runtime_core_count(self->ctx->runtime));
+}
+
+static PyObject *spike_get_num_workers(SpikeObject *self, void *c) {
+  (void)c;
+  if (spike_check_open(self) < 0) return NULL;
+  return PyLong_FromUnsignedLong(nkrt_runtime_num_workers(self->ctx->runtime));
+}
+
+static PyObject *spike_get_core_memory(SpikeObject *self, void *c) {
+  (void)c;
+  if (spike_check_open(self) < 0) return NULL;
+  return PyLong_FromUnsignedLongLong(nkrt_runtime_core_memory(self->ctx->runtime));
+}
+
+static PyObject *spike_repr(SpikeObject *self) {
+  if (self->ctx->closed) return PyUnicode_FromString("Spike(closed)");
+  return PyUnicode_FromFormat("Spike(cores=%u, workers=%u, core_memory_bytes=%llu)",
+                              (unsigned)nkrt_runtime_core_count(self->ctx->runtime),
+                              (unsigned)nkrt_runtime_num_workers(self->ctx->runtime),
+                              (unsigned long long)nkrt_runtime_core_memory(self->ctx->runtime));
+}
+
+/* ------------------------------------------------------------------------ */
+/* Spike: models                                                             */
+/* ------------------------------------------------------------------------ */
+
+static PyObject *spike_load_model(SpikeObject *self, PyObject *args, PyObject *kwds) {
+  static char *kwlist[] = {"neff_file", "core_id", "cc_enabled", "rank_id", "world_size",
+                           "name", NULL};
+  PyObject *path = NULL;
+  long long core_id = 0;
+  int cc_enabled = 0, rank_id = 0, world_size = 1;
+  const char *name = NULL;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "O&|Lpiiz:load_model", kwlist,
+                                   PyUnicode_FSConverter, &path, &core_id, &cc_enabled, &rank_id,
+                                   &world_size, &name))
+    return NULL;
+  PyObject *result = NULL;
+  if (check_core_id(core_id) < 0) goto done;
+  if (world_size < 1) {
+    PyErr_Format(PyExc_ValueError, "world_size must be >= 1, got %d", world_size);
+    goto done;
+  }
+  if (rank_id < 0 || rank_id >= world_size) {
+    PyErr_Format(PyExc_ValueError, "rank_id must be in [0, world_size=%d), got %d", world_size,
+                 rank_id);
+    goto done;
+  }
+  if (name && !name[0]) {
+    PyErr_SetString(PyExc_ValueError, "name must be a non-empty string or None");
+    goto done;
+  }
+  nkrt_load_options_t options;
+  nkrt_load_options_init(&options);
+  options.cc_enabled = (uint32_t)cc_enabled;
+  options.rank = rank_id;
+  options.world_size = world_size;
+  options.name = name;
+  nkrt_model_t *model = NULL;
+  nkrt_status_t st;
+  SpikeCtx *ctx = self->ctx;
+  if (ctx_enter(ctx) < 0) goto done;
+  Py_BEGIN_ALLOW_THREADS
+  st = nkrt_model_load_file(ctx->runtime, PyBytes_AS_STRING(path), (uint32_t)core_id, &options,
+                            &model);
+  ctx_leave(ctx);
+  Py_END_ALLOW_THREADS
+  if (st) {
+    nrt_error(st);
+    goto done;
+  }
+  if (ctx->closed) { /* closed by another thread meanwhile: the model went with it */
+    spike_error("the runtime was closed while the model was loading");
+    goto done;
+  }
+  /* Read everything from the handle before allocating anything. */
+  uint32_t cc = 0;
+  int32_t rank = 0, world = 1;
+  nkrt_model_collectives(model, &cc, &rank, &world);
+  uint32_t core = nkrt_model_core(model);
+  PyObject *model_name = PyUnicode_FromString(nkrt_model_name(model));
+  PyObject *neff_path = PyUnicode_DecodeFSDefault(PyBytes_AS_STRING(path));
+  NrtModelObject *obj = model_name && neff_path ? PyObject_New(NrtModelObject, &NrtModelType)
+                                                : NULL;
+  if (!obj) {
+    Py_XDECREF(model_name);
+    Py_XDECREF(neff_path);
+    if (!ctx->closed) nkrt_model_unload(model);
+    goto done;
+  }
+  obj->ctx = ctx;
+  ctx_incref(ctx);
+  obj->model = model;
+  obj->core = core;
+  obj->rank = rank;
+  obj->world_size = world;
+  obj->cc_enabled = cc != 0;
+  obj->busy = 0;
+  obj->unload_pending = 0;
+  obj->neff_path = neff_path;
+  obj->name = model_name;
+  result = (PyObject *)obj;
+done:
+  Py_DECREF(path);
+  return result;
+}
+
+static PyObject *spike_unload_model(SpikeObject *self, PyObject *args, PyObject *kwds) {
+  static char *kwlist[] = {"model", NULL};
+  PyObject *arg;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "O:unload_model", kwlist, &arg)) return NULL;
+  NrtModelObject *model;
+  if (spike_check_open(self) < 0 || model_arg(arg, &model) < 0) return NULL;
+  if (model->busy) model->unload_pending = 1; /* the last execution unloads it */
+  else model_release(model);
+  Py_RETURN_NONE;
+}
+
+/* dict name -> TensorMetadata for the inputs or outputs of `model`. */
+static PyObject *tensor_info_dict(const nkrt_model_t *model, int outputs) {
+  PyObject *dict = PyDict_New();
+  if (!dict) return NULL;
+  uint32_t count = outputs ? nkrt_model_output_count(model) : nkrt_model_input_count(model);
+  for (uint32_t i = 0; i < count; i++) {
+    const nkrt_neff_tensor_t *t = outputs ? nkrt_model_output(model, i) : nkrt_model_input(model, i);
+    if (!t) continue;
+    PyObject *md = tensor_metadata_new(t, model);
+    if (!md || PyDict_SetItemString(dict, t->name, md) < 0) {
+      Py_XDECREF(md);
+      Py_DECREF(dict);
+      return NULL;
+    }
+    Py_DECREF(md);
+  }
+  return dict;
+}
+
+static PyObject *spike_get_tensor_info(SpikeObject *self, PyObject *args, PyObject *kwds) {
+  static char *kwlist[] = {"model", NULL};
+  PyObject *arg;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "O:get_tensor_info", kwlist, &arg)) return NULL;
+  NrtModelObject *model;
+  if (spike_check_open(self) < 0 || model_arg(arg, &model) < 0) return NULL;
+  PyObject *info = PyStructSequence_New(&ModelTensorInfoType);
+  if (!info) return NULL;
+  PyObject *inputs = tensor_info_dict(model->model, 0);
+  if (!inputs) goto fail;
+  PyStructSequence_SetItem(info, 0, inputs);
+  PyObject *outputs = tensor_info_dict(model->model, 1);
+  if (!outputs) goto fail;
+  PyStructSequence_SetItem(info, 1, outputs);
+  return info;
+fail:
+  Py_DECREF(info);
+  return NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Spike: tensors                                                            */
+/* ------------------------------------------------------------------------ */
+
+static PyObject *spike_allocate_tensor(SpikeObject *self, PyObject *args, PyObject *kwds) {
+  static char *kwlist[] = {"size", "core_id", "name", NULL};
+  long long size, core_id = 0;
+  const char *name = NULL;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "L|Lz:allocate_tensor", kwlist, &size, &core_id,
+                                   &name))
+    return NULL;
+  if (check_non_negative("size", size) < 0 || check_core_id(core_id) < 0) return NULL;
+  if (spike_check_open(self) < 0) return NULL;
+  nkrt_tensor_t *tensor = NULL;
+  nkrt_status_t st =
+      nkrt_tensor_allocate(self->ctx->runtime, (uint32_t)core_id, (uint64_t)size, name, &tensor);
+  if (st) return nrt_error(st);
+  return tensor_wrap(self->ctx, tensor);
+}
+
+static PyObject *spike_slice_from_tensor(SpikeObject *self, PyObject *args, PyObject *kwds) {
+  static char *kwlist[] = {"source", "offset", "size", "name", NULL};
+  PyObject *arg;
+  long long offset = 0, size = 0;
+  const char *name = NULL;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|LLz:slice_from_tensor", kwlist, &arg, &offset,
+                                   &size, &name))
+    return NULL;
+  if (check_non_negative("offset", offset) < 0 || check_non_negative("size", size) < 0)
+    return NULL;
+  NrtTensorObject *source;
+  if (spike_check_open(self) < 0 || tensor_arg(arg, "source", &source) < 0) return NULL;
+  uint64_t off = (uint64_t)offset, len = (uint64_t)size;
+  if (off > source->size || len > source->size - off)
+    return spike_error("slice of %llu bytes at offset %llu exceeds the tensor bound: tensor "
+                       "'%U' has %llu bytes",
+                       (unsigned long long)len, (unsigned long long)off, source->name,
+                       (unsigned long long)source->size);
+  nkrt_tensor_t *tensor = NULL;
+  nkrt_status_t st = nkrt_tensor_slice(source->tensor, off, len, name, &tensor);
+  if (st) return nrt_error(st);
+  return tensor_wrap(self->ctx, tensor);
+}
+
+static PyObject *spike_free_tensor(SpikeObject *self, PyObject *args, PyObject *kwds) {
+  static char *kwlist[] = {"tensor", NULL};
+  PyObject *arg;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "O:free_tensor", kwlist, &arg)) return NULL;
+  NrtTensorObject *tensor;
+  if (spike_check_open(self) < 0 || tensor_arg(arg, "tensor", &tensor) < 0) return NULL;
+  nkrt_tensor_free(&tensor->tensor);
+  Py_RETURN_NONE;
+}
+
+/* Checks [offset, offset + size) against the tensor; SpikeError if outside. */
+static int check_bounds(NrtTensorObject *t, const char *op, uint64_t offset, uint64_t size) {
+  if (offset > t->size || size > t->size - offset) {
+    spike_error("%s of %llu bytes at offset %llu exceeds the tensor bound: tensor '%U' has %llu "
+                "bytes",
+                op, (unsigned long long)size, (unsigned long long)offset, t->name,
+                (unsigned long long)t->size);
+    return -1;
+  }
+  return 0;
+}
+
+/* Copies between host memory and a tensor without the GIL: write when
+ * `src` is given, else read into `dst`. The tensor is retained meanwhile. */
+static PyObject *tensor_copy_nogil(NrtTensorObject *t, const void *src, void *dst,
+                                   uint64_t offset, uint64_t size) {
+  SpikeCtx *ctx = t->ctx;
+  nkrt_tensor_t *tensor = t->tensor;
+  if (ctx_enter(ctx) < 0) return NULL;
+  nkrt_tensor_retain(tensor);
+  nkrt_status_t st;
+  Py_BEGIN_ALLOW_THREADS
+  st = src ? nkrt_tensor_write(tensor, src, offset, size)
+           : nkrt_tensor_read(tensor, dst, offset, size);
+  nkrt_tensor_release(tensor);
+  ctx_leave(ctx);
+  Py_END_ALLOW_THREADS
+  if (st) return nrt_error(st);
+  Py_RETURN_NONE;
+}
+
+static PyObject *spike_tensor_write(SpikeObject *self, PyObject *args, PyObject *kwds) {
+  static char *kwlist[] = {"tensor", "data", "offset", NULL};
+  PyObject *arg;
+  Py_buffer data;
+  long long offset = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "Oy*|L:tensor_write", kwlist, &arg, &data,
+                                   &offset))
+    return NULL;
+  PyObject *result = NULL;
+  NrtTensorObject *tensor;
+  if (check_non_negative("offset", offset) < 0 || spike_check_open(self) < 0 ||
+      tensor_arg(arg, "tensor", &tensor) < 0 ||
+      check_bounds(tensor, "write", (uint64_t)offset, (uint64_t)data.len) < 0)
+    goto done;
+  result = tensor_copy_nogil(tensor, data.buf, NULL, (uint64_t)offset, (uint64_t)data.len);
+done:
+  PyBuffer_Release(&data);
+  return result;
+}
+
+static PyObject *spike_tensor_read(SpikeObject *self, PyObject *args, PyObject *kwds) {
+  static char *kwlist[] = {"tensor", "offset", "size", NULL};
+  PyObject *arg;
+  long long offset = 0, size = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|LL:tensor_read", kwlist, &arg, &offset, &size))
+    return NULL;
+  NrtTensorObject *tensor;
+  if (check_non_negative("offset", offset) < 0 || check_non_negative("size", size) < 0 ||
+      spike_check_open(self) < 0 || tensor_arg(arg, "tensor", &tensor) < 0)
+    return NULL;
+  uint64_t off = (uint64_t)offset, len = (uint64_t)size;
+  if (len == 0 && off <= tensor->size) len = tensor->size - off;
+  if (check_bounds(tensor, "read", off, len) < 0) return NULL;
+  if (len > (uint64_t)PY_SSIZE_T_MAX) return PyErr_NoMemory();
+  PyObject *bytes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)len);
+  if (!bytes) return NULL;
+  PyObject *ok = tensor_copy_nogil(tensor, NULL, PyBytes_AS_STRING(bytes), off, len);
+  if (!ok) {
+    Py_DECREF(bytes);
+    return NULL;
+  }
+  Py_DECREF(ok);
+  return bytes;
+}
+
+/* Gets a C-contiguous buffer (writable if asked); clear errors otherwise. */
+static int get_contiguous_buffer(PyObject *obj, Py_buffer *view, int writable) {
+  int flags = PyBUF_STRIDES | (writable ? PyBUF_WRITABLE : 0);
+  if (PyObject_GetBuffer(obj, view, flags) < 0) {
+    if (writable && PyObject_CheckBuffer(obj)) {
+      PyErr_Clear();
+      PyErr_Format(PyExc_ValueError, "buffer must be writable to read into it, got a read-only %s",
+                   Py_TYPE(obj)->tp_name);
+    } else if (!PyObject_CheckBuffer(obj)) {
+      PyErr_Clear();
+      PyErr_Format(PyExc_TypeError,
+                   "buffer must support the buffer protocol (bytes, bytearray, memoryview, "
+                   "numpy array), got %s",
+                   Py_TYPE(obj)->tp_name);
+    }
+    return -1;
+  }
+  if (!PyBuffer_IsContiguous(view, 'C')) {
+    PyBuffer_Release(view);
+    PyErr_SetString(PyExc_ValueError,
+                    "buffer must be C-contiguous (use numpy.ascontiguousarray first)");
+    return -1;
+  }
+  return 0;
+}
+
+static PyObject *spike_tensor_write_from_pybuffer(SpikeObject *self, PyObject *args,
+                                                  PyObject *kwds) {
+  static char *kwlist[] = {"tensor", "buffer", "offset", NULL};
+  PyObject *arg, *buffer;
+  long long offset = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|L:tensor_write_from_pybuffer", kwlist, &arg,
+                                   &buffer, &offset))
+    return NULL;
+  NrtTensorObject *tensor;
+  if (check_non_negative("offset", offset) < 0 || spike_check_open(self) < 0 ||
+      tensor_arg(arg, "tensor", &tensor) < 0)
+    return NULL;
+  Py_buffer view;
+  if (get_contiguous_buffer(buffer, &view, 0) < 0) return NULL;
+  PyObject *result = NULL;
+  if (check_bounds(tensor, "write", (uint64_t)offset, (uint64_t)view.len) == 0)
+    result = tensor_copy_nogil(tensor, view.buf, NULL, (uint64_t)offset, (uint64_t)view.len);
+  PyBuffer_Release(&view);
+  return result;
+}
+
+static PyObject *spike_tensor_read_to_pybuffer(SpikeObject *self, PyObject *args,
+                                               PyObject *kwds) {
+  static char *kwlist[] = {"tensor", "buffer", "offset", "size", NULL};
+  PyObject *arg, *buffer;
+  long long offset = 0, size = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|LL:tensor_read_to_pybuffer", kwlist, &arg,
+                                   &buffer, &offset, &size))
+    return NULL;
+  NrtTensorObject *tensor;
+  if (check_non_negative("offset", offset) < 0 || check_non_negative("size", size) < 0 ||
+      spike_check_open(self) < 0 || tensor_arg(arg, "tensor", &tensor) < 0)
+    return NULL;
+  Py_buffer view;
+  if (get_contiguous_buffer(buffer, &view, 1) < 0) return NULL;
+  PyObject *result = NULL;
+  uint64_t off = (uint64_t)offset, len = (uint64_t)size;
+  if (len == 0 && off <= tensor->size) len = tensor->size - off;
+  if (check_bounds(tensor, "read", off, len) < 0) goto done;
+  if (len > (uint64_t)view.len) {
+    PyErr_Format(PyExc_ValueError,
+                 "buffer of %zd bytes is too small to read %llu bytes from tensor '%U'",
+                 view.len, (unsigned long long)len, tensor->name);
+    goto done;
+  }
+  result = tensor_copy_nogil(tensor, NULL, view.buf, off, len);
+done:
+  PyBuffer_Release(&view);
+  return result;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Spike: execution                                                          */
+/* ------------------------------------------------------------------------ */
+
+/* A mapping str -> NrtTensor as a list of (name, tensor) pairs, checked for
+ * types. May run Python code (a custom mapping), so it is called before the
+ * runtime lock is taken. `what` names the argument in messages. */
+static PyObject *tensor_items(PyObject *mapping, const char *what) {
+  PyObject *items = PyMapping_Check(mapping) ? PyMapping_Items(mapping) : NULL;
+  if (!items) {
+    PyErr_Clear();
+    PyErr_Format(PyExc_TypeError, "%s must be a mapping of str to NrtTensor, got %s", what,
+                 Py_TYPE(mapping)->tp_name);
+    return NULL;
+  }
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items); i++) {
+    PyObject *pair = PyList_GET_ITEM(items, i);
+    PyObject *key = PyTuple_GET_ITEM(pair, 0), *value = PyTuple_GET_ITEM(pair, 1);
+    if (!PyUnicode_Check(key)) {
+      PyErr_Format(PyExc_TypeError, "%s keys must be tensor names (str), got %s", what,
+                   Py_TYPE(key)->tp_name);
+      goto fail;
+    }
+    if (!PyUnicode_AsUTF8(key)) goto fail; /* caches the UTF-8 form */
+    if (!PyObject_TypeCheck(value, &NrtTensorType)) {
+      PyErr_Format(PyExc_TypeError, "%s['%U'] must be an NrtTensor, got %s", what, key,
+                   Py_TYPE(value)->tp_name);
+      goto fail;
+    }
+  }
+  return items;
+fail:
+  Py_DECREF(items);
+  return NULL;
+}
+
+/* Why building a tensor set failed; raised once the runtime lock is dropped
+ * (raising allocates, which may run arbitrary Python code). */
+typedef struct {
+  nkrt_status_t status;       /* from the runtime */
+  NrtTensorObject *bad;       /* a freed or stale tensor (borrowed from items) */
+  PyObject *key;              /* its name in the mapping (borrowed) */
+  const char *what;           /* "inputs" / "outputs" */
+} BuildError;
+
+static void build_error_raise(BuildError *e) {
+  if (e->status) {
+    nrt_error(e->status);
+  } else if (!e->bad->tensor) {
+    spike_error("Tensor '%U' is freed (passed as %s['%U'])", e->bad->name, e->what, e->key);
+  } else {
+    spike_error("Tensor '%U' (%s['%U']) belongs to a runtime that is closed", e->bad->name,
+                e->what, e->key);
+  }
+}
+
+/* Builds a tensor set from checked items. Runs no Python code and raises
+ * nothing (see BuildError); called with the GIL and the read lock held. */
+static nkrt_tensor_set_t *tensor_set_build(SpikeCtx *ctx, PyObject *items, const char *what,
+                                           BuildError *err) {
+  nkrt_tensor_set_t *set = NULL;
+  err->what = what;
+  err->status = nkrt_tensor_set_create(&set);
+  if (err->status) return NULL;
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items); i++) {
+    PyObject *pair = PyList_GET_ITEM(items, i);
+    PyObject *key = PyTuple_GET_ITEM(pair, 0);
+    NrtTensorObject *t = (NrtTensorObject *)PyTuple_GET_ITEM(pair, 1);
+    if (!t->tensor || t->ctx != ctx || t->ctx->closed) {
+      err->bad = t;
+      err->key = key;
+      goto fail;
+    }
+    err->status = nkrt_tensor_set_add(set, PyUnicode_AsUTF8(key), t->tensor);
+    if (err->status) goto fail;
+  }
+  return set;
+fail:
+  nkrt_tensor_set_destroy(set);
+  return NULL;
+}
+
+/* What execute and benchmark share: the model and its two tensor sets,
+ * valid between exec_begin and exec_finish. */
+typedef struct {
+  SpikeCtx *ctx;
+  NrtModelObject *model;
+  nkrt_model_t *handle;
+  nkrt_tensor_set_t *inputs;
+  nkrt_tensor_set_t *outputs;
+} ExecArgs;
+
+/* Checks the arguments, takes the runtime's read lock, builds the tensor
+ * sets and marks the model busy. On success the caller releases the GIL,
+ * runs, and calls exec_finish_nogil then exec_done. */
+static int exec_begin(SpikeObject *self, PyObject *model_obj, PyObject *inputs,
+                      PyObject *outputs, ExecArgs *a) {
+  memset(a, 0, sizeof(*a));
+  a->ctx = self->ctx;
+  if (spike_check_open(self) < 0 || model_arg(model_obj, &a->model) < 0) return -1;
+  if (a->model->ctx != self->ctx) {
+    spike_error("Model '%U' belongs to another runtime", a->model->name);
+    return -1;
+  }
+  PyObject *in_items = tensor_items(inputs, "inputs");
+  if (!in_items) return -1;
+  PyObject *out_items = tensor_items(outputs, "outputs");
+  if (!out_items) {
+    Py_DECREF(in_items);
+    return -1;
+  }
+  int rc = -1;
+  BuildError err = {NULL, NULL, NULL, NULL};
+  if (ctx_enter(a->ctx) < 0) goto done;
+  /* Python code may have run above (a custom mapping): check the model
+   * again; everything from here to ctx_leave runs no Python code. */
+  if (!a->model->model || a->model->unload_pending) {
+    ctx_leave(a->ctx);
+    model_get(a->model); /* raises the right SpikeError */
+    goto done;
+  }
+  a->inputs = tensor_set_build(a->ctx, in_items, "inputs", &err);
+  if (a->inputs) a->outputs = tensor_set_build(a->ctx, out_items, "outputs", &err);
+  if (!a->outputs) {
+    nkrt_tensor_set_destroy(a->inputs);
+    a->inputs = NULL;
+    ctx_leave(a->ctx);
+    build_error_raise(&err);
+    goto done;
+  }
+  a->handle = a->model->model;
+  a->model->busy++;
+  rc = 0;
+done:
+  Py_DECREF(in_items);
+  Py_DECREF(out_items);
+  return rc;
+}
+
+/* Frees the sets and drops the read lock; runs without the GIL, before the
+ * runtime may be destroyed by a concurrent close. */
+static void exec_finish_nogil(ExecArgs *a) {
+  nkrt_tensor_set_destroy(a->inputs);
+  nkrt_tensor_set_destroy(a->outputs);
+  a->inputs = a->outputs = NULL;
+  ctx_leave(a->ctx);
+}
+
+/* With the GIL back: unloads the model if that was asked meanwhile. */
+static void exec_done(ExecArgs *a) {
+  if (--a->model->busy == 0 && a->model->unload_pending) model_release(a->model);
+}
+
+static PyObject *spike_execute(SpikeObject *self, PyObject *args, PyObject *kwds) {
+  static char *kwlist[] = {"model", "inputs", "outputs", "ntff_name", "save_trace", NULL};
+  PyObject *model_obj, *inputs, *outputs;
+  PyObject *ntff = NULL;
+  int save_trace = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO|O&p:execute", kwlist, &model_obj, &inputs,
+                                   &outputs, fs_path_or_none, &ntff, &save_trace))
+    return NULL;
+  ExecArgs a;
+  if (exec_begin(self, model_obj, inputs, outputs, &a) < 0) {
+    Py_XDECREF(ntff);
+    return NULL;
+  }
+  const char *trace_path = ntff ? PyBytes_AS_STRING(ntff) : "profile.ntff";
+  nkrt_runtime_t *runtime = a.ctx->runtime;
+  uint32_t core = a.model->core;
+  nkrt_status_t st = NULL, trace_st = NULL;
+  Py_BEGIN_ALLOW_THREADS
+  nkrt_trace_session_t *session = NULL;
+  if (save_trace) trace_st = nkrt_trace_start(runtime, (int32_t)core, &session);
+  if (!trace_st) st = nkrt_execute(a.handle, a.inputs, a.outputs);
+  if (session) {
+    nkrt_trace_stop(session);
+    if (!st) trace_st = nkrt_trace_write_chrome(session, trace_path);
+    nkrt_trace_destroy(session);
+  }
+  exec_finish_nogil(&a);
+  Py_END_ALLOW_THREADS
+  exec_done(&a);
+  Py_XDECREF(ntff);
+  if (st) {
+    nkrt_status_free(trace_st);
+    return nrt_error(st);
+  }
+  if (trace_st) return nrt_error(trace_st);
+  Py_RETURN_NONE;
+}
+
+static double ns_between(const struct timespec *a, const struct timespec *b) {
+  return (double)(b->tv_sec - a->tv_sec) * 1e9 + (double)(b->tv_nsec - a->tv_nsec);
+}
+
+static PyObject *spike_benchmark(SpikeObject *self, PyObject *args, PyObject *kwds) {
+  static char *kwlist[] = {"model", "inputs", "outputs", "warmup_iterations",
+                           "benchmark_iterations", NULL};
+  PyObject *model_obj, *inputs, *outputs;
+  long long warmup = 1, iterations = 1;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO|LL:benchmark", kwlist, &model_obj, &inputs,
+                                   &outputs, &warmup, &iterations))
+    return NULL;
+  if (check_non_negative("warmup_iterations", warmup) < 0) return NULL;
+  if (iterations < 1 || iterations > 10000000)
+    return PyErr_Format(PyExc_ValueError,
+                        "benchmark_iterations must be between 1 and 10000000, got %lld",
+                        iterations);
+  PyObject *types = PyImport_ImportModule("spike._types");
+  if (!types) return NULL;
+  PyObject *factory = PyObject_GetAttrString(types, "BenchmarkResult");
+  Py_DECREF(types);
+  if (!factory) return NULL;
+  double *durations = PyMem_RawMalloc((size_t)iterations * sizeof(double));
+  if (!durations) {
+    Py_DECREF(factory);
+    return PyErr_NoMemory();
+  }
+  PyObject *result = NULL;
+  ExecArgs a;
+  if (exec_begin(self, model_obj, inputs, outputs, &a) < 0) goto done;
+  nkrt_status_t st = NULL;
+  Py_BEGIN_ALLOW_THREADS
+  for (long long i = 0; i < warmup && !st; i++) st = nkrt_execute(a.handle, a.inputs, a.outputs);
+  for (long long i = 0; i < iterations && !st; i++) {
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    st = nkrt_execute(a.handle, a.inputs, a.outputs);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    durations[i] = ns_between(&t0, &t1) / 1e6;
+  }
+  exec_finish_nogil(&a);
+  Py_END_ALLOW_THREADS
+  exec_done(&a);
+  if (st) {
+    nrt_error(st);
+    goto done;
+  }
+  PyObject *list = PyList_New((Py_ssize_t)iterations);
+  if (!list) goto done;
+  for (long long i = 0; i < iterations; i++) {
+    PyObject *v = PyFloat_FromDouble(durations[i]);
+    if (!v) {
+      Py_DECREF(list);
+      goto done;
+    }
+    PyList_SET_ITEM(list, (Py_ssize_t)i, v);
+  }
+  result = PyObject_CallMethod(factory, "from_durations", "OL", list, warmup);
+  Py_DECREF(list);
+done:
+  PyMem_RawFree(durations);
+  Py_DECREF(factory);
+  return result;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Spike: statistics                                                         */
+/* ------------------------------------------------------------------------ */
+
+static int dict_set_u64(PyObject *dict, const char *key, uint64_t value) {
+  PyObject *v = PyLong_FromUnsignedLongLong(value);
+  if (!v) return -1;
+  int rc = PyDict_SetItemString(dict, key, v);
+  Py_DECREF(v);
+  return rc;
+}
+
+static PyObject *spike_memory_stats(SpikeObject *self, PyObject *args, PyObject *kwds) {
+  static char *kwlist[] = {"core_id", NULL};
+  long long core_id = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "|L:memory_stats", kwlist, &core_id)) return NULL;
+  if (check_core_id(core_id) < 0 || spike_check_open(self) < 0) return NULL;
+  nkrt_memory_stats_t s;
+  memset(&s, 0, sizeof(s));
+  s.struct_size = sizeof(s);
+  nkrt_status_t st = nkrt_memory_stats(self->ctx->runtime, (uint32_t)core_id, &s);
+  if (st) return nrt_error(st);
+  PyObject *d = PyDict_New();
+  if (!d) return NULL;
+  if (dict_set_u64(d, "core", s.core) < 0 || dict_set_u64(d, "capacity_bytes", s.capacity_bytes) < 0 ||
+      dict_set_u64(d, "allocated_bytes", s.allocated_bytes) < 0 ||
+      dict_set_u64(d, "peak_allocated_bytes", s.peak_allocated_bytes) < 0 ||
+      dict_set_u64(d, "reserved_bytes", s.reserved_bytes) < 0 ||
+      dict_set_u64(d, "peak_reserved_bytes", s.peak_reserved_bytes) < 0 ||
+      dict_set_u64(d, "active_allocations", s.active_allocations) < 0 ||
+      dict_set_u64(d, "total_allocations", s.total_allocations) < 0 ||
+      dict_set_u64(d, "total_frees", s.total_frees) < 0 ||
+      dict_set_u64(d, "oom_count", s.oom_count) < 0 ||
+      dict_set_u64(d, "free_blocks", s.free_blocks) < 0 ||
+      dict_set_u64(d, "largest_free_block", s.largest_free_block) < 0) {
+    Py_DECREF(d);
+    return NULL;
+  }
+  return d;
+}
+
+static PyObject *spike_memory_reset_peak(SpikeObject *self, PyObject *args, PyObject *kwds) {
+  static char *kwlist[] = {"core_id", NULL};
+  long long core_id = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "|L:memory_reset_peak", kwlist, &core_id))
+    return NULL;
+  if (check_core_id(core_id) < 0 || spike_check_open(self) < 0) return NULL;
+  nkrt_status_t st = nkrt_memory_reset_peak(self->ctx->runtime, (uint32_t)core_id);
+  if (st) return nrt_error(st);
+  Py_RETURN_NONE;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Spike type                                                                */
+/* ------------------------------------------------------------------------ */
+
+#define KW (METH_VARARGS | METH_KEYWORDS)
+
+static PyMethodDef spike_methods[] = {
+    {"get_visible_neuron_core_count", (PyCFunction)spike_get_visible_core_count,
+     METH_NOARGS | METH_STATIC,
+     "get_visible_neuron_core_count() -> int\n\nCores a runtime created now would see "
+     "(NEURON_RT_VISIBLE_CORES, else all). Needs no runtime."},
+    {"close", (PyCFunction)spike_close, METH_NOARGS,
+     "close() -> int\n\nDestroys the runtime; every tensor and model it made becomes invalid. "
+     "Returns 0. Idempotent."},
+    {"load_model", (PyCFunction)(void (*)(void))spike_load_model, KW,
+     "load_model(neff_file, core_id=0, cc_enabled=False, rank_id=0, world_size=1, name=None) "
+     "-> NrtModel\n\nLoads a NEFF on a logical core."},
+    {"unload_model", (PyCFunction)(void (*)(void))spike_unload_model, KW,
+     "unload_model(model) -> None\n\nUnloads a model (after any running execution)."},
+    {"get_tensor_info", (PyCFunction)(void (*)(void))spike_get_tensor_info, KW,
+     "get_tensor_info(model) -> ModelTensorInfo\n\nThe model's inputs and outputs by name."},
+    {"allocate_tensor", (PyCFunction)(void (*)(void))spike_allocate_tensor, KW,
+     "allocate_tensor(size, core_id=0, name=None) -> NrtTensor\n\nAllocates `size` bytes of "
+     "device memory (name defaults to 'unnamed_tensor')."},
+    {"slice_from_tensor", (PyCFunction)(void (*)(void))spike_slice_from_tensor, KW,
+     "slice_from_tensor(source, offset=0, size=0, name=None) -> NrtTensor\n\nA non-owning "
+     "window of `source`; size 0 means to the end."},
+    {"free_tensor", (PyCFunction)(void (*)(void))spike_free_tensor, KW,
+     "free_tensor(tensor) -> None\n\nFrees the tensor now; any later use raises SpikeError."},
+    {"tensor_write", (PyCFunction)(void (*)(void))spike_tensor_write, KW,
+     "tensor_write(tensor, data: bytes, offset=0) -> None\n\nCopies bytes to the device."},
+    {"tensor_read", (PyCFunction)(void (*)(void))spike_tensor_read, KW,
+     "tensor_read(tensor, offset=0, size=0) -> bytes\n\nCopies bytes from the device; size 0 "
+     "means to the end."},
+    {"tensor_write_from_pybuffer", (PyCFunction)(void (*)(void))spike_tensor_write_from_pybuffer,
+     KW,
+     "tensor_write_from_pybuffer(tensor, buffer, offset=0) -> None\n\nCopies a C-contiguous "
+     "buffer (e.g. a NumPy array) straight to the device, without the GIL."},
+    {"tensor_read_to_pybuffer", (PyCFunction)(void (*)(void))spike_tensor_read_to_pybuffer, KW,
+     "tensor_read_to_pybuffer(tensor, buffer, offset=0, size=0) -> None\n\nCopies device bytes "
+     "straight into a writable C-contiguous buffer, without the GIL; size 0 means to the end."},
+    {"execute", (PyCFunction)(void (*)(void))spike_execute, KW,
+     "execute(model, inputs, outputs, ntff_name=None, save_trace=False) -> None\n\nRuns the "
+     "model once with name-keyed tensors, without the GIL. With save_trace, writes a Chrome "
+     "trace of the execution to ntff_name (default 'profile.ntff')."},
+    {"benchmark", (PyCFunction)(void (*)(void))spike_benchmark, KW,
+     "benchmark(model, inputs, outputs, warmup_iterations=1, benchmark_iterations=1) -> "
+     "BenchmarkResult\n\nTimes each execution on the host clock, without the GIL."},
+    {"memory_stats", (PyCFunction)(void (*)(void))spike_memory_stats, KW,
+     "memory_stats(core_id=0) -> dict\n\nDevice-memory statistics of a core."},
+    {"memory_reset_peak", (PyCFunction)(void (*)(void))spike_memory_reset_peak, KW,
+     "memory_reset_peak(core_id=0) -> None\n\nResets the peak statistics of a core."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef spike_getset[] = {
+    {"closed", (getter)spike_get_closed, NULL, "True after close().", NULL},
+    {"verbose_level", (getter)spike_get_verbose_level, NULL, "Verbosity given at creation.",
+     NULL},
+    {"core_count", (getter)spike_get_core_count, NULL, "Visible cores of this runtime.", NULL},
+    {"num_workers", (getter)spike_get_num_workers, NULL, "Worker threads kernels use.", NULL},
+    {"core_memory_bytes", (getter)spike_get_core_memory, NULL, "Device memory per core.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject SpikeType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "spike._spike.Spike",
+    .tp_basicsize = sizeof(SpikeObject),
+    .tp_dealloc = (destructor)spike_dealloc,
+    .tp_repr = (reprfunc)spike_repr,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Spike(verbose_level=0, *, core_memory_bytes=None, num_workers=None)\n\n"
+              "The device runtime (one live instance per process). Visible cores come from "
+              "NEURON_RT_VISIBLE_CORES. Deleting it keeps the runtime alive for the tensors and "
+              "models it made; close() ends it at once.",
+    .tp_methods = spike_methods,
+    .tp_getset = spike_getset,
+    .tp_new = spike_new,
+};
+
+/* ------------------------------------------------------------------------ */
+/* Module                                                                    */
+/* ------------------------------------------------------------------------ */
+
+static PyObject *module_ensure_usable(PyObject *module, PyObject *obj) {
+  (void)module;
+  if (PyObject_TypeCheck(obj, &NrtTensorType)) {
+    if (!tensor_get((NrtTensorObject *)obj)) return NULL;
+  } else if (PyObject_TypeCheck(obj, &NrtModelType)) {
+    if (!model_get((NrtModelObject *)obj)) return NULL;
+  } else {
+    return PyErr_Format(PyExc_TypeError, "expected an NrtTensor or NrtModel, got %s",
+                        Py_TYPE(obj)->tp_name);
+  }
+  Py_RETURN_NONE;
+}
+
+static PyMethodDef module_methods[] = {
+    {"ensure_usable", module_ensure_usable, METH_O,
+     "ensure_usable(obj) -> None\n\nRaises SpikeError if the NrtTensor is freed, the NrtModel "
+     "unloaded, or their runtime closed; needs no Spike instance."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef spike_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "spike._spike",
+    .m_methods = module_methods,
+    .m_doc = "CPython binding of the nkrt device runtime: Spike, NrtTensor, NrtModel, "
+             "SystemTraceSession and the spike error classes.",
+    .m_size = -1,
+};
+
+static int add_type(PyObject *m, PyTypeObject *type, const char *name) {
+  if (PyType_Ready(type) < 0) return -1;
+  Py_INCREF(type);
+  if (PyModule_AddObject(m, name, (PyObject *)type) < 0) {
+    Py_DECREF(type);
+    return -1;
+  }
+  return 0;
+}
+
+static int add_object(PyObject *m, const char *name, PyObject *obj) {
+  if (!obj) return -1;
+  Py_INCREF(obj);
+  if (PyModule_AddObject(m, name, obj) < 0) {
+    Py_DECREF(obj);
+    return -1;
+  }
+  return 0;
+}
+
+PyMODINIT_FUNC PyInit__spike(void) {
+  PyObject *m = PyModule_Create(&spike_module);
+  if (!m) return NULL;
+  if (!SpikeRuntimeError) {
+    SpikeRuntimeError = PyErr_NewExceptionWithDoc(
+        "spike._spike.SpikeRuntimeError", "Base class of every spike runtime error.",
+        PyExc_RuntimeError, NULL);
+    if (!SpikeRuntimeError) goto fail;
+    SpikeError = PyErr_NewExceptionWithDoc(
+        "spike._spike.SpikeError",
+        "A spike-level error: use after free or close, bounds, a second runtime.",
+        SpikeRuntimeError, NULL);
+    if (!SpikeError) goto fail;
+    PyObject *attrs = Py_BuildValue("{s:O,s:O}", "status_code", Py_None, "status_name", Py_None);
+    if (!attrs) goto fail;
+    NrtError = PyErr_NewExceptionWithDoc(
+        "spike._spike.NrtError",
+        "An error status from the nkrt runtime; `status_code` (int) and `status_name` "
+        "(e.g. 'NRT_RESOURCE') carry it.",
+        SpikeRuntimeError, attrs);
+    Py_DECREF(attrs);
+    if (!NrtError) goto fail;
+    if (!TensorMetadataType.tp_name &&
+        PyStructSequence_InitType2(&TensorMetadataType, &tensor_metadata_desc) < 0)
+      goto fail;
+    if (!ModelTensorInfoType.tp_name &&
+        PyStructSequence_InitType2(&ModelTensorInfoType, &model_tensor_info_desc) < 0)
+      goto fail;
+    Py_AtExit(spike_at_exit);
+  }
+  if (add_object(m, "SpikeRuntimeError", SpikeRuntimeError) < 0 ||
+      add_object(m, "SpikeError", SpikeError) < 0 || add_object(m, "NrtError", NrtError) < 0 ||
+      add_type(m, &SpikeType, "Spike") < 0 || add_type(m, &NrtTensorType, "NrtTensor") < 0 ||
+      add_type(m, &NrtModelType, "NrtModel") < 0 ||
+      add_type(m, &TraceSessionType, "SystemTraceSession") < 0 ||
+      add_object(m, "TensorMetadata", (PyObject *)&TensorMetadataType) < 0 ||
+      add_object(m, "ModelTensorInfo", (PyObject *)&ModelTensorInfoType) < 0)
+    goto fail;
+  if (PyModule_AddIntConstant(m, "TOTAL_CORES", NKRT_TOTAL_CORES) < 0 ||
+      PyModule_AddIntConstant(m, "NEFF_ABI_VERSION", NKRT_NEFF_ABI_VERSION) < 0 ||
+      PyModule_AddIntConstant(m, "ALIGNMENT", NKRT_ALIGNMENT) < 0)
+    goto fail;
+  return m;
+fail:
+  Py_DECREF(m);
+  return NULL;
+}

@@ -1,0 +1,165 @@
+"""Error paths: NrtError formatting, NEFFs the runtime refuses, kernel
+failures, out of memory."""
+from __future__ import annotations
+
+import re
+import textwrap
+
+import numpy as np
+import pytest
+
+import spike
+from spike import NrtError, SpikeError, SpikeModel, SpikeTensor
+
+from spike_helpers import run_python
+
+NRT_RE = re.compile(r"^NRT Error (NRT_[A-Z_]+)\((\d+)\): (.+)$", re.S)
+
+
+def check_nrt(exc: NrtError, name: str) -> str:
+    """Checks the NrtError format and attributes; returns the message part."""
+    m = NRT_RE.match(str(exc))
+    assert m, str(exc)
+    assert m.group(1) == name == exc.status_name
+    assert int(m.group(2)) == exc.status_code
+    return m.group(3)
+
+
+def test_missing_file(tmp_path):
+    path = tmp_path / "nope.neff"
+    with pytest.raises(NrtError) as info:
+        SpikeModel.load_from_neff(path)
+    msg = check_nrt(info.value, "NRT_FAILURE")
+    assert str(path) in msg and "No such file" in msg
+
+
+def test_directory_instead_of_file(tmp_path):
+    with pytest.raises(NrtError) as info:
+        SpikeModel.load_from_neff(tmp_path)
+    check_nrt(info.value, "NRT_FAILURE")
+
+
+def test_corrupt_bytes(tmp_path):
+    path = tmp_path / "random.neff"
+    path.write_bytes(np.random.default_rng(1).bytes(4096))
+    with pytest.raises(NrtError) as info:
+        SpikeModel.load_from_neff(path)
+    assert "not a NEFF" in check_nrt(info.value, "NRT_FAILURE")
+
+
+def test_empty_file(tmp_path):
+    path = tmp_path / "empty.neff"
+    path.write_bytes(b"")
+    with pytest.raises(NrtError) as info:
+        SpikeModel.load_from_neff(path)
+    check_nrt(info.value, "NRT_FAILURE")
+
+
+def test_truncated_neff(tmp_path, neff):
+    """The first half of add.neff must be refused with NrtError. Run in a
+    child process so that a crash of the loader is reported as a failure."""
+    data = open(neff("add"), "rb").read()
+    path = tmp_path / "half.neff"
+    path.write_bytes(data[: len(data) // 2])
+    code = textwrap.dedent(f"""
+        import spike
+        try:
+            spike.SpikeModel.load_from_neff({str(path)!r})
+        except spike.NrtError as e:
+            print("NRTERROR", e.status_name, e)
+        else:
+            print("LOADED")
+    """)
+    result = run_python(code)
+    assert result.returncode == 0, (
+        f"loading a truncated NEFF killed the process (rc {result.returncode}): "
+        f"{result.stderr[-2000:]}")
+    assert "NRTERROR NRT_FAILURE" in result.stdout, result.stdout + result.stderr
+
+
+def test_wrong_abi_version(neff):
+    with pytest.raises(NrtError) as info:
+        SpikeModel.load_from_neff(neff("bad_abi"))
+    msg = check_nrt(info.value, "NRT_UNSUPPORTED_NEFF_VERSION")
+    assert "999" in msg
+
+
+def test_bad_descriptor(neff):
+    with pytest.raises(NrtError) as info:
+        SpikeModel.load_from_neff(neff("bad_desc"))
+    msg = check_nrt(info.value, "NRT_FAILURE")
+    assert "declares 15 bytes" in msg and "16 bytes" in msg
+
+
+def test_missing_entry_point(neff):
+    with pytest.raises(NrtError) as info:
+        SpikeModel.load_from_neff(neff("noentry"))
+    assert "nkrt_neff_query" in check_nrt(info.value, "NRT_FAILURE")
+
+
+def test_kernel_failure(neff):
+    model = SpikeModel.load_from_neff(neff("fails"))
+    x = SpikeTensor.from_numpy(np.zeros(4, np.float32))
+    with pytest.raises(NrtError) as info:
+        model({"x": x})
+    msg = check_nrt(info.value, "NRT_EXEC_COMPLETED_WITH_ERR")
+    assert "deliberate kernel failure" in msg and "fails" in msg
+    # the runtime stays usable
+    add = SpikeModel.load_from_neff(neff("noop"))
+    out = add({"x": SpikeTensor.from_numpy(np.array([3.0], np.float32))})
+    assert out["output0"].numpy()[0] == 3.0
+
+
+def test_custom_kernel_returning_error_without_message(compile_neff):
+    src = textwrap.dedent("""
+        #include "nkrt/neff_abi.h"
+        static const int64_t shape[1] = {2};
+        static const nkrt_neff_tensor_t ins[1] = {{"v", NKRT_DTYPE_INT64, 1, shape, 16, -1}};
+        static const nkrt_neff_tensor_t outs[1] = {{"output0", NKRT_DTYPE_INT64, 1, shape, 16, -1}};
+        static int kernel(const nkrt_kernel_env_t *env, void *const *in, void *const *out) {
+          (void)env; (void)in; (void)out; return 7;
+        }
+        static const nkrt_neff_desc_t desc = {sizeof(nkrt_neff_desc_t), NKRT_NEFF_ABI_VERSION,
+            "silent_fail", 1, 1, ins, outs, 0, kernel};
+        const nkrt_neff_desc_t *nkrt_neff_query(uint32_t v) { (void)v; return &desc; }
+    """)
+    model = SpikeModel.load_from_neff(compile_neff(src, "silent_fail"))
+    with pytest.raises(NrtError) as info:
+        model({"v": SpikeTensor.from_numpy(np.arange(2, dtype=np.int64))})
+    check_nrt(info.value, "NRT_EXEC_COMPLETED_WITH_ERR")
+
+
+def test_out_of_memory_configured(fresh_spike):
+    spike.configure(core_memory_bytes=4 << 20)
+    keep = SpikeTensor.from_numpy(np.zeros(1 << 20, np.uint8))  # 1 MiB
+    with pytest.raises(NrtError) as info:
+        SpikeTensor.empty((8 << 20,), "uint8")
+    msg = check_nrt(info.value, "NRT_RESOURCE")
+    assert str(8 << 20) in msg  # requested
+    assert str(4 << 20) in msg  # capacity
+    assert "core 0" in msg
+    stats = spike.get_spike_singleton().memory_stats()
+    assert stats["oom_count"] == 1 and stats["capacity_bytes"] == 4 << 20
+    del keep
+
+
+def test_out_of_memory_env(fresh_spike, monkeypatch):
+    monkeypatch.setenv("NKRT_CORE_MEMORY", "2M")
+    s = spike.get_spike_singleton()
+    assert s.core_memory_bytes == 2 << 20
+    with pytest.raises(NrtError, match=r"NRT_RESOURCE\(4\): out of device memory.*3145728"):
+        s.allocate_tensor(3 << 20)
+
+
+def test_nrt_error_on_bad_env(fresh_spike, monkeypatch):
+    monkeypatch.setenv("NEURON_RT_VISIBLE_CORES", "1-0x")
+    with pytest.raises(NrtError, match="1-0x"):
+        spike.get_spike_singleton()
+
+
+def test_spike_error_prefix():
+    with pytest.raises(SpikeError) as info:
+        t = spike.get_spike_singleton().allocate_tensor(4, name="p")
+        spike.get_spike_singleton().free_tensor(t)
+        spike.get_spike_singleton().tensor_read(t)
+    assert str(info.value).startswith("Spike Error: ")
