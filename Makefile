@@ -24,10 +24,11 @@ NEFFS    := $(patsubst runtime/tests/kernels/%.c,$(BUILD)/neff/%.neff,$(KERNELS)
 all: venv $(BUILD)/nkrt_tests
 
 # ---- Python environment -------------------------------------------------
-$(VENV)/.deps:
+$(VENV)/.deps: Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "numpy>=1.24" "ml_dtypes>=0.3" "pytest>=7" setuptools wheel
+	$(PY) -m pip install -q "numpy>=1.24" "ml_dtypes>=0.3" "pytest>=7" "hypothesis>=6" setuptools wheel
+	$(PY) -m pip install -q "torch==2.13.0"
 	touch $@
 
 $(VENV)/.built: $(VENV)/.deps $(RT_SRC) $(RT_HDR) spike/_spike.c setup.py pyproject.toml
@@ -67,8 +68,13 @@ test: test-c sanitize test-py
 demo: venv
 	$(PY) examples/demo_spike.py
 
-bench: venv $(BUILD)/bench_nkrt
-	$(PY) bench/run.py --c-bench $(BUILD)/bench_nkrt
+# matplotlib only draws docs/benchmarks/runtime.png; without it the PNG is skipped.
+$(VENV)/.bench-deps: $(VENV)/.deps
+	$(PY) -m pip install -q matplotlib || echo "matplotlib not installed: no PNG"
+	touch $@
+
+bench: venv $(VENV)/.bench-deps $(BUILD)/bench_nkrt $(NEFFS)
+	$(PY) bench/run.py --c-bench $(BUILD)/bench_nkrt --neff-dir $(BUILD)/neff
 
 $(BUILD)/bench_nkrt: $(RT_SRC) $(RT_HDR) bench/bench_nkrt.c
 	@mkdir -p $(BUILD)

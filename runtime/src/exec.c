@@ -253,6 +253,10 @@ static void env_set_error(void *ctx, const char *msg) {
   x->has_error = true;
 }
 
+nkrt_pool_t *nkrt_exec_ctx_pool(void *ctx) { return ((exec_ctx_t *)ctx)->model->runtime->pool; }
+void *nkrt_exec_ctx_scratch(void *ctx, uint64_t bytes) { return env_scratch(ctx, bytes); }
+void nkrt_exec_ctx_fail(void *ctx, const char *msg) { env_set_error(ctx, msg); }
+
 static nkrt_status_t run_kernel(nkrt_model_t *m, nkrt_tensor_t **slots, uint64_t id) {
   const nkrt_neff_desc_t *d = m->desc;
   uint32_t n = d->num_inputs + d->num_outputs;
@@ -275,6 +279,7 @@ static nkrt_status_t run_kernel(nkrt_model_t *m, nkrt_tensor_t **slots, uint64_t
       .scratch = env_scratch,
       .log = env_log,
       .set_error = env_set_error,
+      .lib = nkrt_kernel_lib(),
   };
   nkrt_runtime_t *rt = m->runtime;
   bool tracing = nkrt_trace_enabled(rt);

@@ -83,6 +83,15 @@ void nkrt_pool_destroy(nkrt_pool_t *pool);
 uint32_t nkrt_pool_size(const nkrt_pool_t *pool);
 void nkrt_pool_parallel_for(nkrt_pool_t *pool, int64_t n, int64_t grain, nkrt_range_fn fn, void *arg);
 
+/* ---- what kernels get (exec.c, gemm.c) ---------------------------------- */
+
+/* The kernel env's ctx gives access to the execution's pool and scratch. */
+nkrt_pool_t *nkrt_exec_ctx_pool(void *ctx);
+void *nkrt_exec_ctx_scratch(void *ctx, uint64_t bytes);
+void nkrt_exec_ctx_fail(void *ctx, const char *msg);
+/* The matrix routines table handed to kernels (gemm.c). */
+const nkrt_kernel_lib_t *nkrt_kernel_lib(void);
+
 /* ---- tensors (tensor.c) ------------------------------------------------ */
 
 struct nkrt_tensor {

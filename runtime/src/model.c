@@ -85,15 +85,19 @@ static nkrt_status_t validate(const nkrt_neff_desc_t *d) {
                               "of a different size", d->name, o->name,
                               d->inputs[o->alias_input].name);
   }
-  /* names unique across inputs and outputs */
+  /* names unique among inputs and among outputs; an output may carry the
+   * name of the input it aliases (an input the kernel updates in place) */
   uint32_t total = d->num_inputs + d->num_outputs;
   for (uint32_t i = 0; i < total; i++) {
     const char *a = i < d->num_inputs ? d->inputs[i].name : d->outputs[i - d->num_inputs].name;
     for (uint32_t j = i + 1; j < total; j++) {
       const char *b = j < d->num_inputs ? d->inputs[j].name : d->outputs[j - d->num_inputs].name;
-      if (strcmp(a, b) == 0)
-        return nkrt_status_make(NKRT_FAILURE, "invalid NEFF '%s': tensor name '%s' is used twice",
-                                d->name, a);
+      if (strcmp(a, b) != 0) continue;
+      if (i < d->num_inputs && j >= d->num_inputs &&
+          d->outputs[j - d->num_inputs].alias_input == (int32_t)i)
+        continue;
+      return nkrt_status_make(NKRT_FAILURE, "invalid NEFF '%s': tensor name '%s' is used twice",
+                              d->name, a);
     }
   }
   return NULL;

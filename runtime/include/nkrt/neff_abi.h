@@ -69,6 +69,32 @@ typedef struct nkrt_neff_tensor {
  * parallel_for, so it can index per-worker scratch. */
 typedef void (*nkrt_range_fn)(void *arg, int64_t begin, int64_t end, uint32_t worker);
 
+/* Library routines the runtime lends to kernels. Matrices are row-major with
+ * leading dimensions in elements; trans_* is 0 (use as stored) or 1 (use the
+ * transpose). Calls parallelise over the runtime's worker pool themselves:
+ * call them from the kernel's own thread, not from inside parallel_for. */
+typedef struct nkrt_kernel_lib {
+  uint32_t struct_size;
+  uint32_t reserved0;
+  /* C[m,n] = alpha * op(A)[m,k] @ op(B)[k,n] + beta * C, float32. */
+  void (*sgemm)(void *ctx, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+                int64_t ldc);
+  /* `batch` independent sgemms; the i-th uses a + i*stride_a, b + i*stride_b,
+   * c + i*stride_c (strides in elements; 0 broadcasts an operand). */
+  void (*sgemm_batched)(void *ctx, int64_t batch, int trans_a, int trans_b, int64_t m, int64_t n,
+                        int64_t k, float alpha, const float *a, int64_t lda, int64_t stride_a,
+                        const float *b, int64_t ldb, int64_t stride_b, float beta, float *c,
+                        int64_t ldc, int64_t stride_c);
+  /* As sgemm_batched for float16 or bfloat16 storage (dtype is
+   * NKRT_DTYPE_FLOAT16 or NKRT_DTYPE_BFLOAT16; A, B and C all of it),
+   * accumulating in float32. */
+  void (*gemm_batched_lowp)(void *ctx, uint32_t dtype, int64_t batch, int trans_a, int trans_b,
+                            int64_t m, int64_t n, int64_t k, float alpha, const void *a,
+                            int64_t lda, int64_t stride_a, const void *b, int64_t ldb,
+                            int64_t stride_b, float beta, void *c, int64_t ldc, int64_t stride_c);
+} nkrt_kernel_lib_t;
+
 /* What the runtime passes to a kernel. */
 typedef struct nkrt_kernel_env {
   uint32_t struct_size;
@@ -92,6 +118,8 @@ typedef struct nkrt_kernel_env {
   void (*log)(void *ctx, int level, const char *msg);
   /* Records an error message; the kernel then returns non-zero. */
   void (*set_error)(void *ctx, const char *msg);
+  /* Matrix routines (GEMM); never NULL. */
+  const nkrt_kernel_lib_t *lib;
 } nkrt_kernel_env_t;
 
 /* The kernel: inputs[i] and outputs[i] point at device memory of the sizes the

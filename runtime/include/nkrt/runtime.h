@@ -89,6 +89,12 @@ nkrt_status_t nkrt_memory_stats(nkrt_runtime_t *runtime, uint32_t core,
                                 nkrt_memory_stats_t *out_stats);
 nkrt_status_t nkrt_memory_reset_peak(nkrt_runtime_t *runtime, uint32_t core);
 
+/* Name of the GEMM library kernels get through nkrt_kernel_lib_t: "mkl" or
+ * "reference". Picked once per process at first use: NKRT_GEMM=auto|mkl|
+ * reference forces one, NKRT_GEMM_LIBRARY / NKRT_GEMM_PATH say where to look
+ * for MKL (docs/gemm.md). */
+const char *nkrt_gemm_provider(void);
+
 /* Frees memory returned by nkrt (JSON strings). */
 void nkrt_free(void *ptr);
 

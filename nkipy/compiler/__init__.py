@@ -1,0 +1,1 @@
+"""nkipy.compiler: IR passes, fusion, C code generation, native build and cache."""

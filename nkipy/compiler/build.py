@@ -1,0 +1,269 @@
+"""From an IR graph to a NEFF on disk: optimisation, C generation, the
+native compiler, and a content-addressed cache.
+
+Cache layout (one directory per kernel)::
+
+    <cache_dir>/<name>_<hash16>/
+        kernel.ir      the optimised IR, printed
+        kernel.c       the generated C
+        kernel.neff    the shared object the runtime loads
+        meta.json      inputs/outputs, flags, and the SHA-256 of kernel.neff
+
+``hash16`` is the SHA-256 of (canonical IR, constants, compiler version,
+C compiler identity, flags, host ISA, NEFF ABI version). Every file is
+written to a temporary name and renamed into place, and meta.json is
+written last, so a reader sees a complete entry or none. An entry whose
+meta.json is missing or unreadable, or whose NEFF does not match the
+recorded hash, is rebuilt rather than loaded.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from nkipy.core.ir import Graph, dtype_name
+
+from . import codegen, passes
+
+log = logging.getLogger(__name__)
+
+#: Bumped whenever generated code may change for the same IR.
+COMPILER_VERSION = "nkipy-c-0.1.0"
+NEFF_ABI_VERSION = 1
+BASE_FLAGS = ("-O3", "-march=native", "-std=gnu11", "-fPIC", "-shared", "-fno-math-errno",
+              "-fno-trapping-math", "-fopenmp-simd", "-fvisibility=hidden", "-w")
+
+
+class CompileError(RuntimeError):
+    """The C compiler rejected generated code; carries its message and the
+    path of the source it was given."""
+
+    def __init__(self, message: str, source_path: str | None = None,
+                 compiler_output: str = "") -> None:
+        super().__init__(message)
+        self.source_path = source_path
+        self.compiler_output = compiler_output
+
+
+@dataclass
+class CompiledKernel:
+    """A built NEFF and what went into it."""
+
+    name: str
+    neff_path: str
+    c_path: str
+    ir_path: str
+    cache_key: str
+    cache_hit: bool
+    compile_seconds: float
+    graph: Graph = field(repr=False)
+
+    @property
+    def c_source(self) -> str:
+        return Path(self.c_path).read_text()
+
+    @property
+    def ir_text(self) -> str:
+        return Path(self.ir_path).read_text()
+
+
+def default_cache_dir() -> Path:
+    env = os.environ.get("NKIPY_CACHE_DIR")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "nkipy"
+
+
+def runtime_include_dir() -> str:
+    import spike
+
+    return spike.get_include()
+
+
+def prelude_dir() -> str:
+    return str(Path(__file__).parent)
+
+
+def c_compiler() -> str:
+    return os.environ.get("NKIPY_CC") or os.environ.get("CC") or "cc"
+
+
+@functools.lru_cache(maxsize=None)
+def _toolchain_identity(cc: str) -> str:
+    try:
+        out = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30)
+        version = out.stdout.splitlines()[0] if out.stdout else cc
+    except OSError:
+        version = cc
+    isa = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    isa = hashlib.sha256(line.encode()).hexdigest()[:16]
+                    break
+    except OSError:
+        pass
+    return f"{version}|{isa}"
+
+
+def canonical_ir(graph: Graph) -> bytes:
+    """A process-independent serialisation of the graph (values renumbered,
+    constants by content)."""
+    ids: dict[int, int] = {}
+    h = hashlib.sha256()
+
+    def vid(v) -> int:
+        if v.id not in ids:
+            ids[v.id] = len(ids)
+        return ids[v.id]
+
+    def put(*parts) -> None:
+        for p in parts:
+            h.update(repr(p).encode())
+            h.update(b"\x00")
+
+    def attr(x):
+        if isinstance(x, np.ndarray):
+            return ("array", dtype_name(x.dtype), x.shape,
+                    hashlib.sha256(np.ascontiguousarray(x).tobytes()).hexdigest())
+        if isinstance(x, np.dtype):
+            return ("dtype", dtype_name(x))
+        if isinstance(x, (list, tuple)):
+            return tuple(attr(y) for y in x)
+        if isinstance(x, dict):
+            return tuple(sorted((k, attr(y)) for k, y in x.items()))
+        if isinstance(x, np.generic):
+            return ("scalar", dtype_name(x.dtype), x.item())
+        return x
+
+    put("graph", graph.name)
+    for v in graph.inputs:
+        put("in", vid(v), v.name, v.shape, dtype_name(v.dtype))
+    for n in graph.nodes:
+        put("node", n.op, [vid(v) for v in n.inputs], attr(n.attrs),
+            [(vid(o), o.shape, dtype_name(o.dtype)) for o in n.outputs])
+    put("out", [vid(v) for v in graph.outputs], graph.output_names,
+        sorted(graph.aliases.items()))
+    return h.digest()
+
+
+@functools.lru_cache(maxsize=None)
+def _compiler_sources_digest() -> str:
+    """Hash of the code that turns IR into C, so a changed code generator
+    never reuses kernels built by an older one."""
+    h = hashlib.sha256()
+    here = Path(__file__).parent
+    for name in ("codegen.py", "passes.py", "build.py", "nkipy_prelude.h"):
+        h.update((here / name).read_bytes())
+    return h.hexdigest()[:16]
+
+
+def cache_key(graph: Graph, flags: tuple[str, ...]) -> str:
+    h = hashlib.sha256()
+    h.update(canonical_ir(graph))
+    h.update(repr((COMPILER_VERSION, _compiler_sources_digest(), NEFF_ABI_VERSION, flags,
+                   _toolchain_identity(c_compiler()))).encode())
+    return h.hexdigest()[:16]
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _entry_valid(entry: Path) -> bool:
+    meta_path = entry / "meta.json"
+    neff = entry / "kernel.neff"
+    try:
+        meta = json.loads(meta_path.read_text())
+        return (meta.get("compiler_version") == COMPILER_VERSION and neff.is_file()
+                and _sha256_file(neff) == meta.get("neff_sha256"))
+    except (OSError, ValueError):
+        return False
+
+
+def compile_graph(graph: Graph, *, cache_dir: str | os.PathLike | None = None,
+                  extra_flags: tuple[str, ...] | list[str] | str = (),
+                  optimize: bool = True) -> CompiledKernel:
+    """Optimises `graph`, generates C and builds a NEFF, reusing the cache."""
+    start = time.perf_counter()
+    if isinstance(extra_flags, str):
+        extra_flags = tuple(extra_flags.split())
+    flags = BASE_FLAGS + tuple(extra_flags)
+    if optimize:
+        passes.optimize(graph)
+    else:
+        graph.verify()
+    key = cache_key(graph, flags)
+    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    entry = root / f"{graph.name}_{key}"
+    files = dict(neff_path=str(entry / "kernel.neff"), c_path=str(entry / "kernel.c"),
+                 ir_path=str(entry / "kernel.ir"))
+    if _entry_valid(entry):
+        log.debug("cache hit for %s: %s", graph.name, entry)
+        return CompiledKernel(graph.name, cache_key=key, cache_hit=True,
+                              compile_seconds=time.perf_counter() - start, graph=graph, **files)
+    if entry.exists():
+        log.warning("rebuilding corrupt or partial cache entry %s", entry)
+        shutil.rmtree(entry, ignore_errors=True)
+    entry.mkdir(parents=True, exist_ok=True)
+    source = codegen.generate_c(graph)
+    _write_atomic(entry / "kernel.ir", str(graph).encode())
+    _write_atomic(entry / "kernel.c", source.encode())
+    tmp_neff = entry / f".kernel.neff.{os.getpid()}"
+    cmd = [c_compiler(), *flags, "-I", runtime_include_dir(), "-I", prelude_dir(),
+           str(entry / "kernel.c"), "-o", str(tmp_neff), "-lm"]
+    log.debug("compiling %s: %s", graph.name, " ".join(cmd))
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        if tmp_neff.exists():
+            tmp_neff.unlink()
+        raise CompileError(
+            f"C compilation of kernel '{graph.name}' failed (source: {entry / 'kernel.c'}):\n"
+            f"{proc.stderr.strip()}", str(entry / "kernel.c"), proc.stderr)
+    os.replace(tmp_neff, entry / "kernel.neff")
+    meta = {
+        "name": graph.name,
+        "compiler_version": COMPILER_VERSION,
+        "flags": list(flags),
+        "inputs": [{"name": v.name, "shape": list(v.shape), "dtype": dtype_name(v.dtype)}
+                   for v in graph.inputs],
+        "outputs": [{"name": nm, "shape": list(v.shape), "dtype": dtype_name(v.dtype),
+                     "alias_of": graph.inputs[graph.aliases[i]].name if i in graph.aliases
+                     else None}
+                    for i, (nm, v) in enumerate(zip(graph.output_names, graph.outputs))],
+        "neff_sha256": _sha256_file(entry / "kernel.neff"),
+    }
+    _write_atomic(entry / "meta.json", json.dumps(meta, indent=1).encode())
+    seconds = time.perf_counter() - start
+    log.info("compiled kernel %s in %.3f s (%s)", graph.name, seconds, entry)
+    return CompiledKernel(graph.name, cache_key=key, cache_hit=False, compile_seconds=seconds,
+                          graph=graph, **files)

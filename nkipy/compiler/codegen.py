@@ -1,0 +1,1661 @@
+"""C code generation: an optimised IR graph becomes one C translation unit
+that implements the NEFF ABI (runtime/include/nkrt/neff_abi.h).
+
+The plan, in order:
+
+1. **Views.** ``reshape``, ``transpose``, ``slice`` and ``broadcast_to`` never
+   copy: a view is an affine index map onto the value it views, folded into
+   the address arithmetic of whoever reads it.
+2. **Fusion.** An elementwise node (``cast``, ``where``, unary and binary ops,
+   ``iota``, scalar constants) whose only readers are one fusible group is
+   inlined into that reader's loop as an expression. Fusible groups are
+   elementwise loops and reductions, so chains of elementwise ops and the
+   elementwise producers of a reduction become a single loop nest.
+3. **Groups.** Everything that remains is a group writing one materialised
+   buffer: an elementwise loop nest, a reduction, a matrix product (through
+   the runtime's GEMM), or one of the structured ops (concat, pad, take,
+   cumsum, topk, conv2d, ...).
+4. **Buffers.** Inputs and outputs live in the tensors the runtime binds;
+   intermediates get offsets in one scratch block planned by live ranges,
+   so buffers whose lifetimes do not overlap share memory.
+5. **Emission.** Loop nests collapse contiguous dimensions, run their outer
+   dimension through ``env->parallel_for`` and keep a unit-stride inner loop
+   the C compiler vectorises. float16/bfloat16 are stored as such and
+   computed in float32.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from nkipy.core.ir import (BINARY, COLLECTIVES, ELEMENTWISE, PREDICATES, REDUCTIONS, UNARY,
+                           Graph, Node, Value, bfloat16, dtype_name)
+
+VIEW_OPS = frozenset({"reshape", "transpose", "slice", "broadcast_to"})
+#: Elements below which a loop runs on one thread.
+PARALLEL_GRAIN = 1 << 14
+
+
+class CodegenError(NotImplementedError):
+    """An IR construct this code generator cannot compile."""
+
+
+# ---- dtypes -----------------------------------------------------------------
+
+_STORAGE = {
+    "float32": "float", "float16": "nk_f16", "bfloat16": "nk_bf16", "int8": "int8_t",
+    "int16": "int16_t", "int32": "int32_t", "uint8": "uint8_t", "uint16": "uint16_t",
+    "uint32": "uint32_t", "bool": "uint8_t",
+}
+_NKRT_DTYPE = {
+    "float32": "NKRT_DTYPE_FLOAT32", "float16": "NKRT_DTYPE_FLOAT16",
+    "bfloat16": "NKRT_DTYPE_BFLOAT16", "int8": "NKRT_DTYPE_INT8", "uint8": "NKRT_DTYPE_UINT8",
+    "int16": "NKRT_DTYPE_INT16", "uint16": "NKRT_DTYPE_UINT16", "int32": "NKRT_DTYPE_INT32",
+    "uint32": "NKRT_DTYPE_UINT32", "bool": "NKRT_DTYPE_BOOL",
+}
+
+
+def storage_type(dtype: np.dtype) -> str:
+    return _STORAGE[dtype_name(dtype)]
+
+
+def is_float(dtype: np.dtype) -> bool:
+    return dtype_name(dtype) in ("float32", "float16", "bfloat16")
+
+
+def compute_type(dtype: np.dtype) -> str:
+    """The C type expressions of this dtype are computed in."""
+    name = dtype_name(dtype)
+    if name in ("float32", "float16", "bfloat16"):
+        return "float"
+    if name == "uint32":
+        return "uint32_t"
+    return "int32_t"
+
+
+def load_expr(dtype: np.dtype, ref: str) -> str:
+    """C expression reading storage `ref` as the compute type."""
+    name = dtype_name(dtype)
+    if name == "bfloat16":
+        return f"nk_bf2f({ref})"
+    if name == "float16":
+        return f"(float)({ref})"
+    return f"({compute_type(dtype)})({ref})"
+
+
+def store_expr(dtype: np.dtype, value: str) -> str:
+    """C expression converting a compute-type value to storage."""
+    name = dtype_name(dtype)
+    if name == "bfloat16":
+        return f"nk_f2bf({value})"
+    if name == "bool":
+        return f"(uint8_t)(({value}) != 0)"
+    return f"({storage_type(dtype)})({value})"
+
+
+def c_literal(value, dtype: np.dtype) -> str:
+    """A scalar as a C literal in the compute type of dtype."""
+    name = dtype_name(dtype)
+    if is_float(dtype):
+        v = float(np.asarray(value).astype(np.float32))
+        if math.isnan(v):
+            return "__builtin_nanf(\"\")"
+        if math.isinf(v):
+            return "__builtin_inff()" if v > 0 else "(-__builtin_inff())"
+        return f"{np.float32(v).item()!r}f"
+    if name == "bool":
+        return "1" if bool(value) else "0"
+    v = int(np.asarray(value).astype(np.int64))
+    if name == "uint32":
+        return f"{v}u"
+    if v == -(2 ** 31):
+        return "(-2147483647 - 1)"
+    return str(v)
+
+
+# ---- affine index maps ------------------------------------------------------
+
+@dataclass(frozen=True)
+class Dim:
+    """One dimension of a value indexed from an iteration space: the value's
+    index along it is ``start + step * i[src]`` (``src`` None: just start)."""
+
+    src: int | None
+    start: int = 0
+    step: int = 1
+
+
+def identity_map(ndim: int) -> tuple[Dim, ...]:
+    return tuple(Dim(d) for d in range(ndim))
+
+
+def broadcast_map(value_shape: tuple[int, ...], iter_ndim: int) -> tuple[Dim, ...]:
+    """Map for an operand of shape value_shape read in an iteration space of
+    rank iter_ndim with NumPy broadcasting (aligned right; size-1 dims fixed)."""
+    lead = iter_ndim - len(value_shape)
+    return tuple(Dim(None) if s == 1 else Dim(lead + d) for d, s in enumerate(value_shape))
+
+
+def compose(inner: tuple[Dim, ...], outer: tuple[Dim, ...]) -> tuple[Dim, ...]:
+    """inner maps the view's dims onto the base; outer maps the iteration space
+    onto the view. Returns the map from the iteration space onto the base."""
+    result = []
+    for d in inner:
+        if d.src is None:
+            result.append(Dim(None, d.start, 1))
+            continue
+        o = outer[d.src]
+        if o.src is None:
+            result.append(Dim(None, d.start + d.step * o.start, 1))
+        else:
+            result.append(Dim(o.src, d.start + d.step * o.start, d.step * o.step))
+    return tuple(result)
+
+
+def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for s in reversed(shape):
+        strides.append(acc)
+        acc *= max(s, 1)
+    return tuple(reversed(strides))
+
+
+def view_map(node: Node) -> tuple[Dim, ...] | None:
+    """Map from the view's index space onto its operand, or None when the
+    view is not affine per dimension (a general reshape)."""
+    src, out = node.inputs[0], node.output
+    if node.op == "transpose":
+        perm = node.attrs["perm"]
+        inv = [0] * len(perm)
+        for i, p in enumerate(perm):
+            inv[p] = i
+        return tuple(Dim(inv[d]) for d in range(src.ndim))
+    if node.op == "slice":
+        return tuple(Dim(d, int(st), int(sp)) for d, (st, sp) in
+                     enumerate(zip(node.attrs["starts"], node.attrs["steps"])))
+    if node.op == "broadcast_to":
+        return broadcast_map(src.shape, out.ndim)
+    if node.op == "reshape":
+        a = [s for s in src.shape if s != 1]
+        b = [s for s in out.shape if s != 1]
+        if a != b:
+            return None
+        dims, j = [], 0
+        out_non1 = [d for d, s in enumerate(out.shape) if s != 1]
+        for s in src.shape:
+            if s == 1:
+                dims.append(Dim(None))
+            else:
+                dims.append(Dim(out_non1[j]))
+                j += 1
+        return tuple(dims)
+    raise AssertionError(node.op)
+
+
+# ---- buffers and accesses ---------------------------------------------------
+
+@dataclass(eq=False)
+class Buffer:
+    """Materialised storage: contiguous, row-major, of a value's shape."""
+
+    name: str          # C identifier of the typed pointer
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    kind: str          # "in", "out", "scratch", "const"
+    index: int = 0     # in/out position
+    offset: int = 0    # scratch byte offset
+    nbytes: int = 0
+    data: np.ndarray | None = None
+    stride_override: tuple[int, ...] | None = None
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        if self.stride_override is not None:
+            return self.stride_override
+        return contiguous_strides(self.shape)
+
+
+@dataclass
+class Access:
+    """A read of a buffer from an iteration space: element offset + strides."""
+
+    buffer: Buffer
+    offset: int
+    strides: tuple[int, ...]
+
+
+def access_of(buffer: Buffer, dmap: tuple[Dim, ...], iter_ndim: int) -> Access:
+    strides = [0] * iter_ndim
+    offset = 0
+    for bstride, d in zip(buffer.strides, dmap):
+        offset += bstride * d.start
+        if d.src is not None:
+            strides[d.src] += bstride * d.step
+    return Access(buffer, offset, tuple(strides))
+
+
+# ---- the generator ----------------------------------------------------------
+
+@dataclass
+class Loop:
+    """Iteration space of a group after dimension collapsing."""
+
+    shape: list[int]
+    accesses: list[Access]   # leaf reads, then the written buffer(s) last
+
+
+class Generator:
+    """Turns one optimised Graph into C source; see the module docstring."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.g = graph
+        self.users: dict[int, list[Node]] = graph.users()
+        self.out_ids: dict[int, list[int]] = {}
+        for j, v in enumerate(graph.outputs):
+            self.out_ids.setdefault(v.id, []).append(j)
+        self.buffers: dict[int, Buffer] = {}      # value id -> materialised buffer
+        self.scratch: list[Buffer] = []
+        self.consts: list[Buffer] = []
+        self.funcs: list[str] = []                # helper functions (loop bodies)
+        self.body: list[str] = []                 # statements of the kernel function
+        self.inline: set[int] = set()             # value ids computed inside readers
+        self.group_of: dict[int, int] = {}        # value id -> index of the group making it
+        self.rowbufs: list[tuple[str, int]] = []  # (kctx field, floats per worker)
+        self.counter = 0
+
+    # -- analysis --
+
+    def effective_users(self, v: Value) -> list[Node]:
+        """Non-view readers of v, looking through chains of views."""
+        result = []
+        for u in self.users.get(v.id, []):
+            if u.op in VIEW_OPS:
+                if u.output.id in self.out_ids:
+                    result.append(u)  # returned view: materialised by a copy
+                result.extend(self.effective_users(u.output))
+            else:
+                result.append(u)
+        return result
+
+    def view_chain_affine(self, v: Value) -> bool:
+        """True when every view between v and its readers is affine."""
+        for u in self.users.get(v.id, []):
+            if u.op in VIEW_OPS:
+                if view_map(u) is None or not self.view_chain_affine(u.output):
+                    return False
+        return True
+
+    def can_inline(self, n: Node) -> bool:
+        if n.op not in ELEMENTWISE and n.op != "iota" and not (
+                n.op == "constant" and n.output.size == 1):
+            return False
+        v = n.output
+        if v.id in self.out_ids:
+            return False
+        if n.op in ("iota", "constant"):
+            return self.view_chain_affine(v)
+        users = self.effective_users(v)
+        if len(users) != 1:
+            return False
+        u = users[0]
+        return (u.op in ELEMENTWISE or u.op in REDUCTIONS) and self.view_chain_affine(v)
+
+    # -- helpers --
+
+    def fresh(self, prefix: str) -> str:
+        self.counter += 1
+        return f"{prefix}{self.counter}"
+
+    def buffer_for(self, v: Value) -> Buffer:
+        """The materialised buffer of v (inputs, outputs, scratch)."""
+        buf = self.buffers.get(v.id)
+        if buf is None:
+            raise AssertionError(f"{v!r} has no buffer")
+        return buf
+
+    def new_output_buffer(self, v: Value) -> Buffer:
+        """Decides where a group writes v: an output tensor or scratch."""
+        outs = self.out_ids.get(v.id)
+        if outs:
+            j = outs[0]
+            buf = Buffer(f"o{j}", v.dtype, v.shape, "out", j)
+        else:
+            buf = Buffer(self.fresh("t"), v.dtype, v.shape, "scratch", nbytes=v.nbytes)
+            self.scratch.append(buf)
+        self.buffers[v.id] = buf
+        return buf
+
+    def materialized_source(self, v: Value) -> tuple[Buffer, tuple[Dim, ...]] | None:
+        """(buffer, map from v's index space onto it) if v is readable directly."""
+        if v.id in self.buffers:
+            return self.buffers[v.id], identity_map(v.ndim)
+        n = v.node
+        if n is not None and n.op in VIEW_OPS:
+            dmap = view_map(n)
+            inner = self.materialized_source(n.inputs[0])
+            if inner is None:
+                return None
+            buf, m = inner
+            if dmap is None:  # general reshape of a contiguous window
+                if m == identity_map(n.inputs[0].ndim) and buf.shape == n.inputs[0].shape:
+                    alias = Buffer(buf.name, buf.dtype, v.shape, buf.kind, buf.index, buf.offset,
+                                   buf.nbytes, buf.data)
+                    return alias, identity_map(v.ndim)
+                self.materialize_reshape(n)
+                return self.buffers[v.id], identity_map(v.ndim)
+            return buf, compose(m, dmap)
+        return None
+
+    # -- expressions --
+
+    def expr(self, v: Value, dmap: tuple[Dim, ...], leaves: list[Access], iter_ndim: int,
+             idx: list[str]) -> str:
+        """C expression of v at the iteration index, given the map from the
+        iteration space onto v. Leaf reads are appended to `leaves` and
+        referenced as L<k>(...)."""
+        src = self.materialized_source(v)
+        if src is not None:
+            buf, m = src
+            acc = access_of(buf, compose(m, dmap), iter_ndim)
+            leaves.append(acc)
+            k = len(leaves) - 1
+            if buf.kind in ("row", "rowscalar"):  # held in the compute type already
+                return f"(({compute_type(v.dtype)})LEAF{k})"
+            return load_expr(v.dtype, f"LEAF{k}")
+        n = v.node
+        assert n is not None, f"{v!r} has neither a buffer nor a producer"
+        if n.op in VIEW_OPS:
+            inner = view_map(n)
+            if inner is None:  # a reshape that is no index map: copy its operand first
+                self.materialize_reshape(n)
+                return self.expr(v, dmap, leaves, iter_ndim, idx)
+            return self.expr(n.inputs[0], compose(inner, dmap), leaves, iter_ndim, idx)
+        if n.op == "constant":
+            return c_literal(np.asarray(n.attrs["value"]).reshape(()), v.dtype)
+        if n.op == "iota":
+            d = dmap[n.attrs["dim"]]
+            term = str(d.start) if d.src is None else f"({d.start} + {d.step} * {idx[d.src]})"
+            return f"(({compute_type(v.dtype)}){term})"
+        # an inlined elementwise node
+        args = []
+        for operand in n.inputs:
+            bmap = compose(broadcast_map(operand.shape, v.ndim), dmap)
+            args.append(self.expr(operand, bmap, leaves, iter_ndim, idx))
+        return elementwise_c(n, args)
+
+    def materialize_reshape(self, n: Node) -> None:
+        """Makes a general reshape readable: its operand is copied into a
+        contiguous scratch buffer, which the reshape then views directly."""
+        src = n.inputs[0]
+        tmp = Value(src.shape, src.dtype)
+        self.gen_copy(tmp, src)
+        buf = self.buffers[tmp.id]
+        self.buffers[n.output.id] = Buffer(buf.name, buf.dtype, n.output.shape, buf.kind,
+                                           buf.index, buf.offset, buf.nbytes, buf.data)
+
+    # -- loop emission --
+
+    def emit_loop(self, shape: tuple[int, ...], writes: list[tuple[Buffer, tuple[int, ...], int]],
+                  build: Callable[[list[str]], tuple[list[Access], list[str]]]) -> None:
+        """Emits a parallel loop nest over `shape` (elementwise: one index per
+        element). `build(idx)` returns the leaf accesses and one C value
+        expression per written buffer (in LEAF<k> form); `writes` gives each
+        written buffer with its strides over the iteration space and offset."""
+        ndim = len(shape)
+        idx = [f"ix{d}" for d in range(ndim)]
+        leaves, values = build(idx)
+        uses_idx = any(re.search(r"\bix\d+\b", e) for e in values)
+        all_strides = [a.strides for a in leaves] + [w[1] for w in writes]
+        # collapse dims d, d+1 when every access is contiguous across them
+        # (not when the values use the indices themselves, as iota does)
+        dims = list(range(ndim))
+        groups: list[list[int]] = []
+        for d in dims:
+            if groups and not uses_idx and all(
+                    s[groups[-1][-1]] == s[d] * shape[d] for s in all_strides):
+                groups[-1].append(d)
+            else:
+                groups.append([d])
+        cshape = [int(np.prod([shape[d] for d in gr])) for gr in groups]
+        cstrides = [[s[gr[-1]] for gr in groups] for s in all_strides]
+        if not cshape:
+            cshape, cstrides = [1], [[0] for _ in all_strides]
+        total = int(np.prod(cshape))
+        if total == 0:
+            return
+        fn = self.fresh("loop")
+        inner = cshape[-1]
+        outer_dims = cshape[:-1]
+        n_outer = int(np.prod(outer_dims)) if outer_dims else 1
+        lines = [f"static void {fn}(void *arg, int64_t begin, int64_t end, uint32_t worker) {{",
+                 "  const kctx_t *k = (const kctx_t *)arg;", "  (void)worker; (void)k;"]
+        nleaf = len(leaves)
+
+        def offset_expr(a_off: int, strides: list[int], outer_idx: list[str]) -> str:
+            terms = [str(a_off)] + [f"{st} * {ix}" for st, ix in zip(strides[:-1], outer_idx) if st]
+            return " + ".join(terms)
+
+        if n_outer == 1:
+            # one (collapsed) dimension: parallelise over chunks of it
+            lines.append("  #pragma omp simd")
+            lines.append("  for (int64_t j = begin; j < end; j++) {")
+            if uses_idx:
+                for d in range(ndim - 1):
+                    lines.append(f"    const int64_t ix{d} = 0;")
+                lines.append(f"    const int64_t ix{max(ndim - 1, 0)} = j;")
+            subst = {}
+            for k, a in enumerate(leaves):
+                st = cstrides[k][-1]
+                subst[f"LEAF{k}"] = f"{a.buffer.name}[{a.offset} + {st} * j]" if st else \
+                    f"{a.buffer.name}[{a.offset}]"
+            for w, (buf, _, off) in enumerate(writes):
+                st = cstrides[nleaf + w][-1]
+                lines.append(f"    k->{buf.name}[{off} + {st} * j] = "
+                             f"{store_expr(buf.dtype, _subst(values[w], subst))};")
+            lines.append("  }")
+            lines.append("}")
+            self.funcs.append("\n".join(_fix_ptrs(lines, not self.g.aliases)))
+            grain = max(1, PARALLEL_GRAIN)
+            self.body.append(f"  env->parallel_for(env->ctx, {inner}, {grain}, {fn}, &kc);")
+            return
+        # outer rows x inner vector loop
+        lines.append("  for (int64_t r = begin; r < end; r++) {")
+        lines.append("    int64_t rem = r;")
+        outer_idx = []
+        for d in reversed(range(len(outer_dims))):
+            lines.append(f"    int64_t ix{d} = rem % {outer_dims[d]}; rem /= {outer_dims[d]};")
+        outer_idx = [f"ix{d}" for d in range(len(outer_dims))]
+        for k, a in enumerate(leaves):
+            lines.append(f"    const int64_t b{k} = {offset_expr(a.offset, cstrides[k], outer_idx)};")
+        for w, (buf, _, off) in enumerate(writes):
+            lines.append(f"    const int64_t w{w} = "
+                         f"{offset_expr(off, cstrides[nleaf + w], outer_idx)};")
+        lines.append("    #pragma omp simd")
+        lines.append(f"    for (int64_t j = 0; j < {inner}; j++) {{")
+        if uses_idx:
+            lines.append(f"      const int64_t ix{ndim - 1} = j;")
+        subst = {}
+        for k, a in enumerate(leaves):
+            st = cstrides[k][-1]
+            subst[f"LEAF{k}"] = f"{a.buffer.name}[b{k} + {st} * j]" if st else f"{a.buffer.name}[b{k}]"
+        for w, (buf, _, off) in enumerate(writes):
+            st = cstrides[nleaf + w][-1]
+            lines.append(f"      k->{buf.name}[w{w} + {st} * j] = "
+                         f"{store_expr(buf.dtype, _subst(values[w], subst))};")
+        lines.append("    }")
+        lines.append("  }")
+        lines.append("}")
+        self.funcs.append("\n".join(_fix_ptrs(lines, not self.g.aliases)))
+        grain = max(1, PARALLEL_GRAIN // max(inner, 1))
+        self.body.append(f"  env->parallel_for(env->ctx, {n_outer}, {grain}, {fn}, &kc);")
+
+    # -- groups --
+
+    def gen_elementwise(self, v: Value) -> None:
+        out = self.new_output_buffer(v)
+        shape = v.shape
+
+        def build(idx):
+            leaves: list[Access] = []
+            n = v.node
+            if n.op in ("constant", "iota"):
+                e = self.expr_node_root(n, leaves, idx)
+            else:
+                args = [self.expr(o, broadcast_map(o.shape, v.ndim), leaves, v.ndim, idx)
+                        for o in n.inputs]
+                e = elementwise_c(n, args)
+            return leaves, [e]
+
+        self.emit_loop(shape, [(out, out.strides, 0)], build)
+
+    def expr_node_root(self, n: Node, leaves, idx) -> str:
+        v = n.output
+        if n.op == "constant":
+            return c_literal(np.asarray(n.attrs["value"]).reshape(-1)[0], v.dtype)
+        return self.expr_iota(n, idx)
+
+    def expr_iota(self, n: Node, idx) -> str:
+        return f"(({compute_type(n.output.dtype)}){idx[n.attrs['dim']]})"
+
+    def gen_copy(self, v: Value, src: Value) -> None:
+        """Materialises src (a view, input, or other buffer) into v's buffer."""
+        out = self.new_output_buffer(v)
+
+        def build(idx):
+            leaves: list[Access] = []
+            return leaves, [self.expr(src, identity_map(src.ndim), leaves, v.ndim, idx)]
+
+        self.emit_loop(v.shape, [(out, out.strides, 0)], build)
+
+    def gen_reduction(self, n: Node) -> None:
+        v = n.output
+        src = n.inputs[0]
+        axes = tuple(sorted(n.attrs["axes"]))
+        if not axes or src.size == 0:
+            self._reduce_trivial(n)
+            return
+        out = self.new_output_buffer(v)
+        kept = [d for d in range(src.ndim) if d not in axes]
+        # strides of the output over the input's index space
+        ostr = [0] * src.ndim
+        ocontig = contiguous_strides(v.shape)
+        if n.attrs["keepdims"]:
+            for d in kept:
+                ostr[d] = ocontig[d]
+        else:
+            for j, d in enumerate(kept):
+                ostr[d] = ocontig[j]
+        leaves: list[Access] = []
+        idx = [f"ix{d}" for d in range(src.ndim)]
+        e = self.expr(src, identity_map(src.ndim), leaves, src.ndim, idx)
+        ct = compute_type(v.dtype)
+        op = n.op
+        acct, decl, update, clause, finish = reduce_parts(op, src.dtype, v.dtype)
+        init = decl.split("=")[1].split(";")[0].strip()
+        combine = (update, clause)
+        src_ct = compute_type(src.dtype)
+        fn = self.fresh("reduce")
+        kept_shape = [src.shape[d] for d in kept]
+        red_shape = [src.shape[d] for d in axes]
+        n_kept = int(np.prod(kept_shape)) if kept else 1
+        n_red = int(np.prod(red_shape)) if axes else 1
+        if v.size == 0:
+            return
+        inner_reduced = (src.ndim - 1) in axes if src.ndim else True
+        lines = [f"static void {fn}(void *arg, int64_t begin, int64_t end, uint32_t worker) {{",
+                 "  const kctx_t *k = (const kctx_t *)arg;", "  (void)worker;"]
+        if inner_reduced or not kept:
+            # each kept index reduces a (strided) block: acc in a register
+            lines.append("  for (int64_t r = begin; r < end; r++) {")
+            lines.append("    int64_t rem = r;")
+            for d in reversed(kept):
+                lines.append(f"    int64_t ix{d} = rem % {src.shape[d]}; rem /= {src.shape[d]};")
+            lines.append(f"    {decl}")
+            # collapse reduced dims when contiguous for every leaf
+            loops = self._reduced_loops(axes, src.shape, leaves,
+                                        collapse=not re.search(r"\bix\d+\b", e))
+            depth = "    "
+            for k2, (var, extent, _) in enumerate(loops):
+                if k2 == len(loops) - 1:
+                    lines.append(f"{depth}#pragma omp simd {combine[1]}")
+                lines.append(f"{depth}for (int64_t {var} = 0; {var} < {extent}; {var}++) {{")
+                depth += "  "
+            subst = self._leaf_subst(leaves, idx, loops, axes)
+            for var, _, dims in loops:
+                if len(dims) == 1:
+                    lines.append(f"{depth}int64_t ix{dims[0]} = {var}; (void)ix{dims[0]};")
+            lines.append(f"{depth}{src_ct} x = {_subst(e, subst)};")
+            lines.append(f"{depth}{combine[0]}")
+            for _ in loops:
+                depth = depth[:-2]
+                lines.append(f"{depth}}}")
+            off = " + ".join([f"{ostr[d]} * ix{d}" for d in kept if ostr[d]] or ["0"])
+            if finish:
+                lines.append(f"    {finish}")
+            lines.append(f"    k->{out.name}[{off}] = {store_expr(v.dtype, 'acc')};")
+            lines.append("  }")
+            lines.append("}")
+            self.funcs.append("\n".join(_fix_ptrs(lines, not self.g.aliases)))
+            grain = max(1, PARALLEL_GRAIN // max(n_red, 1))
+            self.body.append(f"  env->parallel_for(env->ctx, {n_kept}, {grain}, {fn}, &kc);")
+            return
+        # the innermost dim is kept: accumulate vectors of it across reduced dims
+        last = src.ndim - 1
+        outer = [d for d in kept if d != last]
+        width = src.shape[last]
+        lines.append("  for (int64_t r = begin; r < end; r++) {")
+        lines.append("    int64_t rem = r;")
+        for d in reversed(outer):
+            lines.append(f"    int64_t ix{d} = rem % {src.shape[d]}; rem /= {src.shape[d]};")
+        off = " + ".join([f"{ostr[d]} * ix{d}" for d in outer if ostr[d]] or ["0"])
+        if op in ("reduce_max", "reduce_min"):
+            cmp = ">" if op == "reduce_max" else "<"
+            combine = (f"acc = (x {cmp} acc || x != x) ? x : acc;", "")
+        lines.append(f"    for (int64_t c0 = 0; c0 < {width}; c0 += 256) {{")
+        lines.append(f"      int64_t cn = {width} - c0 < 256 ? {width} - c0 : 256;")
+        lines.append(f"      {acct} accv[256];")
+        lines.append(f"      for (int64_t c = 0; c < cn; c++) accv[c] = {init};")
+        depth = "      "
+        for d in axes:
+            lines.append(f"{depth}for (int64_t ix{d} = 0; ix{d} < {src.shape[d]}; ix{d}++) {{")
+            depth += "  "
+        lines.append(f"{depth}for (int64_t c = 0; c < cn; c++) {{")
+        lines.append(f"{depth}  int64_t ix{last} = c0 + c;")
+        subst = {f"LEAF{k2}": f"{a.buffer.name}[{a.offset} + " + " + ".join(
+            [f"{st} * ix{d}" for d, st in enumerate(a.strides) if st] or ["0"]) + "]"
+            for k2, a in enumerate(leaves)}
+        lines.append(f"{depth}  {src_ct} x = {_subst(e, subst)};")
+        lines.append(f"{depth}  {acct} acc = accv[c];")
+        lines.append(f"{depth}  {combine[0]}")
+        lines.append(f"{depth}  accv[c] = acc;")
+        lines.append(f"{depth}}}")
+        for _ in axes:
+            depth = depth[:-2]
+            lines.append(f"{depth}}}")
+        lines.append(f"      for (int64_t c = 0; c < cn; c++) k->{out.name}[{off} + "
+                     f"{ostr[last]} * (c0 + c)] = {store_expr(v.dtype, 'accv[c]')};")
+        lines.append("    }")
+        lines.append("  }")
+        lines.append("}")
+        self.funcs.append("\n".join(_fix_ptrs(lines, not self.g.aliases)))
+        n_outer = int(np.prod([src.shape[d] for d in outer])) if outer else 1
+        self.body.append(f"  env->parallel_for(env->ctx, {n_outer}, 1, {fn}, &kc);")
+
+    def _reduce_trivial(self, n: Node) -> None:
+        """A reduction over no axes (a cast) or over an empty input (the identity)."""
+        v, src = n.output, n.inputs[0]
+        if src.size == 0:
+            init = {"reduce_sum": 0, "reduce_prod": 1, "reduce_any": 0, "reduce_all": 1}.get(n.op)
+            if init is None:
+                raise CodegenError(f"{n.op} of an empty array has no identity")
+            out = self.new_output_buffer(v)
+            self.emit_loop(v.shape, [(out, out.strides, 0)],
+                           lambda idx: ([], [c_literal(init, v.dtype)]))
+            return
+        out = self.new_output_buffer(v)
+
+        def build(idx):
+            leaves: list[Access] = []
+            e = self.expr(src, identity_map(src.ndim), leaves, v.ndim, idx)
+            if n.op in ("reduce_any", "reduce_all"):
+                e = f"(({e}) != 0)"
+            return leaves, [e]
+        self.emit_loop(v.shape, [(out, out.strides, 0)], build)
+
+    def _reduced_loops(self, axes, shape, leaves, collapse=True):
+        """Loops over the reduced dims: collapses trailing reduced dims that
+        are contiguous for every leaf into one. Returns (var, extent, dims)."""
+        axes = list(axes)
+        groups: list[list[int]] = []
+        for d in axes:
+            if collapse and groups and groups[-1][-1] == d - 1 and all(
+                    a.strides[d - 1] == a.strides[d] * shape[d] for a in leaves):
+                groups[-1].append(d)
+            else:
+                groups.append([d])
+        return [(f"q{gi}", int(np.prod([shape[d] for d in gr])), gr) for gi, gr in enumerate(groups)]
+
+    def _leaf_subst(self, leaves, idx, loops, axes):
+        subst = {}
+        for k, a in enumerate(leaves):
+            terms = [str(a.offset)]
+            for d, st in enumerate(a.strides):
+                if st and d not in axes:
+                    terms.append(f"{st} * ix{d}")
+            for var, _, dims in loops:
+                st = a.strides[dims[-1]]
+                if st:
+                    terms.append(f"{st} * {var}")
+            subst[f"LEAF{k}"] = f"{a.buffer.name}[{' + '.join(terms)}]"
+        return subst
+
+    # -- matmul --
+
+    def matrix_operand(self, v: Value) -> tuple[Buffer, int, list[int], int, int]:
+        """(buffer, offset, batch strides, row stride, col stride) of v, copying
+        it into scratch first when its layout cannot feed GEMM."""
+        src = self.materialized_source(v)
+        if src is not None:
+            buf, m = src
+            a = access_of(buf, m, v.ndim)
+            rs, cs = a.strides[-2], a.strides[-1]
+            if (cs == 1 and rs >= v.shape[-1]) or (rs == 1 and cs >= v.shape[-2]):
+                return buf, a.offset, list(a.strides[:-2]), rs, cs
+        tmp = Value(v.shape, v.dtype)
+        self.gen_copy(tmp, v)
+        buf = self.buffers[tmp.id]
+        st = buf.strides
+        return buf, 0, list(st[:-2]), st[-2], st[-1]
+
+    def gen_matmul(self, n: Node) -> None:
+        a_v, b_v = n.inputs
+        v = n.output
+        if v.size == 0:
+            self.new_output_buffer(v)
+            return
+        ab, aoff, abat, ars, acs = self.matrix_operand(a_v)
+        bb, boff, bbat, brs, bcs = self.matrix_operand(b_v)
+        out = self.new_output_buffer(v)
+        m, kdim = a_v.shape[-2], a_v.shape[-1]
+        ncol = b_v.shape[-1]
+        batch = v.shape[:-2]
+        # operand batch strides over the output batch dims (broadcasting)
+        def bstrides(shape, strides):
+            lead = len(batch) - len(shape) + 2
+            res = [0] * len(batch)
+            for d in range(len(shape) - 2):
+                if shape[d] != 1:
+                    res[lead + d] = strides[d]
+            return res
+        asb = bstrides(a_v.shape, abat)
+        bsb = bstrides(b_v.shape, bbat)
+        csb = list(out.strides[:-2])
+        ta, lda = (0, ars) if acs == 1 else (1, acs)
+        tb, ldb = (0, brs) if bcs == 1 else (1, bcs)
+        dt = dtype_name(v.dtype)
+        if not is_float(v.dtype):
+            self._int_matmul(ab, aoff, asb, ars, acs, bb, boff, bsb, brs, bcs, out, csb, batch,
+                             m, kdim, ncol)
+            return
+        inner_b = batch[-1] if batch else 1
+        sa = asb[-1] if batch else 0
+        sb = bsb[-1] if batch else 0
+        sc = csb[-1] if batch else 0
+        outer = batch[:-1]
+        lines = []
+        depth = "  "
+        for d, extent in enumerate(outer):
+            lines.append(f"{depth}for (int64_t u{d} = 0; u{d} < {extent}; u{d}++) {{")
+            depth += "  "
+        aoffe = " + ".join([str(aoff)] + [f"{asb[d]} * u{d}" for d in range(len(outer)) if asb[d]])
+        boffe = " + ".join([str(boff)] + [f"{bsb[d]} * u{d}" for d in range(len(outer)) if bsb[d]])
+        coffe = " + ".join(["0"] + [f"{csb[d]} * u{d}" for d in range(len(outer)) if csb[d]])
+        if dt == "float32":
+            lines.append(f"{depth}env->lib->sgemm_batched(env->ctx, {inner_b}, {ta}, {tb}, {m}, "
+                         f"{ncol}, {kdim}, 1.0f, kc.{ab.name} + {aoffe}, {lda}, {sa}, "
+                         f"kc.{bb.name} + {boffe}, {ldb}, {sb}, 0.0f, kc.{out.name} + {coffe}, "
+                         f"{ncol}, {sc});")
+        else:
+            lines.append(f"{depth}env->lib->gemm_batched_lowp(env->ctx, {_NKRT_DTYPE[dt]}, "
+                         f"{inner_b}, {ta}, {tb}, {m}, {ncol}, {kdim}, 1.0f, "
+                         f"kc.{ab.name} + {aoffe}, {lda}, {sa}, kc.{bb.name} + {boffe}, {ldb}, "
+                         f"{sb}, 0.0f, kc.{out.name} + {coffe}, {ncol}, {sc});")
+        for _ in outer:
+            depth = depth[:-2]
+            lines.append(f"{depth}}}")
+        self.body.extend(lines)
+
+    def _int_matmul(self, ab, aoff, asb, ars, acs, bb, boff, bsb, brs, bcs, out, csb, batch, m,
+                    kdim, ncol) -> None:
+        nb = int(np.prod(batch)) if batch else 1
+        ct = compute_type(out.dtype)
+        lines = [f"  for (int64_t bt = 0; bt < {nb}; bt++) {{", "    int64_t rem = bt;"]
+        ao, bo, co = [str(aoff)], [str(boff)], ["0"]
+        for d in reversed(range(len(batch))):
+            lines.append(f"    int64_t u{d} = rem % {batch[d]}; rem /= {batch[d]};")
+            ao.append(f"{asb[d]} * u{d}")
+            bo.append(f"{bsb[d]} * u{d}")
+            co.append(f"{csb[d]} * u{d}")
+        lines += [f"    for (int64_t i = 0; i < {m}; i++)",
+                  f"      for (int64_t j = 0; j < {ncol}; j++) {{",
+                  f"        {ct} acc = 0;",
+                  f"        for (int64_t p = 0; p < {kdim}; p++)",
+                  f"          acc += ({ct})kc.{ab.name}[{' + '.join(ao)} + {ars} * i + {acs} * p] * "
+                  f"({ct})kc.{bb.name}[{' + '.join(bo)} + {brs} * p + {bcs} * j];",
+                  f"        kc.{out.name}[{' + '.join(co)} + {ncol} * i + j] = "
+                  f"{store_expr(out.dtype, 'acc')};",
+                  "      }", "  }"]
+        self.body.extend(lines)
+
+    # -- structured ops (materialising, straightforward loops) --
+
+    def reader(self, v: Value, index_exprs: list[str]) -> str:
+        """C load expression of v at a multi-index (forces v readable)."""
+        src = self.materialized_source(v)
+        if src is None:
+            tmp = Value(v.shape, v.dtype)
+            self.gen_copy(tmp, v)
+            self.buffers[v.id] = self.buffers[tmp.id]
+            src = self.buffers[v.id], identity_map(v.ndim)
+        buf, m = src
+        terms = []
+        off = 0
+        for bstride, d in zip(buf.strides, m):
+            off += bstride * d.start
+            if d.src is not None and bstride * d.step:
+                terms.append(f"{bstride * d.step} * ({index_exprs[d.src]})")
+        return f"kc.{buf.name}[{' + '.join([str(off)] + terms)}]"
+
+    def serial_nest(self, shape: tuple[int, ...], body: Callable[[list[str]], list[str]],
+                    depth: str = "  ") -> list[str]:
+        lines = []
+        idx = []
+        for d, extent in enumerate(shape):
+            var = self.fresh("x")
+            idx.append(var)
+            lines.append(f"{depth}for (int64_t {var} = 0; {var} < {extent}; {var}++) {{")
+            depth += "  "
+        lines += [depth + s for s in body(idx)]
+        for _ in shape:
+            depth = depth[:-2]
+            lines.append(f"{depth}}}")
+        return lines
+
+    def gen_structured(self, n: Node) -> None:
+        v = n.output
+        op = n.op
+        if op == "constant":
+            arr = np.ascontiguousarray(np.asarray(n.attrs["value"], dtype=v.dtype).reshape(v.shape))
+            name = self.fresh("c")
+            buf = Buffer(name, v.dtype, v.shape, "const", data=arr)
+            self.consts.append(buf)
+            if v.id in self.out_ids:
+                self.buffers[v.id] = buf
+                tmp_src = Value(v.shape, v.dtype)
+                self.buffers[tmp_src.id] = buf
+                del self.buffers[v.id]
+                self.gen_copy(v, tmp_src)
+            else:
+                self.buffers[v.id] = buf
+            return
+        out = self.new_output_buffer(v)
+        ct = compute_type(v.dtype)
+
+        def w(index_exprs, value):
+            terms = [f"{s} * ({e})" for s, e in zip(out.strides, index_exprs) if s]
+            return f"kc.{out.name}[{' + '.join(['0'] + terms)}] = {store_expr(v.dtype, value)};"
+
+        if op == "concat":
+            axis = n.attrs["axis"]
+            base = 0
+            for operand in n.inputs:
+                if operand.size:
+                    def body(idx, operand=operand, base=base):
+                        oi = list(idx)
+                        oi[axis] = f"{idx[axis]} + {base}"
+                        return [w(oi, load_expr(v.dtype, self.reader(operand, idx)))]
+                    self.body += self.serial_nest(operand.shape, body)
+                base += operand.shape[axis]
+        elif op == "pad":
+            fill = c_literal(n.attrs["value"], v.dtype)
+            src = n.inputs[0]
+            self.body += self.serial_nest(v.shape, lambda idx: [w(idx, fill)])
+            pads = n.attrs["pad_width"]
+
+            def body(idx):
+                oi = [f"{i} + {lo}" for i, (lo, _) in zip(idx, pads)]
+                return [w(oi, load_expr(v.dtype, self.reader(src, idx)))]
+            if src.size:
+                self.body += self.serial_nest(src.shape, body)
+        elif op in ("cumsum", "cumprod"):
+            axis = n.attrs["axis"]
+            src = n.inputs[0]
+            outer = tuple(s for d, s in enumerate(v.shape) if d != axis)
+            sym = "+" if op == "cumsum" else "*"
+
+            def body(idx):
+                full = list(idx[:axis]) + ["a"] + list(idx[axis:])
+                return [f"{ct} acc = {0 if op == 'cumsum' else 1};",
+                        f"for (int64_t a = 0; a < {v.shape[axis]}; a++) {{",
+                        f"  acc = acc {sym} {load_expr(src.dtype, self.reader(src, full))};",
+                        "  " + w(full, "acc"), "}"]
+            self.body += self.serial_nest(outer, body)
+        elif op in ("argmax", "argmin"):
+            axis = n.attrs["axis"]
+            src = n.inputs[0]
+            sct = compute_type(src.dtype)
+            outer = tuple(s for d, s in enumerate(src.shape) if d != axis)
+            better = ">" if op == "argmax" else "<"
+
+            def body(idx):
+                full = list(idx[:axis]) + ["a"] + list(idx[axis:])
+                oidx = list(idx[:axis]) + (["0"] if n.attrs["keepdims"] else []) + list(idx[axis:])
+                return [f"{sct} best = 0; int32_t bi = -1;",
+                        f"for (int64_t a = 0; a < {src.shape[axis]}; a++) {{",
+                        f"  {sct} x = {load_expr(src.dtype, self.reader(src, full))};",
+                        f"  if (bi < 0 || x {better} best || (x != x && best == best)) "
+                        "{ best = x; bi = (int32_t)a; }", "}", w(oidx, "bi")]
+            self.body += self.serial_nest(outer, body)
+        elif op == "take":
+            x, ind = n.inputs
+            axis = n.attrs["axis"]
+            n_axis = x.shape[axis]
+
+            def body(idx):
+                iidx = idx[axis:axis + ind.ndim]
+                sel = f"nk_clamp_index((int64_t){self.reader(ind, iidx)}, {n_axis})"
+                xidx = idx[:axis] + [sel] + idx[axis + ind.ndim:]
+                return [w(idx, load_expr(x.dtype, self.reader(x, xidx)))]
+            self.body += self.serial_nest(v.shape, body)
+        elif op == "take_along_axis":
+            x, ind = n.inputs
+            axis = n.attrs["axis"]
+
+            def body(idx):
+                iidx = [i if ind.shape[d] != 1 else "0" for d, i in enumerate(idx)]
+                sel = f"nk_clamp_index((int64_t){self.reader(ind, iidx)}, {x.shape[axis]})"
+                xidx = [i if x.shape[d] != 1 else "0" for d, i in enumerate(idx)]
+                xidx[axis] = sel
+                return [w(idx, load_expr(x.dtype, self.reader(x, xidx)))]
+            self.body += self.serial_nest(v.shape, body)
+        elif op in ("set_slice", "update_slice", "put_along_axis"):
+            self._gen_update(n, out, w)
+        elif op == "topk":
+            self._gen_topk(n, out)
+        elif op == "conv2d":
+            self._gen_conv2d(n, out)
+        elif op in COLLECTIVES:
+            src = n.inputs[0]
+            groups = n.attrs.get("replica_groups") or [[0]]
+            ranks = max(len(gr) for gr in groups)
+            if ranks > 1:
+                self.body.append(
+                    "  { env->set_error(env->ctx, \"collective " + op + f" over {ranks} ranks "
+                    "needs the distributed runtime, which this build does not have yet\"); "
+                    "return 1; }")
+                return
+            if src.shape != v.shape:
+                raise CodegenError(f"{op} with world size 1 must keep the shape")
+            self.body += self.serial_nest(v.shape, lambda idx: [
+                w(idx, load_expr(src.dtype, self.reader(src, idx)))])
+        else:
+            raise CodegenError(f"the C code generator has no lowering for op {op!r}")
+
+    def _gen_update(self, n: Node, out: Buffer, w) -> None:
+        v = n.output
+        x = n.inputs[0]
+        # start from a copy of x (skipped when x already lives in the output)
+        xsrc = self.materialized_source(x)
+        same = xsrc is not None and xsrc[1] == identity_map(x.ndim) and (
+            xsrc[0].name == out.name or (xsrc[0].kind == "in" and out.kind == "out"
+                                         and self.g.aliases.get(out.index) == xsrc[0].index))
+        if not same and x.size:
+            self.body += self.serial_nest(v.shape, lambda idx: [
+                w(idx, load_expr(x.dtype, self.reader(x, idx)))])
+        if n.op == "set_slice":
+            upd = n.inputs[1]
+            starts, steps = n.attrs["starts"], n.attrs["steps"]
+            stops = n.attrs["stops"]
+            sshape = tuple(len(range(a, b, s)) for a, b, s in zip(starts, stops, steps))
+            if not int(np.prod(sshape)):
+                return
+
+            def body(idx):
+                uidx = [i if (d - (len(sshape) - upd.ndim)) >= 0 and
+                        upd.shape[d - (len(sshape) - upd.ndim)] != 1 else "0"
+                        for d, i in enumerate(idx)][len(sshape) - upd.ndim:]
+                oidx = [f"{a} + {s} * {i}" for a, s, i in zip(starts, steps, idx)]
+                return [w(oidx, load_expr(upd.dtype, self.reader(upd, uidx)))]
+            self.body += self.serial_nest(sshape, body)
+        elif n.op == "update_slice":
+            upd = n.inputs[1]
+            starts = n.inputs[2:]
+            tag = self.fresh("")
+            lines = []
+            for d, s in enumerate(starts):
+                hi = x.shape[d] - upd.shape[d]
+                sv = self.reader(s, [])
+                lines.append(f"  int64_t st{d}_{tag} = (int64_t){sv};")
+                lines.append(f"  st{d}_{tag} = st{d}_{tag} < 0 ? 0 : "
+                             f"(st{d}_{tag} > {hi} ? {hi} : st{d}_{tag});")
+            self.body += lines
+
+            def body(idx):
+                oidx = [f"st{d}_{tag} + {i}" for d, i in enumerate(idx)]
+                return [w(oidx, load_expr(upd.dtype, self.reader(upd, idx)))]
+            if upd.size:
+                self.body += self.serial_nest(upd.shape, body)
+        else:  # put_along_axis
+            _, ind, vals = n.inputs
+            axis = n.attrs["axis"]
+            mode = n.attrs["mode"]
+
+            def body(idx):
+                sel = f"nk_clamp_index((int64_t){self.reader(ind, idx)}, {x.shape[axis]})"
+                vidx = [i if vals.shape[d] != 1 else "0" for d, i in enumerate(idx)]
+                oidx = list(idx)
+                oidx[axis] = sel
+                val = load_expr(vals.dtype, self.reader(vals, vidx))
+                if mode == "add":
+                    cur = load_expr(v.dtype, "kc." + out.name + "[" + " + ".join(
+                        ["0"] + [f"{s} * ({e})" for s, e in zip(out.strides, oidx) if s]) + "]")
+                    val = f"({cur} + {val})"
+                return [w(oidx, val)]
+            if ind.size:
+                self.body += self.serial_nest(ind.shape, body)
+
+    def _gen_topk(self, n: Node, out: Buffer) -> None:
+        x = n.inputs[0]
+        vals, inds = n.outputs
+        k, axis = n.attrs["k"], n.attrs["axis"]
+        largest = n.attrs["largest"]
+        ibuf = self.new_output_buffer(inds)
+        ct = compute_type(x.dtype)
+        outer = tuple(s for d, s in enumerate(x.shape) if d != axis)
+        better = ">" if largest else "<"
+
+        def body(idx):
+            def at(a, buf):
+                full = list(idx[:axis]) + [a] + list(idx[axis:])
+                terms = [f"{s} * ({e})" for s, e in zip(buf.strides, full) if s]
+                return f"kc.{buf.name}[{' + '.join(['0'] + terms)}]"
+            full = list(idx[:axis]) + ["a"] + list(idx[axis:])
+            return [
+                # insertion into the k best (stable: earlier index wins ties)
+                f"int32_t cnt = 0;",
+                f"for (int64_t a = 0; a < {x.shape[axis]}; a++) {{",
+                f"  {ct} xv = {load_expr(x.dtype, self.reader(x, full))};",
+                f"  int32_t pos = cnt;",
+                f"  while (pos > 0) {{",
+                f"    {ct} pv = {load_expr(x.dtype, at('pos - 1', out))};",
+                f"    if (xv {better} pv || (xv != xv && pv == pv)) pos--; else break;",
+                "  }",
+                f"  if (pos >= {k}) continue;",
+                f"  for (int32_t q = (cnt < {k} ? cnt : {k} - 1); q > pos; q--) {{",
+                f"    {at('q', out)} = {at('q - 1', out)};",
+                f"    {at('q', ibuf)} = {at('q - 1', ibuf)};",
+                "  }",
+                f"  {at('pos', out)} = {store_expr(x.dtype, 'xv')};",
+                f"  {at('pos', ibuf)} = (int32_t)a;",
+                f"  if (cnt < {k}) cnt++;",
+                "}",
+            ]
+        self.body += self.serial_nest(outer, body)
+
+    def _gen_conv2d(self, n: Node, out: Buffer) -> None:
+        x, wgt = n.inputs[0], n.inputs[1]
+        bias = n.inputs[2] if len(n.inputs) > 2 else None
+        v = n.output
+        N, C, H, W = x.shape
+        O, Cg, KH, KW = wgt.shape
+        _, _, OH, OW = v.shape
+        sh, sw = n.attrs["stride"]
+        (pt, _), (pl, _) = n.attrs["padding"]
+        dh, dw = n.attrs["dilation"]
+        groups = n.attrs["groups"]
+        og = O // groups
+        # im2col into scratch (float32), then one GEMM per (image, group)
+        cols = Value((Cg * KH * KW, OH * OW), np.dtype("float32"))
+        cbuf = Buffer(self.fresh("t"), cols.dtype, cols.shape, "scratch", nbytes=cols.nbytes)
+        self.scratch.append(cbuf)
+        self.buffers[cols.id] = cbuf
+        wf = Value((O, Cg * KH * KW), np.dtype("float32"))
+        wbuf = Buffer(self.fresh("t"), wf.dtype, wf.shape, "scratch", nbytes=wf.nbytes)
+        self.scratch.append(wbuf)
+        of = Value((og, OH * OW), np.dtype("float32"))
+        obuf = Buffer(self.fresh("t"), of.dtype, of.shape, "scratch", nbytes=of.nbytes)
+        self.scratch.append(obuf)
+        self._conv_extra = getattr(self, "_conv_extra", []) + [cols, wf, of]
+        lines = ["  {"]
+        lines += self.serial_nest((O, Cg, KH, KW), lambda i: [
+            f"kc.{wbuf.name}[{i[0]} * {Cg * KH * KW} + {i[1]} * {KH * KW} + {i[2]} * {KW} + "
+            f"{i[3]}] = {load_expr(wgt.dtype, self.reader(wgt, i))};"], "    ")
+        lines.append(f"    for (int64_t nn = 0; nn < {N}; nn++) for (int64_t gg = 0; gg < {groups}; gg++) {{")
+
+        def col_body(i):
+            c, kh, kw, oh, ow = i
+            return [f"int64_t ih = {oh} * {sh} - {pt} + {kh} * {dh}, iw = {ow} * {sw} - {pl} + "
+                    f"{kw} * {dw};",
+                    f"kc.{cbuf.name}[(({c}) * {KH * KW} + {kh} * {KW} + {kw}) * {OH * OW} + "
+                    f"{oh} * {OW} + {ow}] = (ih >= 0 && ih < {H} && iw >= 0 && iw < {W}) ? "
+                    f"{load_expr(x.dtype, self.reader(x, ['nn', f'gg * {Cg} + {c}', 'ih', 'iw']))}"
+                    " : 0.0f;"]
+        lines += self.serial_nest((Cg, KH, KW, OH, OW), col_body, "      ")
+        lines.append(f"      env->lib->sgemm(env->ctx, 0, 0, {og}, {OH * OW}, {Cg * KH * KW}, "
+                     f"1.0f, kc.{wbuf.name} + gg * {og * Cg * KH * KW}, {Cg * KH * KW}, "
+                     f"kc.{cbuf.name}, {OH * OW}, 0.0f, kc.{obuf.name}, {OH * OW});")
+
+        def out_body(i):
+            o, p = i
+            val = f"kc.{obuf.name}[{o} * {OH * OW} + {p}]"
+            if bias is not None:
+                val = f"({val} + {load_expr(bias.dtype, self.reader(bias, [f'gg * {og} + {o}']))})"
+            return [f"kc.{out.name}[nn * {O * OH * OW} + (gg * {og} + {o}) * {OH * OW} + {p}] = "
+                    f"{store_expr(v.dtype, val)};"]
+        lines += self.serial_nest((og, OH * OW), out_body, "      ")
+        lines.append("    }")
+        lines.append("  }")
+        self.body += lines
+
+    # -- driver --
+
+    def plan(self) -> None:
+        g = self.g
+        for i, v in enumerate(g.inputs):
+            self.buffers[v.id] = Buffer(f"i{i}", v.dtype, v.shape, "in", i)
+        for n in g.nodes:
+            if self.can_inline(n):
+                self.inline.add(n.output.id)
+        self.snapshot_aliased_inputs()
+        emit = [n for n in g.nodes if n.op not in VIEW_OPS and n.output.id not in self.inline]
+        i = 0
+        while i < len(emit):
+            n = emit[i]
+            if self.is_row_reduction(n):
+                S = n.inputs[0].shape
+                members = [n]
+                j = i + 1
+                while j < len(emit) and self.member_kind(emit[j], S) and \
+                        self.reads_any(emit[j], members):
+                    members.append(emit[j])
+                    j += 1
+                if len(members) > 1:
+                    self.gen_row_group(members, S)
+                    self.body.append("")
+                    i = j
+                    continue
+            self.gen_node(n)
+            self.body.append("")
+            i += 1
+        # outputs not written by a group: inputs, views, repeated values, constants
+        for j, v in enumerate(g.outputs):
+            buf = self.buffers.get(v.id)
+            if buf is not None and buf.kind == "out" and buf.index == j:
+                continue
+            tmp = Value(v.shape, v.dtype)
+            self.out_ids[tmp.id] = [j]
+            self.gen_copy(tmp, v)
+
+    def gen_node(self, n: Node) -> None:
+        if n.op in REDUCTIONS:
+            self.gen_reduction(n)
+        elif n.op == "matmul":
+            self.gen_matmul(n)
+        elif n.op in ELEMENTWISE or n.op == "iota":
+            self.gen_elementwise(n.output)
+        elif n.op == "constant" and n.output.size == 1 and n.output.id in self.out_ids:
+            self.gen_elementwise(n.output)
+        else:
+            self.gen_structured(n)
+
+    # -- row groups: last-axis reductions fused with the elementwise work
+    #    around them (softmax, norms), one pass per member over each row --
+
+    @staticmethod
+    def is_row_reduction(n: Node) -> bool:
+        if n.op not in REDUCTIONS or not n.inputs[0].ndim:
+            return False
+        src = n.inputs[0]
+        return tuple(n.attrs["axes"]) == (src.ndim - 1,) and src.size > 0
+
+    @staticmethod
+    def row_kind(v: Value, S: tuple[int, ...]) -> str | None:
+        if v.shape == S:
+            return "full"
+        if v.shape == S[:-1] + (1,) or v.shape == S[:-1]:
+            return "row"
+        return None
+
+    def member_kind(self, n: Node, S: tuple[int, ...]) -> str | None:
+        if self.is_row_reduction(n) and n.inputs[0].shape == S:
+            return "reduce"
+        if n.op in ELEMENTWISE and len(n.outputs) == 1:
+            return self.row_kind(n.output, S)
+        return None
+
+    def leaf_values(self, n: Node) -> list[Value]:
+        """Materialised values n's (inlined) expression reads."""
+        found: list[Value] = []
+
+        def walk(v: Value) -> None:
+            p = v.node
+            if p is not None and (p.op in VIEW_OPS or v.id in self.inline):
+                for o in p.inputs:
+                    walk(o)
+            else:
+                found.append(v)
+        for o in n.inputs:
+            walk(o)
+        return found
+
+    def reads_any(self, n: Node, members: list[Node]) -> bool:
+        outs = {o.id for m in members for o in m.outputs}
+        return any(v.id in outs for v in self.leaf_values(n))
+
+    def hoist_row_scalars(self, n: Node, S: tuple[int, ...]) -> list[Node]:
+        """Inlined per-row subexpressions of member n (like rsqrt(mean + eps)
+        in a norm) become members of their own, computed once per row."""
+        hoisted: list[Node] = []
+
+        def walk(v: Value) -> None:
+            p = v.node
+            if p is None or v.id not in self.inline and (p.op not in VIEW_OPS):
+                return
+            if p.op in VIEW_OPS:
+                walk(p.inputs[0])
+                return
+            if p.op in ("constant", "iota"):
+                return
+            for o in p.inputs:
+                walk(o)
+            if self.row_kind(v, S) == "row":
+                self.inline.discard(v.id)
+                hoisted.append(p)
+        for o in n.inputs:
+            walk(o)
+        return hoisted
+
+    def gen_row_group(self, members: list[Node], S: tuple[int, ...]) -> None:
+        ordered: list[Node] = []
+        for m in members:
+            ordered += self.hoist_row_scalars(m, S)
+            ordered.append(m)
+        member_set = set(map(id, ordered))
+        ndim = len(S)
+        R = S[-1]
+        outer = S[:-1]
+        n_rows = int(np.prod(outer)) if outer else 1
+        idx = [f"ix{d}" for d in range(ndim - 1)] + ["j"]
+        fn = self.fresh("rows")
+        rb_field = self.fresh("rowbuf")
+        slots = 0
+        plans = []  # (node, kind, local buffer or None, global buffer or None)
+        for m in ordered:
+            v = m.output
+            kind = "row" if m.op in REDUCTIONS else self.row_kind(v, S)
+            local = v.id not in self.out_ids and all(
+                id(u) in member_set for u in self.effective_users(v))
+            if local and kind == "full":
+                buf = Buffer(f"rb{slots}", v.dtype, v.shape, "row",
+                             stride_override=(0,) * (v.ndim - 1) + (1,))
+                slots += 1
+            elif kind == "row":  # per-row scalars stay in registers inside the group
+                buf = Buffer(self.fresh("sv"), v.dtype, v.shape, "rowscalar",
+                             stride_override=(0,) * v.ndim)
+            else:
+                buf = None
+            if buf is not None:
+                self.buffers[v.id] = buf
+            plans.append((m, kind, buf, local))
+        lines = [f"static void {fn}(void *arg, int64_t begin, int64_t end, uint32_t worker) {{",
+                 "  const kctx_t *k = (const kctx_t *)arg;", "  (void)worker;"]
+        slot_types = {p[2].name: compute_type(p[2].dtype) for p in plans
+                      if p[2] is not None and p[2].kind == "row"}
+        for slot in range(slots):  # 4-byte slots: float, int32_t or uint32_t
+            ct = slot_types[f"rb{slot}"]
+            lines.append(f"  {ct} *restrict rb{slot} = ({ct} *)(k->{rb_field} + (int64_t)worker * "
+                         f"{slots * R} + {slot * R});")
+        lines.append("  for (int64_t r = begin; r < end; r++) {")
+        lines.append("    int64_t rem = r; (void)rem;")
+        for d in reversed(range(ndim - 1)):
+            lines.append(f"    int64_t ix{d} = rem % {outer[d]}; rem /= {outer[d]};")
+
+        def member_map(v: Value) -> tuple[Dim, ...]:
+            if v.shape == S:
+                return identity_map(ndim)
+            if v.shape == S[:-1] + (1,):
+                return identity_map(ndim - 1) + (Dim(None),)
+            return identity_map(ndim - 1)
+
+        def subst_for(leaves: list[Access], tag: str) -> tuple[list[str], dict[str, str]]:
+            decls, subst = [], {}
+            for k2, a in enumerate(leaves):
+                if a.buffer.kind == "rowscalar":
+                    subst[f"LEAF{k2}"] = a.buffer.name
+                    continue
+                base = " + ".join([str(a.offset)] + [f"{a.strides[d]} * ix{d}"
+                                                    for d in range(ndim - 1) if a.strides[d]])
+                decls.append(f"const int64_t {tag}_{k2} = {base};")
+                st = a.strides[-1]
+                subst[f"LEAF{k2}"] = (f"{a.buffer.name}[{tag}_{k2} + {st} * j]" if st
+                                      else f"{a.buffer.name}[{tag}_{k2}]")
+            return decls, subst
+
+        globals_after: list[tuple[Value, Buffer]] = []
+        for mi, (m, kind, local, is_local) in enumerate(plans):
+            v = m.output
+            tag = f"m{mi}"
+            leaves: list[Access] = []
+            if m.op in REDUCTIONS:
+                src = m.inputs[0]
+                e = self.expr(src, identity_map(ndim), leaves, ndim, idx)
+                xt = compute_type(src.dtype)
+            else:
+                dmap = member_map(v)
+                args = [self.expr(o, compose(broadcast_map(o.shape, v.ndim), dmap), leaves, ndim,
+                                  idx) for o in m.inputs]
+                e = elementwise_c(m, args)
+            decls, subst = subst_for(leaves, tag)
+            body = _subst(e, subst)
+            lines.append("    {")
+            lines += ["      " + d for d in decls]
+            gbuf = None
+            if not is_local:
+                gbuf = self.new_output_buffer(v)
+                globals_after.append((v, gbuf))
+                if local is not None:  # keep the in-group scalar as the reader's source
+                    self.buffers[v.id] = local
+                acc = access_of(gbuf, member_map(v), ndim)
+                goff = " + ".join([str(acc.offset)] + [f"{acc.strides[d]} * ix{d}"
+                                                      for d in range(ndim - 1) if acc.strides[d]])
+            if kind == "row":
+                if m.op in REDUCTIONS:
+                    acct, decl, update, clause, finish = reduce_parts(m.op, m.inputs[0].dtype,
+                                                                      v.dtype)
+                    lines.append(f"      {decl}")
+                    lines.append(f"      #pragma omp simd {clause}")
+                    lines.append(f"      for (int64_t j = 0; j < {R}; j++) {{")
+                    lines.append(f"        {xt} x = {body};")
+                    lines.append(f"        {update}")
+                    lines.append("      }")
+                    if finish:
+                        lines.append(f"      {finish}")
+                    value = "acc"
+                else:
+                    lines.append("      const int64_t j = 0; (void)j;")
+                    value = body
+                reg = "x" if is_float(v.dtype) else "r"
+                lines.append(f"      {local.name} = {value};")
+                # hide the value's origin from the optimiser: forwarding it into
+                # the next loops otherwise defeats their vectorisation (GCC 12)
+                lines.append(f"      __asm__(\"\" : \"+{reg}\"({local.name}));")
+                if gbuf is not None:
+                    lines.append(f"      k->{gbuf.name}[{goff}] = "
+                                 f"{store_expr(v.dtype, local.name)};")
+            else:  # a full row
+                lines.append("      #pragma omp simd")
+                lines.append(f"      for (int64_t j = 0; j < {R}; j++) {{")
+                if gbuf is not None:
+                    lines.append(f"        k->{gbuf.name}[{goff} + {acc.strides[-1]} * j] = "
+                                 f"{store_expr(v.dtype, body)};")
+                else:
+                    lines.append(f"        {local.name}[j] = {body};")
+                lines.append("      }")
+            lines.append("    }")
+        lines.append("  }")
+        lines.append("}")
+        # scalars live across member blocks: declare them at the row's top
+        scalar_decls = [f"    {compute_type(p[2].dtype)} {p[2].name} = 0;" for p in plans
+                        if p[2] is not None and p[2].kind == "rowscalar"]
+        row_open = lines.index("    int64_t rem = r; (void)rem;")
+        lines[row_open + 1:row_open + 1] = scalar_decls
+        self.funcs.append("\n".join(_fix_ptrs(lines, not self.g.aliases)))
+        for v, gbuf in globals_after:  # readers after the group use memory
+            self.buffers[v.id] = gbuf
+        if slots:
+            self.rowbufs.append((rb_field, slots * R))
+        grain = max(1, PARALLEL_GRAIN // max(R, 1))
+        self.body.append(f"  env->parallel_for(env->ctx, {n_rows}, {grain}, {fn}, &kc);")
+
+    def snapshot_aliased_inputs(self) -> None:
+        """An output aliasing input i is written into input i's memory. Unless
+        the write is provably safe (the only reader is the op producing the
+        output, reading each element before writing it), readers get a copy
+        of the input taken before anything is written."""
+        g = self.g
+        for j, i in sorted(g.aliases.items()):
+            x = g.inputs[i]
+            users = self.effective_users(x)
+            if not users:
+                continue
+            producer = g.outputs[j].node
+            safe = len(users) == 1 and producer is not None and users[0] is producer and (
+                (producer.op in ("set_slice", "update_slice", "put_along_axis")
+                 and producer.inputs[0] is x and x not in producer.inputs[1:])
+                or (producer.op in ELEMENTWISE and producer.output.shape == x.shape
+                    and all(o is not x or o.shape == x.shape for o in producer.inputs)))
+            if safe:
+                continue
+            tmp = Value(x.shape, x.dtype)
+            self.gen_copy(tmp, x)
+            self.buffers[x.id] = self.buffers[tmp.id]
+            self.body.append("")
+
+    def plan_scratch(self) -> int:
+        """Gives every scratch buffer a byte offset; returns the total size."""
+        offset = 0
+        for b in self.scratch:
+            b.offset = offset
+            offset += (max(b.nbytes, 1) + 63) // 64 * 64
+        return offset
+
+    def source(self) -> str:
+        self.plan()
+        scratch_total = self.plan_scratch()
+        g = self.g
+        lines = ["/* generated by nkipy: kernel " + g.name + " */", PRELUDE_INCLUDE, ""]
+        # the context struct with typed pointers to every buffer
+        fields = []
+        for i, v in enumerate(g.inputs):
+            fields.append(f"  {storage_type(v.dtype)} *i{i};")
+        for j, v in enumerate(g.outputs):
+            fields.append(f"  {storage_type(v.dtype)} *o{j};")
+        for b in self.scratch:
+            fields.append(f"  {storage_type(b.dtype)} *{b.name};")
+        for b in self.consts:
+            fields.append(f"  const {storage_type(b.dtype)} *{b.name};")
+        for name, _ in self.rowbufs:
+            fields.append(f"  float *{name};")
+        lines.append("typedef struct kctx {")
+        lines += fields or ["  int unused;"]
+        lines.append("} kctx_t;")
+        lines.append("")
+        for b in self.consts:
+            lines.append(const_array(b))
+        lines.append("")
+        lines += self.funcs
+        lines.append("")
+        lines.append("static int kernel(const nkrt_kernel_env_t *env, void *const *in, "
+                     "void *const *out) {")
+        lines.append("  (void)in; (void)out;")
+        lines.append("  kctx_t kc;")
+        lines.append("  memset(&kc, 0, sizeof(kc));")
+        for i, v in enumerate(g.inputs):
+            lines.append(f"  kc.i{i} = ({storage_type(v.dtype)} *)in[{i}];")
+        for j, v in enumerate(g.outputs):
+            lines.append(f"  kc.o{j} = ({storage_type(v.dtype)} *)out[{j}];")
+        if scratch_total:
+            lines.append(f"  uint8_t *scratch = (uint8_t *)env->scratch(env->ctx, {scratch_total}u);")
+            lines.append("  if (!scratch) { env->set_error(env->ctx, \"out of scratch memory\"); "
+                         "return 1; }")
+            for b in self.scratch:
+                lines.append(f"  kc.{b.name} = ({storage_type(b.dtype)} *)(scratch + {b.offset});")
+        for b in self.consts:
+            lines.append(f"  kc.{b.name} = {b.name}_data;")
+        for name, per_worker in self.rowbufs:
+            lines.append(f"  kc.{name} = (float *)env->scratch(env->ctx, (uint64_t)env->num_workers"
+                         f" * {per_worker * 4}u);")
+            lines.append(f"  if (!kc.{name}) {{ env->set_error(env->ctx, \"out of scratch memory\"); "
+                         "return 1; }")
+        lines += self.body
+        lines.append("  return 0;")
+        lines.append("}")
+        lines.append("")
+        lines += descriptor(g, scratch_total)
+        return "\n".join(lines) + "\n"
+
+
+PRELUDE_INCLUDE = "#include \"nkipy_prelude.h\""
+
+
+def _subst(expr: str, subst: dict[str, str]) -> str:
+    # replace longest keys first so LEAF12 is not hit by LEAF1
+    for key in sorted(subst, key=len, reverse=True):
+        expr = expr.replace(key, subst[key])
+    return expr
+
+
+def _fix_ptrs(lines: list[str], restrict: bool = True) -> list[str]:
+    """Loop bodies read buffers through local copies of the context's
+    pointers (restrict-qualified when no output aliases an input), so the C
+    compiler can keep loop invariants in registers and vectorise."""
+    import re
+    pat = re.compile(r"(?<![\w>.])((?:i|o|t|c)\d+)\[")
+    used: list[str] = []
+    out = []
+    for ln in lines:
+        if ln.lstrip().startswith("static") or "k->rowbuf" in ln:
+            out.append(ln)
+            continue
+        ln = ln.replace("k->", "")
+        for name in pat.findall(ln):
+            if name not in used:
+                used.append(name)
+        out.append(ln)
+    qual = "restrict " if restrict else ""
+    decls = [f"  __typeof__(*k->{n}) *{qual}const {n} = k->{n};" for n in used]
+    head = next(i for i, ln in enumerate(out) if "const kctx_t *k" in ln)
+    return out[:head + 1] + decls + out[head + 1:]
+
+
+def _int_min(dtype) -> str:
+    info = np.iinfo(np.dtype(dtype)) if dtype_name(dtype) != "bool" else None
+    return "0" if info is None else c_literal(info.min, np.dtype("int32") if dtype_name(dtype) != "uint32" else dtype)
+
+
+def _int_max(dtype) -> str:
+    info = np.iinfo(np.dtype(dtype)) if dtype_name(dtype) != "bool" else None
+    return "1" if info is None else c_literal(info.max, np.dtype("int32") if dtype_name(dtype) != "uint32" else dtype)
+
+
+def const_array(b: Buffer) -> str:
+    arr = b.data
+    assert arr is not None
+    name = dtype_name(b.dtype)
+    if name in ("float16", "bfloat16"):
+        flat = arr.reshape(-1).view(np.uint16)
+        items = ", ".join(str(int(x)) for x in flat)
+        ctype = "uint16_t"
+        return (f"static const {ctype} {b.name}_raw[{max(flat.size, 1)}] = {{{items or '0'}}};\n"
+                f"#define {b.name}_data ((const {storage_type(b.dtype)} *){b.name}_raw)")
+    flat = arr.reshape(-1)
+    if name == "float32":
+        items = ", ".join(c_literal(x, b.dtype) for x in flat)
+    elif name == "bool":
+        items = ", ".join("1" if x else "0" for x in flat)
+    else:
+        items = ", ".join(str(int(x)) for x in flat)
+    return (f"static const {storage_type(b.dtype)} {b.name}_data[{max(flat.size, 1)}] = "
+            f"{{{items or '0'}}};")
+
+
+def descriptor(g: Graph, scratch_total: int) -> list[str]:
+    lines = []
+
+    def table(kind: str, values: list[Value], names: list[str], aliases: dict[int, int]) -> None:
+        for k, v in enumerate(values):
+            dims = ", ".join(str(s) for s in v.shape) or "0"
+            lines.append(f"static const int64_t {kind}_shape{k}[{max(v.ndim, 1)}] = {{{dims}}};")
+        entries = []
+        for k, (v, name) in enumerate(zip(values, names)):
+            alias = aliases.get(k, -1)
+            entries.append(f"  {{\"{name}\", {_NKRT_DTYPE[dtype_name(v.dtype)]}, {v.ndim}, "
+                           f"{kind}_shape{k}, {v.nbytes}u, {alias}}},")
+        lines.append(f"static const nkrt_neff_tensor_t {kind}s[{max(len(values), 1)}] = {{")
+        lines.extend(entries or ["  {\"unused\", 0, 0, 0, 0, -1},"])
+        lines.append("};")
+
+    table("input", g.inputs, [v.name for v in g.inputs], {})
+    table("output", g.outputs, g.output_names, g.aliases)
+    lines += [
+        "static const nkrt_neff_desc_t desc = {",
+        f"  sizeof(nkrt_neff_desc_t), NKRT_NEFF_ABI_VERSION, \"{g.name}\", {len(g.inputs)}, "
+        f"{len(g.outputs)}, inputs, outputs, {scratch_total}u, kernel}};",
+        "",
+        "__attribute__((visibility(\"default\")))",
+        "const nkrt_neff_desc_t *nkrt_neff_query(uint32_t runtime_abi_version) {",
+        "  (void)runtime_abi_version;",
+        "  return &desc;",
+        "}",
+    ]
+    return lines
+
+
+# ---- elementwise operators --------------------------------------------------
+
+def elementwise_c(n: Node, args: list[str]) -> str:
+    """C expression of an elementwise node over operand expressions."""
+    op = n.op
+    out = n.output
+    src_dtype = n.inputs[-1].dtype if n.inputs else out.dtype
+    flt = is_float(src_dtype)
+    a = args[0] if args else ""
+    b = args[1] if len(args) > 1 else ""
+    if op == "cast":
+        dst = out.dtype
+        s = n.inputs[0].dtype
+        name = dtype_name(dst)
+        if name == "bool":
+            return f"(({a}) != 0)"
+        if name == "float32":
+            return f"((float)({a}))"
+        if name == "float16":
+            return f"((float)(nk_f16)({a}))"
+        if name == "bfloat16":
+            return f"nk_bf2f(nk_f2bf((float)({a})))"
+        if is_float(s):  # float -> int: truncate, NaN to 0
+            return f"(({compute_type(dst)})({storage_type(dst)})(({a}) == ({a}) ? ({a}) : 0))"
+        return f"(({compute_type(dst)})({storage_type(dst)})({a}))"
+    if op == "where":
+        return f"(({a}) ? ({b}) : ({args[2]}))"
+    if op in UNARY:
+        table_f = {
+            "neg": "(-({a}))", "abs": "__builtin_fabsf({a})", "exp": "nk_exp({a})",
+            "expm1": "expm1f({a})", "log": "nk_log({a})", "log1p": "log1pf({a})",
+            "log2": "(nk_log({a}) * 1.4426950408889634f)", "sqrt": "__builtin_sqrtf({a})",
+            "rsqrt": "(1.0f / __builtin_sqrtf({a}))", "reciprocal": "(1.0f / ({a}))",
+            "square": "(({a}) * ({a}))", "sin": "sinf({a})", "cos": "cosf({a})",
+            "tan": "tanf({a})", "arctan": "atanf({a})", "tanh": "nk_tanh({a})",
+            "sigmoid": "nk_sigmoid({a})", "erf": "nk_erf({a})", "ceil": "__builtin_ceilf({a})",
+            "floor": "__builtin_floorf({a})", "rint": "nk_rint({a})",
+            "trunc": "__builtin_truncf({a})", "sign": "nk_sign({a})",
+            "logical_not": "(({a}) == 0)", "isnan": "(({a}) != ({a}))",
+            "isfinite": "(({a}) - ({a}) == 0.0f)", "copy": "({a})",
+        }
+        table_i = {
+            "neg": "(-({a}))", "abs": "(({a}) < 0 ? -({a}) : ({a}))", "square": "(({a}) * ({a}))",
+            "sign": "((({a}) > 0) - (({a}) < 0))", "logical_not": "(({a}) == 0)",
+            "bitwise_not": ("(!({a}))" if dtype_name(src_dtype) == "bool" else "(~({a}))"),
+            "isnan": "0", "isfinite": "1", "copy": "({a})", "ceil": "({a})", "floor": "({a})",
+            "rint": "({a})", "trunc": "({a})", "reciprocal": "(1 / ({a}))",
+        }
+        table = table_f if flt else table_i
+        if op not in table:
+            raise CodegenError(f"{op} is not defined for {dtype_name(src_dtype)}")
+        return table[op].format(a=a)
+    if op in BINARY:
+        simple = {"add": "+", "sub": "-", "mul": "*", "eq": "==", "ne": "!=", "lt": "<",
+                  "le": "<=", "gt": ">", "ge": ">="}
+        if op in simple:
+            return f"(({a}) {simple[op]} ({b}))"
+        if op == "div":
+            return f"(({a}) / ({b}))" if flt else f"(({b}) == 0 ? 0 : ({a}) / ({b}))"
+        if op == "maximum":
+            return (f"((({a}) > ({b}) || ({a}) != ({a})) ? ({a}) : ({b}))" if flt
+                    else f"(({a}) > ({b}) ? ({a}) : ({b}))")
+        if op == "minimum":
+            return (f"((({a}) < ({b}) || ({a}) != ({a})) ? ({a}) : ({b}))" if flt
+                    else f"(({a}) < ({b}) ? ({a}) : ({b}))")
+        if op == "pow":
+            return f"powf({a}, {b})" if flt else f"nk_ipow({a}, {b})"
+        if op == "mod":
+            return f"nk_fmod_py({a}, {b})" if flt else f"nk_imod_py({a}, {b})"
+        if op == "floor_div":
+            return (f"__builtin_floorf(({a}) / ({b}))" if flt else f"nk_idiv_floor({a}, {b})")
+        logical = {"logical_and": "&&", "logical_or": "||"}
+        if op in logical:
+            return f"((({a}) != 0) {logical[op]} (({b}) != 0))"
+        if op == "logical_xor":
+            return f"((({a}) != 0) != (({b}) != 0))"
+        bitwise = {"bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^"}
+        if op in bitwise and not flt:
+            return f"(({a}) {bitwise[op]} ({b}))"
+    raise CodegenError(f"no C lowering for elementwise op {op!r} on {dtype_name(src_dtype)}")
+
+
+def reduce_parts(op: str, src_dtype: np.dtype, out_dtype: np.dtype):
+    """(accumulator C type, declarations, update statement, omp simd clause,
+    finishing statement) of a reduction over values `x` into `acc`."""
+    flt = is_float(src_dtype)
+    if op in ("reduce_max", "reduce_min"):
+        acct = compute_type(src_dtype)
+        cmp, kind = (">", "max") if op == "reduce_max" else ("<", "min")
+        if flt:
+            init = "-__builtin_inff()" if op == "reduce_max" else "__builtin_inff()"
+            return (acct, f"{acct} acc = {init}; int nanf = 0;",
+                    f"acc = x {cmp} acc ? x : acc; nanf |= (x != x);",
+                    f"reduction({kind}:acc) reduction(|:nanf)",
+                    "acc = nanf ? __builtin_nanf(\"\") : acc;")
+        init = _int_min(src_dtype) if op == "reduce_max" else _int_max(src_dtype)
+        return (acct, f"{acct} acc = {init};", f"acc = x {cmp} acc ? x : acc;",
+                f"reduction({kind}:acc)", "")
+    acct = compute_type(out_dtype)
+    table = {
+        "reduce_sum": ("0", "acc += x;", "reduction(+:acc)"),
+        "reduce_prod": ("1", "acc *= x;", "reduction(*:acc)"),
+        "reduce_any": ("0", "acc |= (x != 0);", "reduction(|:acc)"),
+        "reduce_all": ("1", "acc &= (x != 0);", "reduction(&:acc)"),
+    }
+    init, update, clause = table[op]
+    if op in ("reduce_any", "reduce_all"):
+        acct = "int32_t"
+    return acct, f"{acct} acc = {init};", update, clause, ""
+
+
+def generate_c(graph: Graph) -> str:
+    """C source of a NEFF implementing `graph` (already optimised)."""
+    return Generator(graph).source()

@@ -1,0 +1,1 @@
+"""nkipy.core: the kernel language (tracing, ops, IR)."""

@@ -1,0 +1,228 @@
+"""Emitting IR nodes for the tracer: shape/dtype inference and normalisation.
+
+Every helper takes and returns :class:`nkipy.core.ir.Value` objects of the active
+trace context and keeps the IR conventions (elementwise operands share one dtype
+and broadcast; axes non-negative and sorted; no 64-bit dtypes). Helpers skip
+no-op nodes (a cast to the same dtype, a reshape to the same shape, ...).
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from nkipy.core import dtypes as _dt
+from nkipy.core.ir import PREDICATES, Value
+from nkipy.core.trace import TraceContext, current_context
+
+BOOL = np.dtype(bool)
+INT32 = np.dtype(np.int32)
+FLOAT32 = np.dtype(np.float32)
+
+
+def ctx() -> TraceContext:
+    c = current_context()
+    if c is None:  # pragma: no cover - callers check first
+        raise RuntimeError("no kernel is being traced")
+    return c
+
+
+def emit1(op: str, inputs: Sequence[Value], attrs: dict | None, shape: Sequence[int],
+          dtype: Any) -> Value:
+    return ctx().emit(op, inputs, attrs, [(tuple(shape), dtype)]).output
+
+
+def const(value: Any, dtype: Any = None) -> Value:
+    return ctx().constant(value, dtype)
+
+
+def normalize_axis(axis: int, ndim: int, what: str = "axis") -> int:
+    a = int(axis)
+    if not -ndim <= a < ndim:
+        raise np.exceptions.AxisError(f"{what} {axis} is out of bounds for array of dimension {ndim}")
+    return a % ndim if ndim else 0
+
+
+def normalize_axes(axis: Any, ndim: int) -> tuple[int, ...]:
+    """None -> all axes; int or sequence -> sorted non-negative tuple (no repeats)."""
+    if axis is None:
+        return tuple(range(ndim))
+    if isinstance(axis, (list, tuple)):
+        axes = [normalize_axis(a, ndim) for a in axis]
+    else:
+        axes = [normalize_axis(axis, ndim)]
+    if len(set(axes)) != len(axes):
+        raise ValueError("duplicate value in 'axis'")
+    return tuple(sorted(axes))
+
+
+def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:
+    try:
+        return tuple(np.broadcast_shapes(*[tuple(s) for s in shapes]))
+    except ValueError:
+        raise ValueError("operands could not be broadcast together with shapes "
+                         + " ".join(str(tuple(s)) for s in shapes)) from None
+
+
+# -- elementwise ---------------------------------------------------------
+
+def cast(v: Value, dtype: Any) -> Value:
+    dt = _dt.check_supported(dtype, "a cast")
+    if v.dtype == dt:
+        return v
+    if v.node is not None and v.node.op == "constant":
+        return const(np.asarray(v.node.attrs["value"]).astype(dt))
+    return emit1("cast", [v], {"dtype": dt}, v.shape, dt)
+
+
+def unary(op: str, v: Value) -> Value:
+    return emit1(op, [v], None, v.shape, BOOL if op in PREDICATES else v.dtype)
+
+
+def binary(op: str, a: Value, b: Value) -> Value:
+    if a.dtype != b.dtype:  # pragma: no cover - internal misuse
+        raise TypeError(f"{op}: operand dtypes differ ({a.dtype}, {b.dtype})")
+    shape = broadcast_shapes(a.shape, b.shape)
+    return emit1(op, [a, b], None, shape, BOOL if op in PREDICATES else a.dtype)
+
+
+def where(c: Value, a: Value, b: Value) -> Value:
+    if c.dtype != BOOL:
+        c = cast(c, BOOL)
+    shape = broadcast_shapes(c.shape, a.shape, b.shape)
+    return emit1("where", [c, a, b], None, shape, a.dtype)
+
+
+# -- shapes --------------------------------------------------------------
+
+def broadcast_to(v: Value, shape: Sequence[int]) -> Value:
+    shape = tuple(int(s) for s in shape)
+    if v.shape == shape:
+        return v
+    if broadcast_shapes(v.shape, shape) != shape:
+        raise ValueError(f"cannot broadcast an array of shape {v.shape} to shape {shape}")
+    return emit1("broadcast_to", [v], {"shape": shape}, shape, v.dtype)
+
+
+def reshape(v: Value, shape: Sequence[int]) -> Value:
+    shape = tuple(int(s) for s in shape)
+    if int(np.prod(shape, dtype=np.int64)) != v.size:
+        raise ValueError(f"cannot reshape array of size {v.size} into shape {shape}")
+    if v.shape == shape:
+        return v
+    if v.node is not None and v.node.op == "reshape":  # reshape of a reshape
+        v = v.node.inputs[0]
+        if v.shape == shape:
+            return v
+    return emit1("reshape", [v], {"shape": shape}, shape, v.dtype)
+
+
+def transpose(v: Value, perm: Sequence[int]) -> Value:
+    perm = tuple(int(p) for p in perm)
+    if sorted(perm) != list(range(v.ndim)):
+        raise ValueError(f"axes {perm} don't match array of dimension {v.ndim}")
+    if perm == tuple(range(v.ndim)):
+        return v
+    # a transpose that only moves size-1 axes is a reshape
+    moved = [v.shape[p] for p in perm]
+    if [d for d in perm if v.shape[d] != 1] == sorted(d for d in perm if v.shape[d] != 1):
+        return reshape(v, moved)
+    return emit1("transpose", [v], {"perm": perm}, moved, v.dtype)
+
+
+def slice_(v: Value, starts: Sequence[int], stops: Sequence[int], steps: Sequence[int]) -> Value:
+    """Basic slicing with normalised (start, stop, step) per dim (``slice.indices``)."""
+    starts, stops, steps = (tuple(int(x) for x in t) for t in (starts, stops, steps))
+    empty = [not len(range(a, b, c)) for a, b, c in zip(starts, stops, steps)]
+    if any(empty):  # every empty slice in one normal form: 0:0:1
+        starts = tuple(0 if e else a for a, e in zip(starts, empty))
+        stops = tuple(0 if e else b for b, e in zip(stops, empty))
+        steps = tuple(1 if e else c for c, e in zip(steps, empty))
+    shape = tuple(len(range(a, b, c)) for a, b, c in zip(starts, stops, steps))
+    if shape == v.shape and all(c == 1 for c in steps):
+        return v
+    if v.node is not None and v.node.op == "constant":
+        idx = tuple(slice(a, b if b >= 0 else None, c) for a, b, c in zip(starts, stops, steps))
+        return const(np.asarray(v.node.attrs["value"])[idx])
+    return emit1("slice", [v], {"starts": starts, "stops": stops, "steps": steps}, shape, v.dtype)
+
+
+def slice_axis(v: Value, axis: int, start: int, stop: int, step: int = 1) -> Value:
+    starts = [0] * v.ndim
+    stops = list(v.shape)
+    steps = [1] * v.ndim
+    s = slice(start, stop, step).indices(v.shape[axis])
+    starts[axis], stops[axis], steps[axis] = s
+    return slice_(v, starts, stops, steps)
+
+
+def concat(vs: Sequence[Value], axis: int) -> Value:
+    vs = list(vs)
+    if len(vs) == 1:
+        return vs[0]
+    nd = vs[0].ndim
+    shape = list(vs[0].shape)
+    for v in vs[1:]:
+        if v.ndim != nd or any(v.shape[d] != shape[d] for d in range(nd) if d != axis):
+            raise ValueError("all the input array dimensions except for the concatenation axis "
+                             f"must match exactly, got {[tuple(x.shape) for x in vs]}")
+    shape[axis] = sum(v.shape[axis] for v in vs)
+    vs = [v for v in vs if v.shape[axis] > 0] or vs[:1]
+    if len(vs) == 1 and vs[0].shape == tuple(shape):
+        return vs[0]
+    return emit1("concat", vs, {"axis": axis}, shape, vs[0].dtype)
+
+
+def pad(v: Value, pad_width: Sequence[tuple[int, int]], value: Any) -> Value:
+    pw = tuple((int(lo), int(hi)) for lo, hi in pad_width)
+    if all(lo == 0 and hi == 0 for lo, hi in pw):
+        return v
+    shape = tuple(s + lo + hi for s, (lo, hi) in zip(v.shape, pw))
+    pyval = np.asarray(value).astype(v.dtype).item()  # a Python bool/int/float of v's kind
+    if _dt.is_float(v.dtype):
+        pyval = float(pyval)
+    return emit1("pad", [v], {"pad_width": pw, "value": pyval}, shape, v.dtype)
+
+
+def expand_dims(v: Value, axes: Sequence[int]) -> Value:
+    shape = list(v.shape)
+    for a in sorted(axes):
+        shape.insert(a, 1)
+    return reshape(v, shape)
+
+
+# -- reductions and friends ----------------------------------------------
+
+def reduce(op: str, v: Value, axes: Sequence[int], keepdims: bool) -> Value:
+    axes = tuple(sorted(int(a) for a in axes))
+    if keepdims:
+        shape = tuple(1 if d in axes else s for d, s in enumerate(v.shape))
+    else:
+        shape = tuple(s for d, s in enumerate(v.shape) if d not in axes)
+    if not axes:
+        return v
+    if all(v.shape[a] == 1 for a in axes):
+        return reshape(v, shape)
+    dt = BOOL if op in ("reduce_any", "reduce_all") else v.dtype
+    return emit1(op, [v], {"axes": axes, "keepdims": bool(keepdims)}, shape, dt)
+
+
+def iota(shape: Sequence[int], dim: int, dtype: Any = INT32) -> Value:
+    shape = tuple(int(s) for s in shape)
+    dt = _dt.check_supported(dtype)
+    return emit1("iota", [], {"shape": shape, "dim": int(dim), "dtype": dt}, shape, dt)
+
+
+def matmul(a: Value, b: Value) -> Value:
+    """NumPy matmul on rank >= 2 operands of one dtype, batch dims made equal-rank."""
+    if a.shape[-1] != b.shape[-2]:
+        raise ValueError(f"matmul: Input operand 1 has a mismatch in its core dimension 0 "
+                         f"(size {b.shape[-2]} is different from {a.shape[-1]})")
+    nd = max(a.ndim, b.ndim)
+    if a.ndim < nd:
+        a = reshape(a, (1,) * (nd - a.ndim) + a.shape)
+    if b.ndim < nd:
+        b = reshape(b, (1,) * (nd - b.ndim) + b.shape)
+    batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    shape = batch + (a.shape[-2], b.shape[-1])
+    return emit1("matmul", [a, b], None, shape, a.dtype)

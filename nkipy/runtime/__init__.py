@@ -1,0 +1,6 @@
+"""nkipy.runtime: compile traced kernels to NEFFs and run them on the device."""
+from .decorators import baremetal_jit
+from .device_kernel import DeviceKernel
+from .device_tensor import DeviceTensor
+
+__all__ = ["DeviceKernel", "DeviceTensor", "baremetal_jit"]

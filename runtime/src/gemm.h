@@ -1,0 +1,84 @@
+/* gemm.h - internals of the matrix routines lent to kernels (gemm*.c).
+ *
+ * A provider does single-threaded GEMM on one panel; gemm.c cuts every call
+ * into panels and spreads them over the runtime's worker pool, so one thread
+ * pool serves the process. Providers: "mkl" (Intel MKL, dlopen'ed at first
+ * use, see gemm_mkl.c) and "reference" (the portable blocked C kernel in
+ * gemm_ref.c, always there). docs/gemm.md explains the choice. */
+#ifndef NKRT_GEMM_H
+#define NKRT_GEMM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "internal.h"
+
+typedef struct nkrt_gemm_provider {
+  const char *name;
+  /* Single-threaded, row-major: C = alpha * op(A) @ op(B) + beta * C with
+   * m, n, k >= 1 (beta == 0: C is not read). */
+  void (*sgemm)(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+  /* Optional native mixed precision: A and B of `dtype` (float16 or
+   * bfloat16), C float32, same semantics as sgemm. NULL, or returns false
+   * for a dtype it lacks: the caller then widens to float32. */
+  bool (*gemm_lowp_f32)(uint32_t dtype, int ta, int tb, int64_t m, int64_t n, int64_t k,
+                        float alpha, const uint16_t *a, int64_t lda, const uint16_t *b,
+                        int64_t ldb, float beta, float *c, int64_t ldc);
+  /* Which library, version and instruction set; for logs and docs. */
+  char description[256];
+} nkrt_gemm_provider_t;
+
+/* The portable provider (gemm_ref.c). */
+extern const nkrt_gemm_provider_t nkrt_gemm_reference;
+/* The single-threaded blocked kernel behind it. */
+void nkrt_gemm_ref_sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha,
+                         const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                         float *c, int64_t ldc);
+/* The instruction set the reference kernel dispatches to: "avx512f",
+ * "avx2+fma" or "generic". */
+const char *nkrt_gemm_ref_isa(void);
+/* Tests only: use the micro-kernel for `isa` ("generic", "avx2+fma",
+ * "avx512f"; NULL: the CPU's best). False when the CPU lacks it. Not safe
+ * while GEMMs run. */
+bool nkrt_gemm_ref_force_isa(const char *isa);
+
+/* Opens Intel MKL (gemm_mkl.c): `path` names libmkl_rt; NULL tries the
+ * loader's default search. Returns NULL (and a reason in `why`) when it
+ * cannot be used. The provider lives for the rest of the process. */
+const nkrt_gemm_provider_t *nkrt_gemm_mkl_open(const char *path, char *why, size_t why_len);
+
+/* Temporary buffers for panels, recycled across calls (gemm.c). Any thread
+ * may call these. Returns 64-byte aligned memory or NULL. */
+void *nkrt_gemm_buffer_get(uint64_t bytes);
+void nkrt_gemm_buffer_put(void *buffer);
+
+/* ---- entry points for tests and benchmarks ------------------------------
+ * The routines of nkrt_kernel_lib_t, with a pool instead of an execution
+ * context, on a chosen provider. They return NULL, or a message when
+ * temporary memory ran out. */
+const char *nkrt_gemm_sgemm_batched(const nkrt_gemm_provider_t *p, nkrt_pool_t *pool,
+                                    int64_t batch, int ta, int tb, int64_t m, int64_t n,
+                                    int64_t k, float alpha, const float *a, int64_t lda,
+                                    int64_t sa, const float *b, int64_t ldb, int64_t sb,
+                                    float beta, float *c, int64_t ldc, int64_t sc);
+const char *nkrt_gemm_lowp_batched(const nkrt_gemm_provider_t *p, nkrt_pool_t *pool,
+                                   uint32_t dtype, int64_t batch, int ta, int tb, int64_t m,
+                                   int64_t n, int64_t k, float alpha, const void *a, int64_t lda,
+                                   int64_t sa, const void *b, int64_t ldb, int64_t sb, float beta,
+                                   void *c, int64_t ldc, int64_t sc);
+/* The provider NKRT_GEMM (and the search) picks; chosen once per process. */
+const nkrt_gemm_provider_t *nkrt_gemm_selected(void);
+/* Tests only: forget the choice, so the next call reads NKRT_GEMM again.
+ * Not safe while GEMMs run. */
+void nkrt_gemm_reselect(void);
+/* A provider by name ("reference", "mkl"), or NULL when not available. */
+const nkrt_gemm_provider_t *nkrt_gemm_find(const char *name);
+
+/* float16 / bfloat16 conversions (round to nearest even). */
+float nkrt_half_to_float(uint16_t h);
+uint16_t nkrt_float_to_half(float f);
+float nkrt_bf16_to_float(uint16_t h);
+uint16_t nkrt_float_to_bf16(float f);
+
+#endif /* NKRT_GEMM_H */
