@@ -81,4 +81,4 @@ $(BUILD)/bench_nkrt: $(RT_SRC) $(RT_HDR) bench/bench_nkrt.c
 	$(CC) $(CFLAGS_OPT) $(RT_SRC) bench/bench_nkrt.c -o $@ $(LDLIBS)
 
 clean:
-	rm -rf $(BUILD) spike/*.so
+	rm -rf $(BUILD) spike/*.so $(VENV)/.built

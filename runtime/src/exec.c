@@ -1,5 +1,6 @@
 /* exec.c - tensor sets, per-core in-order queues, execution and events. */
 #include <errno.h>
+#include <sched.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -305,6 +306,7 @@ struct nkrt_event {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   bool done;
+  atomic_bool done_flag;    /* = done, readable without the lock */
   nkrt_status_t status;
   struct nkrt_event *list_prev, *list_next;
 };
@@ -315,6 +317,7 @@ static nkrt_event_t *event_create(nkrt_runtime_t *rt) {
   ev->runtime = rt;
   ev->id = atomic_fetch_add(&rt->next_id, 1);
   atomic_init(&ev->refs, 2);
+  atomic_init(&ev->done_flag, false);
   pthread_mutex_init(&ev->mu, NULL);
   pthread_condattr_t attr;
   pthread_condattr_init(&attr);
@@ -354,6 +357,7 @@ static void event_complete(nkrt_event_t *ev, nkrt_status_t st) {
   pthread_mutex_lock(&ev->mu);
   ev->status = st;
   ev->done = true;
+  atomic_store_explicit(&ev->done_flag, true, memory_order_release);
   pthread_cond_broadcast(&ev->cv);
   pthread_mutex_unlock(&ev->mu);
   nkrt_event_release(ev);
@@ -370,6 +374,14 @@ nkrt_status_t nkrt_event_wait(nkrt_event_t *ev, int64_t timeout_ns) {
       deadline.tv_sec++;
       deadline.tv_nsec -= 1000000000;
     }
+  }
+  if (timeout_ns != 0) { /* poll briefly before sleeping */
+    uint64_t t0 = nkrt_now_ns();
+    uint64_t limit = timeout_ns > 0 && (uint64_t)timeout_ns < NKRT_SPIN_NS ? (uint64_t)timeout_ns
+                                                                         : NKRT_SPIN_NS;
+    while (!atomic_load_explicit(&ev->done_flag, memory_order_acquire) &&
+           nkrt_now_ns() - t0 < limit)
+      sched_yield();
   }
   pthread_mutex_lock(&ev->mu);
   while (!ev->done) {
@@ -419,6 +431,7 @@ struct nkrt_work {
 
 void nkrt_queue_init(nkrt_queue_t *q) {
   memset(q, 0, sizeof(*q));
+  atomic_init(&q->pending, 0);
   pthread_mutex_init(&q->mu, NULL);
   pthread_cond_init(&q->work_cv, NULL);
   pthread_cond_init(&q->idle_cv, NULL);
@@ -449,13 +462,25 @@ static void *queue_main(void *p) {
   nkrt_queue_t *q = &core->queue;
   pthread_mutex_lock(&q->mu);
   for (;;) {
-    while (!q->stop && (!q->head || q->busy)) pthread_cond_wait(&q->work_cv, &q->mu);
+    while (!q->stop && (!q->head || q->busy)) {
+      if (!q->head && !q->busy) { /* idle: poll briefly before sleeping */
+        pthread_mutex_unlock(&q->mu);
+        uint64_t t0 = nkrt_now_ns();
+        while (atomic_load_explicit(&q->pending, memory_order_acquire) == 0 &&
+               nkrt_now_ns() - t0 < NKRT_SPIN_NS)
+          sched_yield();
+        pthread_mutex_lock(&q->mu);
+        if (q->head || q->stop) continue;
+      }
+      pthread_cond_wait(&q->work_cv, &q->mu);
+    }
     if (!q->head) break; /* stopping, and nothing left */
     if (q->busy) {       /* stopping while an inline execution runs */
       pthread_cond_wait(&q->work_cv, &q->mu);
       continue;
     }
     nkrt_work_t *w = q->head;
+    atomic_fetch_sub_explicit(&q->pending, 1, memory_order_relaxed);
     q->head = w->next;
     if (!q->head) q->tail = NULL;
     q->busy = true;
@@ -491,6 +516,7 @@ static nkrt_status_t enqueue(nkrt_core_t *core, nkrt_work_t *w) {
   if (q->tail) q->tail->next = w;
   else q->head = w;
   q->tail = w;
+  atomic_fetch_add_explicit(&q->pending, 1, memory_order_release);
   pthread_cond_signal(&q->work_cv);
   pthread_mutex_unlock(&q->mu);
   return NULL;

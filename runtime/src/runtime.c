@@ -173,8 +173,14 @@ nkrt_status_t nkrt_runtime_create(const nkrt_options_t *options, nkrt_runtime_t 
   uint32_t workers = options->num_workers;
   if (!workers) {
     const char *env = getenv("NKRT_NUM_WORKERS");
-    long v = env ? strtol(env, NULL, 10) : 0;
-    if (v > 0) workers = (uint32_t)v;
+    if (env && *env) {
+      char *end;
+      long v = strtol(env, &end, 10);
+      if (*skip_spaces(end) != '\0' || v < 1 || v > 1024)
+        return nkrt_status_make(NKRT_INVALID, "NKRT_NUM_WORKERS: invalid value \"%s\" (expected "
+                                "a number of threads from 1 to 1024)", env);
+      workers = (uint32_t)v;
+    }
   }
   if (!workers) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);

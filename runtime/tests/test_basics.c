@@ -84,6 +84,15 @@ TEST(runtime_environment) {
   setenv("NKRT_CORE_MEMORY", "two", 1);
   CHECK_ERR(nkrt_runtime_create(&o, &rt), NKRT_INVALID, "NKRT_CORE_MEMORY: invalid size");
   unsetenv("NKRT_CORE_MEMORY");
+  setenv("NKRT_NUM_WORKERS", "3", 1);
+  rt = nkrt_test_runtime("0", 1 << 20);
+  CHECK(nkrt_runtime_num_workers(rt) == 3);
+  nkrt_runtime_destroy(rt);
+  setenv("NKRT_NUM_WORKERS", "many", 1);
+  CHECK_ERR(nkrt_runtime_create(&o, &rt), NKRT_INVALID, "NKRT_NUM_WORKERS: invalid value \"many\"");
+  setenv("NKRT_NUM_WORKERS", "0", 1);
+  CHECK_ERR(nkrt_runtime_create(&o, &rt), NKRT_INVALID, "from 1 to 1024");
+  unsetenv("NKRT_NUM_WORKERS");
   o.core_memory_bytes = 1000;
   CHECK_ERR(nkrt_runtime_create(&o, &rt), NKRT_INVALID, "below the minimum");
   if (saved) {
