@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -240,14 +240,6 @@ def access_of(buffer: Buffer, dmap: tuple[Dim, ...], iter_ndim: int) -> Access:
 
 # ---- the generator ----------------------------------------------------------
 
-@dataclass
-class Loop:
-    """Iteration space of a group after dimension collapsing."""
-
-    shape: list[int]
-    accesses: list[Access]   # leaf reads, then the written buffer(s) last
-
-
 class Generator:
     """Turns one optimised Graph into C source; see the module docstring."""
 
@@ -263,7 +255,6 @@ class Generator:
         self.funcs: list[str] = []                # helper functions (loop bodies)
         self.body: list[str] = []                 # statements of the kernel function
         self.inline: set[int] = set()             # value ids computed inside readers
-        self.group_of: dict[int, int] = {}        # value id -> index of the group making it
         self.rowbufs: list[tuple[str, int]] = []  # (kctx field, floats per worker)
         self.counter = 0
 
@@ -309,13 +300,6 @@ class Generator:
     def fresh(self, prefix: str) -> str:
         self.counter += 1
         return f"{prefix}{self.counter}"
-
-    def buffer_for(self, v: Value) -> Buffer:
-        """The materialised buffer of v (inputs, outputs, scratch)."""
-        buf = self.buffers.get(v.id)
-        if buf is None:
-            raise AssertionError(f"{v!r} has no buffer")
-        return buf
 
     def new_output_buffer(self, v: Value) -> Buffer:
         """Decides where a group writes v: an output tensor or scratch."""
@@ -502,8 +486,10 @@ class Generator:
         def build(idx):
             leaves: list[Access] = []
             n = v.node
-            if n.op in ("constant", "iota"):
-                e = self.expr_node_root(n, leaves, idx)
+            if n.op == "constant":
+                e = c_literal(np.asarray(n.attrs["value"]).reshape(-1)[0], v.dtype)
+            elif n.op == "iota":
+                e = f"(({compute_type(v.dtype)}){idx[n.attrs['dim']]})"
             else:
                 args = [self.expr(o, broadcast_map(o.shape, v.ndim), leaves, v.ndim, idx)
                         for o in n.inputs]
@@ -511,15 +497,6 @@ class Generator:
             return leaves, [e]
 
         self.emit_loop(shape, [(out, out.strides, 0)], build)
-
-    def expr_node_root(self, n: Node, leaves, idx) -> str:
-        v = n.output
-        if n.op == "constant":
-            return c_literal(np.asarray(n.attrs["value"]).reshape(-1)[0], v.dtype)
-        return self.expr_iota(n, idx)
-
-    def expr_iota(self, n: Node, idx) -> str:
-        return f"(({compute_type(n.output.dtype)}){idx[n.attrs['dim']]})"
 
     def gen_copy(self, v: Value, src: Value) -> None:
         """Materialises src (a view, input, or other buffer) into v's buffer."""
@@ -1069,7 +1046,6 @@ class Generator:
         of = Value((og, OH * OW), np.dtype("float32"))
         obuf = Buffer(self.fresh("t"), of.dtype, of.shape, "scratch", nbytes=of.nbytes)
         self.scratch.append(obuf)
-        self._conv_extra = getattr(self, "_conv_extra", []) + [cols, wf, of]
         lines = ["  {"]
         lines += self.serial_nest((O, Cg, KH, KW), lambda i: [
             f"kc.{wbuf.name}[{i[0]} * {Cg * KH * KW} + {i[1]} * {KH * KW} + {i[2]} * {KW} + "

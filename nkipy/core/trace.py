@@ -134,6 +134,7 @@ def _bind(fn: Callable, kname: str, args: tuple, kwargs: dict,
         bound = sig.bind(*args, **kwargs)
     except TypeError as exc:
         raise TypeError(f"cannot bind the arguments to {kname}{sig}: {exc}") from None
+    provided = set(bound.arguments)
     bound.apply_defaults()
     used_names: set[str] = set()
 
@@ -152,7 +153,10 @@ def _bind(fn: Callable, kname: str, args: tuple, kwargs: dict,
         if kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD):
             call_args.append(conv(pname, arg))
         elif kind == inspect.Parameter.KEYWORD_ONLY:
-            call_kwargs[pname] = conv(pname, arg)
+            # defaults are passed only when they are arrays (kernel inputs):
+            # some callables (NumPy ufuncs) reject their own defaults spelled out
+            if pname in provided or isinstance(arg, np.ndarray):
+                call_kwargs[pname] = conv(pname, arg)
         elif kind == inspect.Parameter.VAR_POSITIONAL:
             for i, item in enumerate(arg):
                 call_args.append(conv(f"{pname}_{i}", item))
