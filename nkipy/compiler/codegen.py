@@ -1361,13 +1361,59 @@ class Generator:
             self.buffers[x.id] = self.buffers[tmp.id]
             self.body.append("")
 
+    def live_ranges(self) -> dict[str, tuple[int, int]]:
+        """First and last top-level kernel statement using each scratch buffer
+        (directly, or inside the loop function a statement runs)."""
+        stmts: list[str] = []
+        cur: list[str] = []
+        depth = 0
+        for ln in self.body:
+            cur.append(ln)
+            depth += ln.count("{") - ln.count("}")
+            if depth == 0:
+                stmts.append("\n".join(cur))
+                cur = []
+        if cur:
+            stmts.append("\n".join(cur))
+        scratch = {b.name for b in self.scratch}
+        word = re.compile(r"\b(\w+)\b")
+        in_func: dict[str, set[str]] = {}
+        for text in self.funcs:
+            head = re.match(r"static void (\w+)\(", text)
+            if head:
+                in_func[head.group(1)] = set(word.findall(text)) & scratch
+        ranges: dict[str, tuple[int, int]] = {}
+        for i, text in enumerate(stmts):
+            names = set(word.findall(text))
+            used = names & scratch
+            for fn in names & in_func.keys():
+                used |= in_func[fn]
+            for name in used:
+                first, _ = ranges.get(name, (i, i))
+                ranges[name] = (first, i)
+        return ranges
+
     def plan_scratch(self) -> int:
-        """Gives every scratch buffer a byte offset; returns the total size."""
-        offset = 0
-        for b in self.scratch:
+        """Gives every scratch buffer a byte offset in the one scratch block;
+        buffers whose live ranges do not overlap share memory (largest
+        first, each at the lowest offset free during its whole life).
+        Returns the block's size."""
+        ranges = self.live_ranges()
+        placed: list[tuple[int, int, int, int]] = []  # (offset, end, first, last)
+        total = 0
+        for b in sorted(self.scratch, key=lambda b: -b.nbytes):
+            size = (max(b.nbytes, 1) + 63) // 64 * 64
+            first, last = ranges.get(b.name, (0, 1 << 30))
+            busy = sorted((o, e) for o, e, f, l in placed if not (l < first or last < f))
+            offset = 0
+            for o, e in busy:
+                if offset + size <= o:
+                    break
+                offset = max(offset, e)
             b.offset = offset
-            offset += (max(b.nbytes, 1) + 63) // 64 * 64
-        return offset
+            placed.append((offset, offset + size, first, last))
+            total = max(total, offset + size)
+        return total
 
     def source(self) -> str:
         self.plan()
