@@ -133,3 +133,26 @@ def test_cache_dir_from_environment(tmp_path, monkeypatch):
     assert build.default_cache_dir() == tmp_path / "envcache"
     ck = compile_graph(softmax_graph(name="envk"))
     assert ck.neff_path.startswith(str(tmp_path / "envcache"))
+
+
+def test_intermediates_share_scratch_memory(tmp_path):
+    from nkipy.core.trace import trace
+    from nkipy.runtime import DeviceKernel
+
+    def chain_of_products(x, w1, w2):
+        h = np.tanh(x @ w1)      # 64x128 intermediates ...
+        g = h @ w2               # ... dead once g exists
+        return (np.exp(g) @ w2.T).sum()
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((64, 64)).astype(np.float32) * 0.1
+    w1 = rng.standard_normal((64, 128)).astype(np.float32) * 0.1
+    w2 = rng.standard_normal((128, 64)).astype(np.float32) * 0.1
+    k = DeviceKernel.compile_and_load(chain_of_products, x, w1, w2, build_dir=tmp_path)
+    c = k.c_source
+    offsets = [int(o) for o in __import__("re").findall(r"\(scratch \+ (\d+)\)", c)]
+    assert len(offsets) > len(set(offsets))  # some buffers reuse the same bytes
+    assert k.compiled.graph is not None
+    out = k({"x": SpikeTensor.from_numpy(x), "w1": SpikeTensor.from_numpy(w1),
+             "w2": SpikeTensor.from_numpy(w2)})["output0"].numpy()
+    np.testing.assert_allclose(out, chain_of_products(x, w1, w2), rtol=1e-4)
