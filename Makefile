@@ -28,15 +28,29 @@ $(VENV)/.deps: Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "numpy>=1.24" "ml_dtypes>=0.3" "pytest>=7" "hypothesis>=6" setuptools wheel
-	$(PY) -m pip install -q "torch==2.13.0"
+	$(PY) -m pip install -q "torch==2.13.0" "expecttest>=0.2"
 	touch $@
 
-$(VENV)/.built: $(VENV)/.deps $(RT_SRC) $(RT_HDR) spike/_spike.c setup.py pyproject.toml
+$(VENV)/.built: $(VENV)/.deps $(RT_SRC) $(RT_HDR) spike/_spike.c spike/include/spike_capi.h setup.py pyproject.toml
 	$(PY) -m pip install -q --no-build-isolation --no-deps -e .
 	$(PY) setup.py -q build_ext --inplace
 	touch $@
 
-venv: $(VENV)/.built
+# spike_torch's C++ glue: one TU, PyTorch core headers only (no pybind11), a
+# plain shared library loaded by spike_torch/_C.py. Built against the torch
+# installed in the venv (no build isolation).
+TORCH_DIR = $(shell $(PY) -c "import os, torch; print(os.path.dirname(torch.__file__))" 2>/dev/null)
+TORCH_ABI = $(shell $(PY) -c "import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))" 2>/dev/null)
+CXX ?= g++
+SPIKE_TORCH_SO := spike_torch/_nkipy_device.so
+
+$(SPIKE_TORCH_SO): spike_torch/csrc/nkipy_device.cpp spike/include/spike_capi.h $(RT_HDR) $(VENV)/.deps
+	$(CXX) -std=c++20 -O2 -fPIC -shared -fvisibility=hidden -D_GLIBCXX_USE_CXX11_ABI=$(TORCH_ABI) \
+	  -Wall -Wextra -Wno-unused-parameter -I$(TORCH_DIR)/include -Ispike/include -Iruntime/include \
+	  spike_torch/csrc/nkipy_device.cpp -L$(TORCH_DIR)/lib -ltorch_cpu -lc10 \
+	  -Wl,-rpath,$(TORCH_DIR)/lib -o $@
+
+venv: $(VENV)/.built $(SPIKE_TORCH_SO)
 
 # ---- C runtime tests ----------------------------------------------------
 $(BUILD)/neff/%.neff: runtime/tests/kernels/%.c runtime/include/nkrt/neff_abi.h
@@ -75,10 +89,12 @@ $(VENV)/.bench-deps: $(VENV)/.deps
 
 bench: venv $(VENV)/.bench-deps $(BUILD)/bench_nkrt $(NEFFS)
 	$(PY) bench/run.py --c-bench $(BUILD)/bench_nkrt --neff-dir $(BUILD)/neff
+	$(PY) bench/bench_nkipy.py
+	$(PY) bench/bench_spike_torch.py
 
 $(BUILD)/bench_nkrt: $(RT_SRC) $(RT_HDR) bench/bench_nkrt.c
 	@mkdir -p $(BUILD)
 	$(CC) $(CFLAGS_OPT) $(RT_SRC) bench/bench_nkrt.c -o $@ $(LDLIBS)
 
 clean:
-	rm -rf $(BUILD) spike/*.so $(VENV)/.built
+	rm -rf $(BUILD) spike/*.so $(SPIKE_TORCH_SO) $(VENV)/.built

@@ -32,6 +32,7 @@
 #include <time.h>
 
 #include "nkrt/nkrt.h"
+#include "include/spike_capi.h"
 
 /* ------------------------------------------------------------------------ */
 /* Errors                                                                    */
@@ -134,6 +135,31 @@ typedef struct SpikeCtx {
 /* The context of the live (not closed) runtime, if any: one per process. */
 static SpikeCtx *g_live_ctx;
 
+/* State behind the exported C API (spike_capi.h): the live runtime and its
+ * generation, guarded by a read-write lock that API calls hold for reading
+ * while they use the runtime and that publish/retire take for writing. */
+static pthread_rwlock_t g_capi_lock = PTHREAD_RWLOCK_INITIALIZER;
+static nkrt_runtime_t *g_capi_runtime;
+static uint64_t g_capi_generation_counter;
+static uint64_t g_capi_generation; /* 0: none live; read atomically */
+
+static void capi_publish(nkrt_runtime_t *runtime) {
+  pthread_rwlock_wrlock(&g_capi_lock);
+  g_capi_runtime = runtime;
+  __atomic_store_n(&g_capi_generation, ++g_capi_generation_counter, __ATOMIC_RELEASE);
+  pthread_rwlock_unlock(&g_capi_lock);
+}
+
+/* Called without the GIL before `runtime` is destroyed; waits for API calls. */
+static void capi_retire(nkrt_runtime_t *runtime) {
+  pthread_rwlock_wrlock(&g_capi_lock);
+  if (g_capi_runtime == runtime) {
+    g_capi_runtime = NULL;
+    __atomic_store_n(&g_capi_generation, 0, __ATOMIC_RELEASE);
+  }
+  pthread_rwlock_unlock(&g_capi_lock);
+}
+
 static SpikeCtx *ctx_new(nkrt_runtime_t *runtime) {
   SpikeCtx *ctx = calloc(1, sizeof(*ctx));
   if (!ctx) return NULL;
@@ -161,6 +187,7 @@ static void ctx_close(SpikeCtx *ctx) {
   Py_BEGIN_ALLOW_THREADS
   /* Waits for calls still running without the GIL. */
   pthread_rwlock_wrlock(&ctx->lock);
+  capi_retire(runtime);
   nkrt_runtime_destroy(runtime);
   pthread_rwlock_unlock(&ctx->lock);
   Py_END_ALLOW_THREADS
@@ -201,6 +228,7 @@ static void spike_at_exit(void) {
     ctx->closed = 1;
     g_live_ctx = NULL;
     pthread_rwlock_wrlock(&ctx->lock); /* a daemon thread may still be executing */
+    capi_retire(ctx->runtime);
     nkrt_runtime_destroy(ctx->runtime);
     ctx->runtime = NULL;
     pthread_rwlock_unlock(&ctx->lock);
@@ -852,6 +880,7 @@ static PyObject *spike_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
   }
   self->verbose_level = verbose_level;
   g_live_ctx = self->ctx;
+  capi_publish(runtime);
   return (PyObject *)self;
 }
 
@@ -1088,6 +1117,65 @@ static PyObject *spike_slice_from_tensor(SpikeObject *self, PyObject *args, PyOb
   nkrt_status_t st = nkrt_tensor_slice(source->tensor, off, len, name, &tensor);
   if (st) return nrt_error(st);
   return tensor_wrap(self->ctx, tensor);
+}
+
+/* Finds the live allocation containing `address` (a host-visible device
+ * address): the owning tensor (borrowed) and the offset inside it. */
+static nkrt_tensor_t *lookup_arg(SpikeObject *self, PyObject *addr_obj, uint64_t *out_offset) {
+  if (!PyLong_Check(addr_obj)) {
+    PyErr_Format(PyExc_TypeError, "address must be an int, got %s", Py_TYPE(addr_obj)->tp_name);
+    return NULL;
+  }
+  unsigned long long address = PyLong_AsUnsignedLongLong(addr_obj);
+  if (PyErr_Occurred()) {
+    PyErr_Clear();
+    PyErr_Format(PyExc_ValueError, "address must be a non-negative int, got %R", addr_obj);
+    return NULL;
+  }
+  if (spike_check_open(self) < 0) return NULL;
+  nkrt_tensor_t *owner = NULL;
+  nkrt_status_t st =
+      nkrt_tensor_lookup(self->ctx->runtime, (const void *)(uintptr_t)address, &owner, out_offset);
+  if (st) {
+    nrt_error(st);
+    return NULL;
+  }
+  return owner;
+}
+
+static PyObject *spike_slice_from_address(SpikeObject *self, PyObject *args, PyObject *kwds) {
+  static char *kwlist[] = {"address", "size", "name", NULL};
+  PyObject *addr_obj;
+  long long size = 0;
+  const char *name = NULL;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|Lz:slice_from_address", kwlist, &addr_obj,
+                                   &size, &name))
+    return NULL;
+  if (check_non_negative("size", size) < 0) return NULL;
+  uint64_t offset = 0;
+  nkrt_tensor_t *owner = lookup_arg(self, addr_obj, &offset);
+  if (!owner) return NULL;
+  uint64_t total = nkrt_tensor_size(owner);
+  if ((uint64_t)size > total - offset)
+    return spike_error("slice of %llu bytes at offset %llu exceeds the allocation bound: it "
+                       "has %llu bytes",
+                       (unsigned long long)size, (unsigned long long)offset,
+                       (unsigned long long)total);
+  if (size == 0 && offset == total)
+    return spike_error("address is the end of its allocation: an empty slice needs a size");
+  nkrt_tensor_t *tensor = NULL;
+  nkrt_status_t st = nkrt_tensor_slice(owner, offset, (uint64_t)size, name, &tensor);
+  if (st) return nrt_error(st);
+  return tensor_wrap(self->ctx, tensor);
+}
+
+static PyObject *spike_lookup_address(SpikeObject *self, PyObject *addr_obj) {
+  uint64_t offset = 0;
+  nkrt_tensor_t *owner = lookup_arg(self, addr_obj, &offset);
+  if (!owner) return NULL;
+  return Py_BuildValue("(KKI)", (unsigned long long)(uintptr_t)nkrt_tensor_va(owner),
+                       (unsigned long long)nkrt_tensor_size(owner),
+                       (unsigned int)nkrt_tensor_core(owner));
 }
 
 static PyObject *spike_free_tensor(SpikeObject *self, PyObject *args, PyObject *kwds) {
@@ -1588,6 +1676,13 @@ static PyMethodDef spike_methods[] = {
     {"slice_from_tensor", (PyCFunction)(void (*)(void))spike_slice_from_tensor, KW,
      "slice_from_tensor(source, offset=0, size=0, name=None) -> NrtTensor\n\nA non-owning "
      "window of `source`; size 0 means to the end."},
+    {"slice_from_address", (PyCFunction)(void (*)(void))spike_slice_from_address, KW,
+     "slice_from_address(address, size=0, name=None) -> NrtTensor\n\nA non-owning window "
+     "of the live allocation containing the device address `address` (range lookup), from "
+     "that address; size 0 means to the end of the allocation. Keeps the allocation alive."},
+    {"lookup_address", (PyCFunction)spike_lookup_address, METH_O,
+     "lookup_address(address) -> (base_address, size, core_id)\n\nThe live allocation "
+     "containing the device address (any byte inside it); NrtError if none."},
     {"free_tensor", (PyCFunction)(void (*)(void))spike_free_tensor, KW,
      "free_tensor(tensor) -> None\n\nFrees the tensor now; any later use raises SpikeError."},
     {"tensor_write", (PyCFunction)(void (*)(void))spike_tensor_write, KW,
@@ -1659,10 +1754,195 @@ static PyObject *module_ensure_usable(PyObject *module, PyObject *obj) {
   Py_RETURN_NONE;
 }
 
+/* ------------------------------------------------------------------------ */
+/* The exported C API (spike/include/spike_capi.h)                          */
+/* ------------------------------------------------------------------------ */
+
+static nkrt_status_t capi_closed_status(void) {
+  return nkrt_status_make(NKRT_CLOSED,
+                          "the spike runtime this memory belonged to is closed (after "
+                          "spike.reset() or at interpreter exit)");
+}
+
+/* Takes the read lock; returns the runtime if `generation` is live, else
+ * NULL (the lock is then released). */
+static nkrt_runtime_t *capi_enter(uint64_t generation) {
+  pthread_rwlock_rdlock(&g_capi_lock);
+  if (generation != 0 && generation == g_capi_generation && g_capi_runtime)
+    return g_capi_runtime;
+  pthread_rwlock_unlock(&g_capi_lock);
+  return NULL;
+}
+
+static void capi_leave(void) { pthread_rwlock_unlock(&g_capi_lock); }
+
+static uint64_t capi_live_generation(void) {
+  return __atomic_load_n(&g_capi_generation, __ATOMIC_ACQUIRE);
+}
+
+static nkrt_status_t capi_acquire_runtime(nkrt_runtime_t **out_runtime,
+                                          uint64_t *out_generation) {
+  for (int attempt = 0; attempt < 2; attempt++) {
+    pthread_rwlock_rdlock(&g_capi_lock);
+    nkrt_runtime_t *runtime = g_capi_runtime;
+    uint64_t generation = g_capi_generation;
+    pthread_rwlock_unlock(&g_capi_lock);
+    if (runtime) {
+      *out_runtime = runtime;
+      *out_generation = generation;
+      return NULL;
+    }
+    if (attempt == 1) break;
+    if (!Py_IsInitialized() || _Py_IsFinalizing())
+      return nkrt_status_make(NKRT_CLOSED, "the spike runtime is closed: the interpreter is "
+                                           "shutting down");
+    PyGILState_STATE gil = PyGILState_Ensure();
+    nkrt_status_t st = NULL;
+    PyObject *module = PyImport_ImportModule("spike");
+    PyObject *result = module ? PyObject_CallMethod(module, "get_spike_singleton", NULL) : NULL;
+    if (!result) {
+      PyObject *type, *value, *tb;
+      PyErr_Fetch(&type, &value, &tb);
+      PyObject *text = value ? PyObject_Str(value) : NULL;
+      const char *msg = text ? PyUnicode_AsUTF8(text) : NULL;
+      st = nkrt_status_make(NKRT_UNINITIALIZED, "could not create the spike runtime: %s",
+                            msg ? msg : "unknown error");
+      PyErr_Clear();
+      Py_XDECREF(text);
+      Py_XDECREF(type);
+      Py_XDECREF(value);
+      Py_XDECREF(tb);
+    }
+    Py_XDECREF(result);
+    Py_XDECREF(module);
+    PyGILState_Release(gil);
+    if (st) return st;
+  }
+  return nkrt_status_make(NKRT_UNINITIALIZED, "the spike runtime closed while being acquired");
+}
+
+static nkrt_status_t capi_core_count(uint32_t *out_count) {
+  pthread_rwlock_rdlock(&g_capi_lock);
+  if (g_capi_runtime) {
+    *out_count = nkrt_runtime_core_count(g_capi_runtime);
+    pthread_rwlock_unlock(&g_capi_lock);
+    return NULL;
+  }
+  pthread_rwlock_unlock(&g_capi_lock);
+  return nkrt_visible_core_count(out_count);
+}
+
+static nkrt_status_t capi_tensor_allocate(uint64_t generation, uint32_t core, uint64_t size,
+                                          const char *name, nkrt_tensor_t **out_tensor) {
+  nkrt_runtime_t *runtime = capi_enter(generation);
+  if (!runtime) return capi_closed_status();
+  nkrt_status_t st = nkrt_tensor_allocate(runtime, core, size, name, out_tensor);
+  capi_leave();
+  return st;
+}
+
+static void capi_tensor_release(uint64_t generation, nkrt_tensor_t *tensor) {
+  if (!tensor || !capi_enter(generation)) return;
+  nkrt_tensor_release(tensor);
+  capi_leave();
+}
+
+static nkrt_status_t capi_tensor_lookup(uint64_t generation, const void *address,
+                                        nkrt_tensor_t **out_tensor, uint64_t *out_offset) {
+  nkrt_runtime_t *runtime = capi_enter(generation);
+  if (!runtime) return capi_closed_status();
+  nkrt_status_t st = nkrt_tensor_lookup(runtime, address, out_tensor, out_offset);
+  capi_leave();
+  return st;
+}
+
+static nkrt_status_t capi_tensor_read(uint64_t generation, const nkrt_tensor_t *tensor,
+                                      void *dst, uint64_t offset, uint64_t size) {
+  if (!capi_enter(generation)) return capi_closed_status();
+  nkrt_status_t st = nkrt_tensor_read(tensor, dst, offset, size);
+  capi_leave();
+  return st;
+}
+
+static nkrt_status_t capi_tensor_write(uint64_t generation, nkrt_tensor_t *tensor,
+                                       const void *src, uint64_t offset, uint64_t size) {
+  if (!capi_enter(generation)) return capi_closed_status();
+  nkrt_status_t st = nkrt_tensor_write(tensor, src, offset, size);
+  capi_leave();
+  return st;
+}
+
+static nkrt_status_t capi_tensor_copy(uint64_t generation, const nkrt_tensor_t *src,
+                                      uint64_t src_offset, nkrt_tensor_t *dst,
+                                      uint64_t dst_offset, uint64_t size) {
+  if (!capi_enter(generation)) return capi_closed_status();
+  nkrt_status_t st = nkrt_tensor_copy(src, src_offset, dst, dst_offset, size);
+  capi_leave();
+  return st;
+}
+
+static nkrt_status_t capi_tensor_memset(uint64_t generation, nkrt_tensor_t *tensor, int value,
+                                        uint64_t offset, uint64_t size) {
+  if (!capi_enter(generation)) return capi_closed_status();
+  nkrt_status_t st = nkrt_tensor_memset(tensor, value, offset, size);
+  capi_leave();
+  return st;
+}
+
+static nkrt_status_t capi_memory_stats(uint64_t generation, uint32_t core,
+                                       nkrt_memory_stats_t *out_stats) {
+  nkrt_runtime_t *runtime = capi_enter(generation);
+  if (!runtime) return capi_closed_status();
+  nkrt_status_t st = nkrt_memory_stats(runtime, core, out_stats);
+  capi_leave();
+  return st;
+}
+
+static nkrt_status_t capi_memory_reset_peak(uint64_t generation, uint32_t core) {
+  nkrt_runtime_t *runtime = capi_enter(generation);
+  if (!runtime) return capi_closed_status();
+  nkrt_status_t st = nkrt_memory_reset_peak(runtime, core);
+  capi_leave();
+  return st;
+}
+
+static const spike_capi_t g_capi = {
+    .struct_size = sizeof(spike_capi_t),
+    .version = SPIKE_CAPI_VERSION,
+    .acquire_runtime = capi_acquire_runtime,
+    .live_generation = capi_live_generation,
+    .core_count = capi_core_count,
+    .tensor_allocate = capi_tensor_allocate,
+    .tensor_release = capi_tensor_release,
+    .tensor_lookup = capi_tensor_lookup,
+    .tensor_read = capi_tensor_read,
+    .tensor_write = capi_tensor_write,
+    .tensor_copy = capi_tensor_copy,
+    .tensor_memset = capi_tensor_memset,
+    .tensor_va = nkrt_tensor_va,
+    .tensor_size = nkrt_tensor_size,
+    .tensor_core = nkrt_tensor_core,
+    .memory_stats = capi_memory_stats,
+    .memory_reset_peak = capi_memory_reset_peak,
+    .status_code = nkrt_status_code,
+    .status_message = nkrt_status_message,
+    .code_name = nkrt_code_name,
+    .status_free = nkrt_status_free,
+};
+
+static PyObject *module_nkrt_capi(PyObject *module, PyObject *unused) {
+  (void)module;
+  (void)unused;
+  return PyCapsule_New((void *)&g_capi, SPIKE_CAPI_CAPSULE, NULL);
+}
+
 static PyMethodDef module_methods[] = {
     {"ensure_usable", module_ensure_usable, METH_O,
      "ensure_usable(obj) -> None\n\nRaises SpikeError if the NrtTensor is freed, the NrtModel "
      "unloaded, or their runtime closed; needs no Spike instance."},
+    {"_nkrt_capi", module_nkrt_capi, METH_NOARGS,
+     "_nkrt_capi() -> capsule\n\nThe C function table of spike_capi.h (capsule name "
+     "'" SPIKE_CAPI_CAPSULE "'), for native modules that share this process's runtime."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1733,6 +2013,7 @@ PyMODINIT_FUNC PyInit__spike(void) {
       add_object(m, "TensorMetadata", (PyObject *)&TensorMetadataType) < 0 ||
       add_object(m, "ModelTensorInfo", (PyObject *)&ModelTensorInfoType) < 0)
     goto fail;
+  if (PyModule_AddObject(m, "nkrt_capi", module_nkrt_capi(m, NULL)) < 0) goto fail;
   if (PyModule_AddIntConstant(m, "TOTAL_CORES", NKRT_TOTAL_CORES) < 0 ||
       PyModule_AddIntConstant(m, "NEFF_ABI_VERSION", NKRT_NEFF_ABI_VERSION) < 0 ||
       PyModule_AddIntConstant(m, "ALIGNMENT", NKRT_ALIGNMENT) < 0)

@@ -1,0 +1,116 @@
+"""Benchmarks of the PyTorch device "nkipy" against CPU eager, in one process.
+
+* ``.to("nkipy")`` and ``.cpu()`` of 64 MiB against a CPU ``clone`` of the
+  same tensor (target: at least 0.8 of it),
+* ``torch.empty(1024, device="nkipy")`` served from the caching allocator
+  against CPU ``torch.empty`` (target: within 2x),
+* each native eager op against CPU eager on the same 256x256 data.
+
+Medians of repeated runs; ratio = baseline time / nkipy time (higher is
+better for nkipy). Writes docs/benchmarks/spike_torch.json and .md.
+
+    python bench/bench_spike_torch.py [--quick] [--out docs/benchmarks]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def median_time(fn: Callable[[], object], runs: int) -> float:
+    fn()
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def run(quick: bool = False) -> list[dict]:
+    import spike_torch  # noqa: F401  (registers the device)
+
+    warnings.filterwarnings("ignore", message="nkipy: operator")
+    rows = []
+
+    def add(name, base, ours, target=None, baseline="CPU", note=""):
+        ratio = base / ours
+        rows.append({"benchmark": name, "baseline": baseline, "baseline_us": base * 1e6,
+                     "ours_us": ours * 1e6, "ratio": ratio, "target": target,
+                     "met": None if target is None else ratio >= target, "note": note})
+
+    n = 5 if quick else 21
+    x = torch.randn(16 << 20)  # 64 MiB
+    d = x.to("nkipy")
+    clone = median_time(lambda: x.clone(), n)
+    add(".to('nkipy') of 64 MiB", clone, median_time(lambda: x.to("nkipy"), n), 0.8,
+        "CPU clone")
+    add(".cpu() of 64 MiB", clone, median_time(lambda: d.cpu(), n), 0.8, "CPU clone")
+    del d
+    k = 200 if quick else 5000
+    add("torch.empty(1024) from the cache", median_time(lambda: torch.empty(1024), k),
+        median_time(lambda: torch.empty(1024, device="nkipy"), k), 0.5, "CPU torch.empty",
+        "target: within 2x, i.e. ratio >= 0.5")
+    a = torch.randn(256, 256)
+    da = a.to("nkipy")
+    ln = torch.nn.LayerNorm(256)
+    dln = torch.nn.LayerNorm(256).to("nkipy")
+    ops = [("add", lambda t: t + t), ("mul by scalar", lambda t: t * 0.5), ("exp", torch.exp),
+           ("tanh", torch.tanh), ("sum(-1)", lambda t: t.sum(-1)), ("mean", lambda t: t.mean()),
+           ("mm", lambda t: t @ t), ("softmax(-1)", lambda t: t.softmax(-1)),
+           ("layer_norm", None)]
+    m = 10 if quick else 51
+    with torch.no_grad():
+        for name, fn in ops:
+            if fn is None:
+                add(f"eager {name} 256x256 float32", median_time(lambda: ln(a), m),
+                    median_time(lambda: dln(da), m), None, "CPU eager")
+                continue
+            add(f"eager {name} 256x256 float32", median_time(lambda: fn(a), m),
+                median_time(lambda: fn(da), m), None, "CPU eager")
+    return rows
+
+
+def write(rows: list[dict], out: Path, quick: bool) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "spike_torch.json").write_text(json.dumps(
+        {"torch": torch.__version__, "threads": torch.get_num_threads(), "quick": quick,
+         "rows": rows}, indent=1))
+    lines = ["# spike_torch: the nkipy device", "",
+             f"torch {torch.__version__}, {torch.get_num_threads()} threads. Medians; "
+             "ratio = baseline time / nkipy time (higher is better). Reproduce with "
+             "`make bench`.", "",
+             "| benchmark | baseline | baseline (us) | nkipy (us) | ratio | target | met |",
+             "| --- | --- | ---: | ---: | ---: | ---: | --- |"]
+    for r in rows:
+        target = "" if r["target"] is None else f"{r['target']:g}x"
+        met = "" if r["met"] is None else ("yes" if r["met"] else "**no**")
+        note = f" ({r['note']})" if r["note"] else ""
+        lines.append(f"| {r['benchmark']}{note} | {r['baseline']} | {r['baseline_us']:.1f} | "
+                     f"{r['ours_us']:.1f} | {r['ratio']:.2f}x | {target} | {met} |")
+    (out / "spike_torch.md").write_text("\n".join(lines) + "\n")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer repetitions")
+    ap.add_argument("--out", default=str(REPO / "docs" / "benchmarks"))
+    args = ap.parse_args()
+    rows = run(args.quick)
+    write(rows, Path(args.out), args.quick)
+    print((Path(args.out) / "spike_torch.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

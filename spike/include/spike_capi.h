@@ -1,0 +1,86 @@
+/* spike_capi.h - the C function table spike._spike exports to other native
+ * modules (spike_torch's allocator), so that they use the SAME nkrt runtime
+ * the spike singleton owns instead of creating a second one.
+ *
+ * Get it once with the GIL held:
+ *
+ *     import spike; spike.get_spike_singleton()
+ *     const spike_capi_t *api = PyCapsule_Import(SPIKE_CAPI_CAPSULE, 0);
+ *
+ * or from Python, spike._spike._nkrt_capi() returns the capsule. Check
+ * api->version == SPIKE_CAPI_VERSION (or >=, the table only grows) and
+ * api->struct_size before using a member.
+ *
+ * Generations. Every runtime the process creates gets a new generation
+ * number; closing it (spike.reset(), Spike.close(), interpreter exit) makes
+ * that generation stale. Every call that touches the runtime takes the
+ * generation the caller obtained from acquire_runtime() and fails with
+ * NKRT_CLOSED (release: does nothing) when it is stale, so handles from a
+ * closed runtime are never dereferenced and deleters that run after close are
+ * harmless no-ops. The calls hold a read lock while they run; closing waits
+ * for them. Apart from acquire_runtime (which may take the GIL to create the
+ * singleton) no call needs or takes the GIL, and all are thread-safe.
+ */
+#ifndef SPIKE_CAPI_H
+#define SPIKE_CAPI_H
+
+#include <stdint.h>
+
+#include "nkrt/runtime.h"
+#include "nkrt/status.h"
+#include "nkrt/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SPIKE_CAPI_CAPSULE "spike._spike.nkrt_capi"
+#define SPIKE_CAPI_VERSION 1u
+
+typedef struct spike_capi {
+  uint32_t struct_size; /* sizeof(spike_capi_t) of the exporter */
+  uint32_t version;     /* SPIKE_CAPI_VERSION of the exporter */
+
+  /* The live runtime and its generation. If none is live, creates the spike
+   * singleton by calling spike.get_spike_singleton() in Python (takes the GIL;
+   * fails with NKRT_CLOSED while the interpreter is finalizing). */
+  nkrt_status_t (*acquire_runtime)(nkrt_runtime_t **out_runtime, uint64_t *out_generation);
+  /* Generation of the live runtime, 0 when none is live. Never blocks. */
+  uint64_t (*live_generation)(void);
+  /* Visible cores a runtime would have (live runtime's count when live). */
+  nkrt_status_t (*core_count)(uint32_t *out_count);
+
+  nkrt_status_t (*tensor_allocate)(uint64_t generation, uint32_t core, uint64_t size,
+                                   const char *name, nkrt_tensor_t **out_tensor);
+  /* Drops the reference; a no-op for a stale generation (memory already gone). */
+  void (*tensor_release)(uint64_t generation, nkrt_tensor_t *tensor);
+  nkrt_status_t (*tensor_lookup)(uint64_t generation, const void *address,
+                                 nkrt_tensor_t **out_tensor, uint64_t *out_offset);
+  nkrt_status_t (*tensor_read)(uint64_t generation, const nkrt_tensor_t *tensor, void *dst,
+                               uint64_t offset, uint64_t size);
+  nkrt_status_t (*tensor_write)(uint64_t generation, nkrt_tensor_t *tensor, const void *src,
+                                uint64_t offset, uint64_t size);
+  nkrt_status_t (*tensor_copy)(uint64_t generation, const nkrt_tensor_t *src,
+                               uint64_t src_offset, nkrt_tensor_t *dst, uint64_t dst_offset,
+                               uint64_t size);
+  nkrt_status_t (*tensor_memset)(uint64_t generation, nkrt_tensor_t *tensor, int value,
+                                 uint64_t offset, uint64_t size);
+  /* Accessors of a live tensor (no lock: the caller holds a reference). */
+  void *(*tensor_va)(const nkrt_tensor_t *tensor);
+  uint64_t (*tensor_size)(const nkrt_tensor_t *tensor);
+  uint32_t (*tensor_core)(const nkrt_tensor_t *tensor);
+
+  nkrt_status_t (*memory_stats)(uint64_t generation, uint32_t core,
+                                nkrt_memory_stats_t *out_stats);
+  nkrt_status_t (*memory_reset_peak)(uint64_t generation, uint32_t core);
+
+  nkrt_code_t (*status_code)(nkrt_status_t status);
+  const char *(*status_message)(nkrt_status_t status);
+  const char *(*code_name)(nkrt_code_t code);
+  void (*status_free)(nkrt_status_t status);
+} spike_capi_t;
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SPIKE_CAPI_H */

@@ -1,0 +1,87 @@
+"""Loads the C++ part of spike_torch (``_nkipy_device.so``) and connects it to
+the spike runtime through spike's C API capsule.
+
+The shared library is a plain (non-Python) library: loading it runs the static
+registrations (allocator, device guard, hooks, aten kernels, CPU fallback);
+its few ``extern "C"`` entry points are called through ctypes.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+
+import torch  # noqa: F401  (loads libtorch_cpu/libc10 before our library)
+
+from spike import _spike
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+LIBRARY_PATH = os.path.join(_HERE, "_nkipy_device.so")
+
+if not os.path.isfile(LIBRARY_PATH):
+    raise ImportError(
+        f"spike_torch's C++ library is missing ({LIBRARY_PATH}); build it with `make venv` "
+        "(or `make spike_torch/_nkipy_device.so`)"
+    )
+
+lib = ctypes.CDLL(LIBRARY_PATH)
+
+lib.spike_torch_init.argtypes = [ctypes.c_void_p]
+lib.spike_torch_init.restype = ctypes.c_int
+lib.spike_torch_set_options.argtypes = [ctypes.c_int, ctypes.c_int]
+lib.spike_torch_set_options.restype = None
+lib.spike_torch_get_device.argtypes = []
+lib.spike_torch_get_device.restype = ctypes.c_int
+lib.spike_torch_set_device.argtypes = [ctypes.c_int]
+lib.spike_torch_set_device.restype = None
+lib.spike_torch_device_count.argtypes = []
+lib.spike_torch_device_count.restype = ctypes.c_int
+lib.spike_torch_empty_cache.argtypes = [ctypes.c_int]
+lib.spike_torch_empty_cache.restype = None
+lib.spike_torch_cached_blocks.argtypes = [ctypes.c_int]
+lib.spike_torch_cached_blocks.restype = ctypes.c_int64
+lib.spike_torch_memory_stats.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_int64), ctypes.c_int]
+lib.spike_torch_memory_stats.restype = ctypes.c_int
+lib.spike_torch_reset_peak.argtypes = [ctypes.c_int]
+lib.spike_torch_reset_peak.restype = None
+lib.spike_torch_reset_accumulated.argtypes = [ctypes.c_int]
+lib.spike_torch_reset_accumulated.restype = None
+lib.spike_torch_drop_runtime.argtypes = []
+lib.spike_torch_drop_runtime.restype = None
+lib.spike_torch_fallback_calls.argtypes = []
+lib.spike_torch_fallback_calls.restype = ctypes.c_int64
+lib.spike_torch_clear_fallback_warnings.argtypes = []
+lib.spike_torch_clear_fallback_warnings.restype = None
+
+
+def _capi_pointer() -> int:
+    capsule = _spike._nkrt_capi()
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    get.restype = ctypes.c_void_p
+    return get(capsule, b"spike._spike.nkrt_capi")
+
+
+if lib.spike_torch_init(_capi_pointer()) != 0:
+    raise ImportError("spike_torch: spike's C API is older than the one spike_torch was built for")
+
+_STATS = ("allocated_bytes", "reserved_bytes", "active_bytes", "requested_bytes", "allocation",
+          "segment", "active")
+STAT_KEYS = tuple(
+    f"{name}.all.{kind}" for name in _STATS for kind in ("current", "peak", "allocated", "freed")
+) + (
+    "inactive_split.all.current",
+    "inactive_split_bytes.all.current",
+    "num_alloc_retries",
+    "num_ooms",
+    "num_device_alloc",
+    "num_device_free",
+    "num_cached_blocks",
+)
+
+
+def memory_stats(device: int) -> dict:
+    buf = (ctypes.c_int64 * len(STAT_KEYS))()
+    n = lib.spike_torch_memory_stats(device, buf, len(STAT_KEYS))
+    if n == 0:
+        return {key: 0 for key in STAT_KEYS}
+    return {key: int(buf[i]) for i, key in enumerate(STAT_KEYS)}

@@ -1,0 +1,172 @@
+"""spike_torch: the PyTorch device "nkipy" over the spike runtime.
+
+``import spike_torch`` registers the device (PrivateUse1 renamed "nkipy"),
+connects PyTorch's allocator to the spike singleton's nkrt runtime and installs
+``torch.nkipy``. Tensors then live in device memory::
+
+    x = torch.randn(10, 10, device="nkipy")
+    y = torch.ones(3).to("nkipy")
+    z = x.cpu()
+
+Environment: ``LOCAL_RANK`` picks the core when no cores were configured;
+``SPIKE_TORCH_DEBUG=1`` turns on debug logging; ``SPIKE_TORCH_FALLBACK_WARN=0``
+silences the once-per-operator CPU-fallback warnings. See docs/spike_torch.md.
+"""
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+from typing import Any, Iterable, Optional, Tuple
+
+import torch
+
+import spike
+from spike import spike_singleton
+
+from . import _env
+
+logger = logging.getLogger("spike_torch")
+logger.addHandler(logging.NullHandler())
+if _env.debug_enabled():
+    logger.setLevel(logging.DEBUG)
+    if not logging.getLogger().handlers:
+        _handler = logging.StreamHandler()
+        _handler.setFormatter(logging.Formatter("[spike_torch] %(levelname)s %(message)s"))
+        logger.addHandler(_handler)
+
+DEVICE_NAME = "nkipy"
+
+# LOCAL_RANK picks the core when no cores were configured.
+if ("LOCAL_RANK" in os.environ and "NEURON_RT_VISIBLE_CORES" not in os.environ
+        and not spike_singleton.is_active()):
+    try:
+        spike.configure([int(os.environ["LOCAL_RANK"])])
+        logger.debug("LOCAL_RANK=%s: using NeuronCore %s", os.environ["LOCAL_RANK"],
+                     os.environ["LOCAL_RANK"])
+    except ValueError as exc:
+        raise ValueError(f"LOCAL_RANK must be a non-negative int, got "
+                         f"{os.environ['LOCAL_RANK']!r}") from exc
+
+from . import _C  # noqa: E402  (loads the C++ library: allocator, guard, hooks, kernels)
+
+_C.lib.spike_torch_set_options(int(_env.debug_enabled()), int(_env.fallback_warnings_enabled()))
+
+from . import device_module  # noqa: E402
+
+_init_lock = threading.Lock()
+_registered = False
+
+
+def _register() -> None:
+    global _registered
+    with _init_lock:
+        if _registered:
+            return
+        if torch._C._get_privateuse1_backend_name() != DEVICE_NAME:
+            torch.utils.rename_privateuse1_backend(DEVICE_NAME)
+        if not hasattr(torch, DEVICE_NAME):
+            torch._register_device_module(DEVICE_NAME, device_module)
+        if not hasattr(torch.Tensor, DEVICE_NAME):
+            torch.utils.generate_methods_for_privateuse1_backend(
+                for_tensor=True, for_module=True, for_storage=True, for_packed_sequence=True)
+        _registered = True
+
+
+_register()
+spike.get_spike_singleton()  # the runtime the device's memory comes from
+
+from . import _ops  # noqa: E402,F401  (Python kernels: random fills, printing)
+from . import _eager  # noqa: E402,F401  (eager compute through nkipy kernels)
+
+# ---- public API ----------------------------------------------------------------
+
+is_available = device_module.is_available
+device_count = device_module.device_count
+current_device = device_module.current_device
+set_device = device_module.set_device
+synchronize = device_module.synchronize
+memory_stats = device_module.memory_stats
+
+
+def empty_cache() -> None:
+    """Returns the caching allocator's unused blocks to the runtime."""
+    device_module.empty_cache()
+
+
+def get_cached_blocks(device: Optional[int] = None) -> int:
+    """Number of free blocks held by the caching allocator (all devices if None)."""
+    return int(_C.lib.spike_torch_cached_blocks(-1 if device is None else int(device)))
+
+
+def _check_tensor(tensor: Any) -> torch.Tensor:
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"expected a torch.Tensor, got {type(tensor).__name__}")
+    if tensor.device.type != DEVICE_NAME:
+        raise ValueError(f"expected a tensor on the nkipy device, got one on {tensor.device}")
+    return tensor
+
+
+def get_nrt_tensor(tensor: torch.Tensor) -> "spike.NrtTensor":
+    """An NrtTensor over the device memory of ``tensor``'s data (from its first
+    element, ``nbytes`` of a contiguous tensor, else to the end of the storage).
+
+    The NrtTensor is a non-owning slice: it keeps the allocation alive and can be
+    passed to ``Spike.execute``/``SpikeModel`` as input or output.
+    """
+    _check_tensor(tensor)
+    rt = spike.get_spike_singleton()
+    if tensor.is_contiguous():
+        size = tensor.numel() * tensor.element_size()
+    else:
+        size = tensor.untyped_storage().nbytes() - tensor.storage_offset() * tensor.element_size()
+    return rt.slice_from_address(tensor.data_ptr(), size)
+
+
+def get_tensor_info(tensor_or_ptr: Any) -> Tuple[int, int, int]:
+    """``(allocation_address, allocation_size, core_id)`` of the nkrt allocation
+    holding a tensor's data (or a device address), found by range lookup."""
+    if isinstance(tensor_or_ptr, torch.Tensor):
+        address = _check_tensor(tensor_or_ptr).data_ptr()
+    elif isinstance(tensor_or_ptr, int) and not isinstance(tensor_or_ptr, bool):
+        address = tensor_or_ptr
+    else:
+        raise TypeError(f"expected an nkipy tensor or an address, got "
+                        f"{type(tensor_or_ptr).__name__}")
+    return spike.get_spike_singleton().lookup_address(address)
+
+
+def configure(visible_cores: Optional[Iterable[int]] = None, **kwargs: Any) -> None:
+    """spike.configure(): set the visible cores (and memory) before first use."""
+    spike.configure(visible_cores, **kwargs)
+
+
+def reset() -> None:
+    """Drops the allocator's cache, then closes the runtime (spike.reset()).
+
+    nkipy tensors still alive become unusable (using them raises an error);
+    freeing them is harmless. The next allocation brings up a new runtime.
+    """
+    _C.lib.spike_torch_empty_cache(-1)
+    spike.reset()
+    _C.lib.spike_torch_drop_runtime()
+    device_module._generators.clear()
+
+
+def _at_exit() -> None:
+    # Runs before spike's own atexit handler (registered earlier): give cached
+    # memory back while the runtime is still open.
+    try:
+        _C.lib.spike_torch_empty_cache(-1)
+    except Exception:  # pragma: no cover - best effort at shutdown
+        pass
+
+
+atexit.register(_at_exit)
+
+__all__ = [
+    "device_count", "current_device", "set_device", "is_available", "synchronize",
+    "empty_cache", "get_cached_blocks", "get_nrt_tensor", "get_tensor_info", "configure",
+    "reset", "memory_stats", "DEVICE_NAME",
+]

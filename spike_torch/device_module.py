@@ -1,0 +1,258 @@
+"""``torch.nkipy``: the device module of the nkipy device, shaped like ``torch.cuda``."""
+from __future__ import annotations
+
+import logging
+from typing import Any, Dict, List, Optional, Union
+
+import torch
+
+from . import _C
+
+__all__ = [
+    "is_available", "device_count", "current_device", "set_device", "device", "synchronize",
+    "empty_cache", "memory_stats", "memory_allocated", "max_memory_allocated",
+    "memory_reserved", "max_memory_reserved", "reset_peak_memory_stats",
+    "reset_accumulated_memory_stats", "get_device_name", "get_device_properties",
+    "get_device_capability", "get_amp_supported_dtype", "manual_seed", "manual_seed_all",
+    "seed", "seed_all", "initial_seed", "get_rng_state", "set_rng_state",
+    "get_rng_state_all", "set_rng_state_all", "is_initialized", "init", "default_generators",
+]
+
+logger = logging.getLogger("spike_torch")
+
+DeviceLike = Union[int, str, torch.device, None]
+
+
+def is_available() -> bool:
+    """True when at least one NeuronCore is visible."""
+    return device_count() > 0
+
+
+def device_count() -> int:
+    """Number of nkipy devices (visible NeuronCores of the spike runtime)."""
+    return int(_C.lib.spike_torch_device_count())
+
+
+def current_device() -> int:
+    """Index of the current nkipy device of this thread."""
+    return int(_C.lib.spike_torch_get_device())
+
+
+def _device_index(dev: DeviceLike, optional: bool = True) -> int:
+    if dev is None:
+        if optional:
+            return current_device()
+        raise ValueError("a device index is required")
+    if isinstance(dev, str):
+        dev = torch.device(dev)
+    if isinstance(dev, torch.device):
+        if dev.type != "nkipy":
+            raise ValueError(f"expected an nkipy device, got {dev}")
+        return current_device() if dev.index is None else dev.index
+    if isinstance(dev, bool) or not isinstance(dev, int):
+        raise TypeError(f"device must be an int, a str or a torch.device, got {type(dev).__name__}")
+    return dev
+
+
+def _check_index(index: int) -> int:
+    count = device_count()
+    if not 0 <= index < count:
+        raise ValueError(
+            f"Invalid nkipy device index {index}: there are {count} nkipy device(s), "
+            f"valid indices are 0..{count - 1}"
+        )
+    return index
+
+
+def set_device(dev: DeviceLike) -> None:
+    """Sets the current nkipy device of this thread (ValueError outside [0, device_count()))."""
+    index = _check_index(_device_index(dev))
+    _C.lib.spike_torch_set_device(index)
+
+
+class device:
+    """Context manager that makes ``dev`` the current nkipy device, restoring it on exit."""
+
+    def __init__(self, dev: DeviceLike) -> None:
+        self.idx = -1 if dev is None else _device_index(dev)
+        self.prev_idx = -1
+
+    def __enter__(self) -> "device":
+        if self.idx >= 0:
+            self.prev_idx = current_device()
+            if self.idx != self.prev_idx:
+                set_device(self.idx)
+        return self
+
+    def __exit__(self, *exc: Any) -> bool:
+        if self.idx >= 0 and self.prev_idx != self.idx:
+            _C.lib.spike_torch_set_device(self.prev_idx)
+        return False
+
+
+def synchronize(dev: DeviceLike = None) -> None:
+    """Waits for the device's work. Copies are synchronous and eager kernels
+    complete before they return, so there is nothing to wait for."""
+    _check_index(_device_index(dev))
+
+
+def empty_cache() -> None:
+    """Returns the allocator's unused cached memory to the runtime (all devices)."""
+    _C.lib.spike_torch_empty_cache(-1)
+
+
+def memory_stats(dev: DeviceLike = None) -> Dict[str, int]:
+    """Caching-allocator statistics of a device, with ``torch.cuda.memory_stats`` keys."""
+    index = _check_index(_device_index(dev))
+    return dict(sorted(_C.memory_stats(index).items()))
+
+
+def memory_allocated(dev: DeviceLike = None) -> int:
+    return memory_stats(dev)["allocated_bytes.all.current"]
+
+
+def max_memory_allocated(dev: DeviceLike = None) -> int:
+    return memory_stats(dev)["allocated_bytes.all.peak"]
+
+
+def memory_reserved(dev: DeviceLike = None) -> int:
+    return memory_stats(dev)["reserved_bytes.all.current"]
+
+
+def max_memory_reserved(dev: DeviceLike = None) -> int:
+    return memory_stats(dev)["reserved_bytes.all.peak"]
+
+
+def reset_peak_memory_stats(dev: DeviceLike = None) -> None:
+    _C.lib.spike_torch_reset_peak(_check_index(_device_index(dev)))
+
+
+def reset_accumulated_memory_stats(dev: DeviceLike = None) -> None:
+    _C.lib.spike_torch_reset_accumulated(_check_index(_device_index(dev)))
+
+
+def get_device_name(dev: DeviceLike = None) -> str:
+    return f"AWS Neuron Core {_check_index(_device_index(dev))} (nkrt CPU driver)"
+
+
+def get_device_capability(dev: DeviceLike = None) -> tuple:
+    _check_index(_device_index(dev))
+    return (1, 0)
+
+
+class _DeviceProperties:
+    def __init__(self, index: int) -> None:
+        import spike
+
+        rt = spike.get_spike_singleton()
+        self.name = get_device_name(index)
+        self.device_index = index
+        self.total_memory = int(rt.core_memory_bytes)
+        self.major, self.minor = 1, 0
+        self.multi_processor_count = int(rt.num_workers)
+
+    def __getitem__(self, key: str) -> Any:  # the original returned a dict
+        return getattr(self, key)
+
+    def __repr__(self) -> str:
+        return (f"_NkipyDeviceProperties(name='{self.name}', device_index={self.device_index}, "
+                f"total_memory={self.total_memory // (1 << 20)}MB)")
+
+
+def get_device_properties(dev: DeviceLike = None) -> _DeviceProperties:
+    return _DeviceProperties(_check_index(_device_index(dev)))
+
+
+def get_amp_supported_dtype() -> List[torch.dtype]:
+    return [torch.float32, torch.float16, torch.bfloat16]
+
+
+# ---- random number generators ------------------------------------------------
+
+_generators: Dict[int, torch.Generator] = {}
+
+
+def default_generator(index: Optional[int] = None) -> torch.Generator:
+    """The default generator of nkipy device ``index`` (current device if None).
+
+    Random fills of nkipy tensors (``normal_``, ``uniform_``, ``random_``,
+    ``bernoulli_``, ``exponential_``, so ``torch.randn(..., device="nkipy")``)
+    draw from it when no generator is passed; ``torch.manual_seed`` seeds it.
+    """
+    index = _check_index(current_device() if index is None else index)
+    gen = _generators.get(index)
+    if gen is None:
+        gen = torch.Generator(device=f"nkipy:{index}")
+        gen.manual_seed(torch.initial_seed())
+        _generators[index] = gen
+    return gen
+
+
+class _DefaultGenerators:
+    """``torch.nkipy.default_generators[i]``, like ``torch.cuda.default_generators``."""
+
+    def __len__(self) -> int:
+        return device_count()
+
+    def __getitem__(self, index: int) -> torch.Generator:
+        return default_generator(index)
+
+
+default_generators = _DefaultGenerators()
+
+
+def manual_seed(seed: int) -> None:
+    """Seeds the current device's default generator."""
+    default_generator().manual_seed(int(seed))
+
+
+def manual_seed_all(seed: int) -> None:
+    """Seeds every device's default generator (called by ``torch.manual_seed``)."""
+    for i in range(device_count()):
+        default_generator(i).manual_seed(int(seed))
+
+
+def seed() -> None:
+    default_generator().seed()
+
+
+def seed_all() -> None:
+    for i in range(device_count()):
+        default_generator(i).seed()
+
+
+def initial_seed() -> int:
+    return default_generator().initial_seed()
+
+
+def get_rng_state(dev: DeviceLike = None) -> torch.Tensor:
+    return default_generator(_device_index(dev)).get_state()
+
+
+def set_rng_state(new_state: torch.Tensor, dev: DeviceLike = None) -> None:
+    default_generator(_device_index(dev)).set_state(new_state)
+
+
+def get_rng_state_all() -> List[torch.Tensor]:
+    return [get_rng_state(i) for i in range(device_count())]
+
+
+def set_rng_state_all(new_states: List[torch.Tensor]) -> None:
+    for i, state in enumerate(new_states):
+        set_rng_state(state, i)
+
+
+def is_initialized() -> bool:
+    return True
+
+
+def init() -> None:
+    """Initialises the device (already done by ``import spike_torch``)."""
+
+
+def _is_in_bad_fork() -> bool:
+    return False
+
+
+def _lazy_init() -> None:
+    pass

@@ -1,0 +1,144 @@
+"""The address-based tensor access and the exported C API capsule of spike._spike
+(used by spike_torch to share the runtime)."""
+from __future__ import annotations
+
+import pytest
+
+from spike import NrtError, SpikeError
+from spike import _spike
+
+
+def test_lookup_address_interior(raw_spike):
+    t = raw_spike.allocate_tensor(1000, name="a")
+    base, size, core = raw_spike.lookup_address(t.va + 123)
+    assert base == t.va and size == 1000 and core == 0
+    assert raw_spike.lookup_address(t.va) == (t.va, 1000, 0)
+
+
+def test_lookup_address_errors(raw_spike):
+    with pytest.raises(NrtError):
+        raw_spike.lookup_address(8)
+    with pytest.raises(TypeError, match="address must be an int"):
+        raw_spike.lookup_address("x")
+    with pytest.raises(ValueError, match="non-negative"):
+        raw_spike.lookup_address(-5)
+
+
+def test_slice_from_address(raw_spike):
+    t = raw_spike.allocate_tensor(256, name="src")
+    raw_spike.tensor_write(t, bytes(range(256)))
+    s = raw_spike.slice_from_address(t.va + 16, 32, name="win")
+    assert s.is_slice and s.size == 32 and s.va == t.va + 16 and s.name == "win"
+    assert raw_spike.tensor_read(s) == bytes(range(16, 48))
+    rest = raw_spike.slice_from_address(t.va + 200)
+    assert rest.size == 56
+    # the slice keeps the allocation alive after the owner is dropped
+    del t
+    assert raw_spike.tensor_read(s) == bytes(range(16, 48))
+
+
+def test_slice_from_address_errors(raw_spike):
+    t = raw_spike.allocate_tensor(64)
+    with pytest.raises(SpikeError, match="exceeds the allocation bound"):
+        raw_spike.slice_from_address(t.va + 32, 64)
+    with pytest.raises(NrtError):
+        raw_spike.slice_from_address(16, 4)
+    with pytest.raises(ValueError):
+        raw_spike.slice_from_address(t.va, -1)
+
+
+def test_closed_runtime_refuses(raw_spike):
+    t = raw_spike.allocate_tensor(64)
+    va = t.va
+    raw_spike.close()
+    with pytest.raises(SpikeError, match="closed"):
+        raw_spike.lookup_address(va)
+    with pytest.raises(SpikeError, match="closed"):
+        raw_spike.slice_from_address(va, 8)
+
+
+def test_capsule():
+    cap = _spike._nkrt_capi()
+    assert type(cap).__name__ == "PyCapsule"
+    assert "spike._spike.nkrt_capi" in repr(cap)
+    assert "spike._spike.nkrt_capi" in repr(_spike.nkrt_capi)
+    import ctypes
+
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    get.restype = ctypes.c_void_p
+    ptr = get(cap, b"spike._spike.nkrt_capi")
+    head = (ctypes.c_uint32 * 2).from_address(ptr)
+    assert head[1] == 1  # SPIKE_CAPI_VERSION
+    assert head[0] >= 8 + 8 * 19  # struct_size covers the version-1 table
+
+
+class _Capi:
+    """ctypes view of spike_capi_t (spike/include/spike_capi.h), version 1."""
+
+    def __init__(self):
+        import ctypes as C
+
+        vp, u64, u32 = C.c_void_p, C.c_uint64, C.c_uint32
+        fields = [("struct_size", u32), ("version", u32),
+                  ("acquire_runtime", C.CFUNCTYPE(vp, C.POINTER(vp), C.POINTER(u64))),
+                  ("live_generation", C.CFUNCTYPE(u64)),
+                  ("core_count", C.CFUNCTYPE(vp, C.POINTER(u32))),
+                  ("tensor_allocate", C.CFUNCTYPE(vp, u64, u32, u64, C.c_char_p, C.POINTER(vp))),
+                  ("tensor_release", C.CFUNCTYPE(None, u64, vp)),
+                  ("tensor_lookup", C.CFUNCTYPE(vp, u64, vp, C.POINTER(vp), C.POINTER(u64))),
+                  ("tensor_read", C.CFUNCTYPE(vp, u64, vp, vp, u64, u64)),
+                  ("tensor_write", C.CFUNCTYPE(vp, u64, vp, vp, u64, u64)),
+                  ("tensor_copy", C.CFUNCTYPE(vp, u64, vp, u64, vp, u64, u64)),
+                  ("tensor_memset", C.CFUNCTYPE(vp, u64, vp, C.c_int, u64, u64)),
+                  ("tensor_va", C.CFUNCTYPE(vp, vp)),
+                  ("tensor_size", C.CFUNCTYPE(u64, vp)),
+                  ("tensor_core", C.CFUNCTYPE(u32, vp)),
+                  ("memory_stats", C.CFUNCTYPE(vp, u64, u32, vp)),
+                  ("memory_reset_peak", C.CFUNCTYPE(vp, u64, u32)),
+                  ("status_code", C.CFUNCTYPE(C.c_int, vp)),
+                  ("status_message", C.CFUNCTYPE(C.c_char_p, vp)),
+                  ("code_name", C.CFUNCTYPE(C.c_char_p, C.c_int)),
+                  ("status_free", C.CFUNCTYPE(None, vp))]
+
+        class Table(C.Structure):
+            _fields_ = fields
+
+        get = C.pythonapi.PyCapsule_GetPointer
+        get.argtypes = [C.py_object, C.c_char_p]
+        get.restype = vp
+        self.t = Table.from_address(get(_spike._nkrt_capi(), b"spike._spike.nkrt_capi"))
+        self.C = C
+
+
+def test_capi_generations(raw_spike):
+    api = _Capi()
+    C, t = api.C, api.t
+    assert t.version == 1 and t.struct_size == C.sizeof(type(t))
+    rt, gen = C.c_void_p(), C.c_uint64()
+    assert t.acquire_runtime(C.byref(rt), C.byref(gen)) is None  # NULL status: success
+    assert rt.value and gen.value == t.live_generation() != 0
+    n = C.c_uint32()
+    assert t.core_count(C.byref(n)) is None and n.value == raw_spike.core_count
+    tensor = C.c_void_p()
+    assert t.tensor_allocate(gen, 0, 128, b"capi", C.byref(tensor)) is None
+    va = t.tensor_va(tensor)
+    assert raw_spike.lookup_address(va) == (va, 128, 0)
+    buf = (C.c_uint8 * 128)(*range(128))
+    assert t.tensor_write(gen, tensor, buf, 0, 128) is None
+    out = (C.c_uint8 * 4)()
+    assert t.tensor_read(gen, tensor, out, 10, 4) is None and list(out) == [10, 11, 12, 13]
+    found, off = C.c_void_p(), C.c_uint64()
+    assert t.tensor_lookup(gen, va + 5, C.byref(found), C.byref(off)) is None
+    assert found.value == tensor.value and off.value == 5
+    st = t.tensor_read(gen, tensor, out, 126, 4)  # out of bounds
+    assert st and t.code_name(t.status_code(st)) == b"NRT_INVALID"
+    t.status_free(st)
+    raw_spike.close()
+    assert t.live_generation() == 0
+    # a stale generation is refused and release is a no-op
+    st = t.tensor_read(gen, tensor, out, 0, 4)
+    assert st and t.code_name(t.status_code(st)) == b"NRT_CLOSED"
+    assert b"closed" in t.status_message(st)
+    t.status_free(st)
+    t.tensor_release(gen, tensor)

@@ -1,0 +1,73 @@
+"""Fixtures of the spike_torch tests.
+
+spike_torch is imported lazily (by the session fixture, not at collection) so
+that the other test directories see no runtime created at import time. The
+runtime is configured with two visible cores (nkipy:0 and nkipy:1) and a small
+arena per core so that out-of-memory paths are quick to reach.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+from typing import Dict, Iterator, Optional
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+CORE_MEMORY = 256 << 20
+
+
+def quiet(fn, *args, **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return fn(*args, **kwargs)
+
+
+@pytest.fixture(scope="session")
+def spike_torch_module():
+    import spike
+    from spike import spike_singleton
+
+    saved = {k: os.environ.get(k) for k in ("NEURON_RT_VISIBLE_CORES",)}
+    quiet(spike.reset)
+    spike.configure([0, 1], core_memory_bytes=CORE_MEMORY)
+    import spike_torch
+
+    quiet(spike_torch.reset)  # drops state of an earlier runtime if imported before
+    spike.configure([0, 1], core_memory_bytes=CORE_MEMORY)
+    spike.get_spike_singleton()
+    yield spike_torch
+    spike_torch.empty_cache()
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    spike_singleton._options.clear()
+
+
+@pytest.fixture(autouse=True)
+def nkipy(spike_torch_module) -> Iterator:
+    """Every test: spike_torch imported, device 0 current, fallback warnings quiet
+    unless a test asks for them."""
+    spike_torch_module.set_device(0)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="nkipy: operator")
+        yield spike_torch_module
+    spike_torch_module.set_device(0)
+
+
+def run_python(code: str, env: Optional[Dict[str, str]] = None,
+               timeout: float = 120) -> subprocess.CompletedProcess:
+    """Runs code in a fresh interpreter (repo on sys.path)."""
+    full_env = dict(os.environ)
+    full_env.pop("NEURON_RT_VISIBLE_CORES", None)
+    full_env["PYTHONPATH"] = os.pathsep.join(
+        [str(REPO)] + ([full_env["PYTHONPATH"]] if full_env.get("PYTHONPATH") else []))
+    full_env.setdefault("NKRT_CORE_MEMORY", "256M")
+    full_env.update(env or {})
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=full_env, timeout=timeout, cwd=str(REPO))
