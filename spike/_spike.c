@@ -1936,7 +1936,20 @@ static PyObject *module_nkrt_capi(PyObject *module, PyObject *unused) {
   return PyCapsule_New((void *)&g_capi, SPIKE_CAPI_CAPSULE, NULL);
 }
 
+static PyObject *module_gemm_provider(PyObject *module, PyObject *unused) {
+  (void)module;
+  (void)unused;
+  const char *name;
+  Py_BEGIN_ALLOW_THREADS
+  name = nkrt_gemm_provider(); /* may load the GEMM library on first use */
+  Py_END_ALLOW_THREADS
+  return PyUnicode_FromString(name ? name : "");
+}
+
 static PyMethodDef module_methods[] = {
+    {"gemm_provider", module_gemm_provider, METH_NOARGS,
+     "gemm_provider() -> str\n\nThe library serving kernels' matrix products (\"mkl\" or "
+     "\"reference\"), chosen at first use; see docs/gemm.md."},
     {"ensure_usable", module_ensure_usable, METH_O,
      "ensure_usable(obj) -> None\n\nRaises SpikeError if the NrtTensor is freed, the NrtModel "
      "unloaded, or their runtime closed; needs no Spike instance."},
