@@ -50,7 +50,15 @@ $(SPIKE_TORCH_SO): spike_torch/csrc/nkipy_device.cpp spike/include/spike_capi.h 
 	  spike_torch/csrc/nkipy_device.cpp -L$(TORCH_DIR)/lib -ltorch_cpu -lc10 \
 	  -Wl,-rpath,$(TORCH_DIR)/lib -o $@
 
-venv: $(VENV)/.built $(SPIKE_TORCH_SO)
+# GEMM: Intel MKL from PyPI, loaded by the runtime with dlopen (docs/gemm.md).
+# Optional: without it the runtime's built-in kernel serves matrix products.
+GEMM_ENV := NKRT_GEMM_PATH=$(abspath $(VENV))/lib
+
+$(VENV)/.mkl: $(VENV)/.deps
+	$(PY) -m pip install -q --no-deps "mkl==2026.2.0" || echo "mkl not installed: GEMM uses the built-in kernel"
+	touch $@
+
+venv: $(VENV)/.built $(VENV)/.mkl $(SPIKE_TORCH_SO)
 
 # ---- C runtime tests ----------------------------------------------------
 $(BUILD)/neff/%.neff: runtime/tests/kernels/%.c runtime/include/nkrt/neff_abi.h
@@ -65,16 +73,16 @@ $(BUILD)/nkrt_tests_san: $(RT_SRC) $(TEST_SRC) $(RT_HDR) runtime/tests/test.h
 	@mkdir -p $(BUILD)
 	$(CC) $(CFLAGS_SAN) $(RT_SRC) $(TEST_SRC) -o $@ $(LDLIBS)
 
-test-c: $(BUILD)/nkrt_tests $(NEFFS)
-	NKRT_TEST_NEFF_DIR=$(BUILD)/neff $(BUILD)/nkrt_tests
+test-c: $(BUILD)/nkrt_tests $(NEFFS) | $(VENV)/.mkl
+	$(GEMM_ENV) NKRT_TEST_NEFF_DIR=$(BUILD)/neff $(BUILD)/nkrt_tests
 
-sanitize: $(BUILD)/nkrt_tests_san $(NEFFS)
-	NKRT_TEST_NEFF_DIR=$(BUILD)/neff ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+sanitize: $(BUILD)/nkrt_tests_san $(NEFFS) | $(VENV)/.mkl
+	$(GEMM_ENV) NKRT_TEST_NEFF_DIR=$(BUILD)/neff ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 $(BUILD)/nkrt_tests_san
 
 # ---- Python tests -------------------------------------------------------
 test-py: venv $(NEFFS)
-	NKRT_TEST_NEFF_DIR=$(BUILD)/neff $(PY) -m pytest -q tests
+	$(GEMM_ENV) NKRT_TEST_NEFF_DIR=$(BUILD)/neff $(PY) -m pytest -q tests
 
 test: test-c sanitize test-py
 

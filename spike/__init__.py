@@ -11,8 +11,13 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 
-from ._spike import (
+# Where the runtime looks for the GEMM library (MKL from PyPI installs into
+# <prefix>/lib); read lazily at the first matrix product. See docs/gemm.md.
+os.environ.setdefault("NKRT_GEMM_PATH", os.path.join(sys.prefix, "lib"))
+
+from ._spike import (  # noqa: E402  (after the environment set-up above)
     ModelTensorInfo,
     NrtError,
     NrtModel,
@@ -22,10 +27,10 @@ from ._spike import (
     SystemTraceSession,
     TensorMetadata,
 )
-from ._types import BenchmarkResult
-from .spike_model import SpikeModel
-from .spike_singleton import configure, get_spike_singleton, reset
-from .spike_tensor import SpikeTensor
+from ._types import BenchmarkResult  # noqa: E402
+from .spike_model import SpikeModel  # noqa: E402
+from .spike_singleton import configure, get_spike_singleton, reset  # noqa: E402
+from .spike_tensor import SpikeTensor  # noqa: E402
 
 __all__ = [
     "SpikeModel",

@@ -213,9 +213,9 @@ static bool have_f16c(void) {
       d[i] = (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? (x >> 16) | 0x40u : r);             \
     }                                                                                          \
   }
-NKRT_BF16_LOOPS(base, __attribute__((optimize("O3"))))
+NKRT_BF16_LOOPS(base, NKRT_HOT)
 #ifdef NKRT_GEMM_X86
-NKRT_BF16_LOOPS(avx2, __attribute__((optimize("O3"), target("avx2"))))
+NKRT_BF16_LOOPS(avx2, NKRT_HOT __attribute__((target("avx2"))))
 
 static bool have_avx2(void) {
   static _Atomic int known = -1;
@@ -336,7 +336,8 @@ static const nkrt_gemm_provider_t *choose_provider(void) {
   } else if (strcmp(want, "mkl") == 0 || strcmp(want, "auto") == 0) {
     p = find_mkl(why, sizeof(why));
     if (!p && strcmp(want, "mkl") == 0)
-      fprintf(stderr, "[nkrt] NKRT_GEMM=mkl, but MKL cannot be used: %s; using the reference GEMM\n",
+      fprintf(stderr,
+              "[nkrt] NKRT_GEMM=mkl, but MKL cannot be used: %s; using the reference GEMM\n",
               why);
   } else {
     fprintf(stderr,

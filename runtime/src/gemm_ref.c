@@ -289,22 +289,20 @@ static void sgemm_simple(int ta, int tb, int64_t m, int64_t n, int64_t k, float 
 /* One or two rows of C: packing would touch every element of B for one use,
  * so stream B as stored - axpy into the C row (B as stored) or dot products
  * (B transposed). Vectorised by the compiler at -O3. */
-__attribute__((optimize("O3"))) static void axpy(float *restrict c, const float *restrict b,
-                                                 float s, int64_t n) {
+NKRT_HOT static void axpy(float *restrict c, const float *restrict b, float s, int64_t n) {
   for (int64_t j = 0; j < n; j++) c[j] += s * b[j];
 }
 
 /* Four rows of B at once: four streams in flight, C touched once per four. */
-__attribute__((optimize("O3"))) static void axpy4(float *restrict c, const float *restrict b,
-                                                  int64_t ldb, const float *s, int64_t n) {
+NKRT_HOT static void axpy4(float *restrict c, const float *restrict b, int64_t ldb,
+                           const float *s, int64_t n) {
   const float *restrict b0 = b, *restrict b1 = b + ldb, *restrict b2 = b + 2 * ldb,
                         *restrict b3 = b + 3 * ldb;
   float s0 = s[0], s1 = s[1], s2 = s[2], s3 = s[3];
   for (int64_t j = 0; j < n; j++) c[j] += (s0 * b0[j] + s1 * b1[j]) + (s2 * b2[j] + s3 * b3[j]);
 }
 
-__attribute__((optimize("O3"))) static float dot(const float *restrict x,
-                                                 const float *restrict y, int64_t k) {
+NKRT_HOT static float dot(const float *restrict x, const float *restrict y, int64_t k) {
   float acc[16] = {0};
   int64_t p = 0;
   for (; p + 16 <= k; p += 16)

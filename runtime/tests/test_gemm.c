@@ -109,7 +109,9 @@ static void free_data(gdata_t *d) {
  * checks that no element outside the products was written. */
 static int check_data(const gcase_t *g, const gdata_t *d, const float *c, const uint16_t *c16,
                       const char *who) {
-  double out = g->dtype == NKRT_DTYPE_BFLOAT16 ? 1.0 / 256 : g->dtype == NKRT_DTYPE_FLOAT16 ? 1.0 / 2048 : 0;
+  double out = g->dtype == NKRT_DTYPE_BFLOAT16  ? 1.0 / 256
+               : g->dtype == NKRT_DTYPE_FLOAT16 ? 1.0 / 2048
+                                                : 0;
   /* float16 results below 2^-14 are subnormal: absolute spacing 2^-24 */
   double tiny = g->dtype == NKRT_DTYPE_FLOAT16 ? 1.0 / (1 << 24) : 1e-30;
   int bad = 0;
@@ -263,7 +265,8 @@ TEST(gemm_float32_batched) {
         {NKRT_DTYPE_FLOAT32, 5, 1, 1, 7, 33, 257, -1.0f, 1.0f, 0, false, false, false},
         {NKRT_DTYPE_FLOAT32, 0, 0, 0, 7, 7, 7, 1.0f, 0.0f, 0, false, false, false},
     };
-    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) run_direct(ps[pi], pool, &cases[i]);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+      run_direct(ps[pi], pool, &cases[i]);
   }
   nkrt_pool_destroy(pool);
 }
@@ -314,7 +317,8 @@ TEST(gemm_edge_cases) {
         {NKRT_DTYPE_FLOAT32, 1, 1, 0, 200, 200, 200, 1.0f, 0.0f, 0, false, false, true},
         {NKRT_DTYPE_BFLOAT16, 1, 0, 1, 17, 19, 23, 1.0f, 0.0f, 0, false, false, true},
     };
-    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) run_direct(ps[pi], pool, &cases[i]);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+      run_direct(ps[pi], pool, &cases[i]);
   }
   /* bad arguments are reported, never run */
   float x[4] = {0};
@@ -389,7 +393,8 @@ static nkrt_status_t run_neff(nkrt_runtime_t *rt, nkrt_model_t *m, int op, const
   for (int i = 0; i < 3; i++) bufs[i] = calloc(CAP, 4);
   bool lowp = g->dtype != NKRT_DTYPE_FLOAT32;
   size_t es = lowp ? 2 : 4;
-  CHECK(d.na * (int64_t)es <= CAP * 4 && d.nb * (int64_t)es <= CAP * 4 && d.nc * (int64_t)es <= CAP * 4);
+  int64_t cap = (int64_t)CAP * 4 / (int64_t)es;
+  CHECK(d.na <= cap && d.nb <= cap && d.nc <= cap);
   memcpy(bufs[0], lowp ? (void *)d.a16 : (void *)d.a, (size_t)d.na * es);
   memcpy(bufs[1], lowp ? (void *)d.b16 : (void *)d.b, (size_t)d.nb * es);
   memcpy(bufs[2], lowp ? (void *)d.c16 : (void *)d.c, (size_t)d.nc * es);
