@@ -28,7 +28,7 @@ $(VENV)/.deps: Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "numpy>=1.24" "ml_dtypes>=0.3" "pytest>=7" "hypothesis>=6" setuptools wheel
-	$(PY) -m pip install -q "torch==2.13.0" "expecttest>=0.2"
+	$(PY) -m pip install -q "torch==2.13.0" "expecttest>=0.2" transformers
 	touch $@
 
 $(VENV)/.built: $(VENV)/.deps $(RT_SRC) $(RT_HDR) spike/_spike.c spike/include/spike_capi.h setup.py pyproject.toml

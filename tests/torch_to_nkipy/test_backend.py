@@ -1,0 +1,569 @@
+"""torch.compile(backend="nkipy") end to end: configuration, models, mutation,
+partitioning, training, dynamic shapes and the on-disk cache."""
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import torch_to_nkipy
+from torch_to_nkipy import (get_nkipy_backend_config, init_nkipy_backend,
+                            is_nkipy_backend_initialized, reset_nkipy_backend)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+# ---- configuration ----------------------------------------------------------------
+
+def test_config_lifecycle(tmp_path, monkeypatch):
+    for var in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+    reset_nkipy_backend()
+    assert not is_nkipy_backend_initialized()
+    with pytest.raises(RuntimeError, match="not initialized"):
+        get_nkipy_backend_config()
+    init_nkipy_backend(nkipy_cache=str(tmp_path / "c"), additional_compiler_args="-O2",
+                       pipelined=False, keep_outputs_on_device=True)
+    try:
+        assert is_nkipy_backend_initialized()
+        cfg = get_nkipy_backend_config()
+        assert (cfg.rank, cfg.world_size, cfg.core_offset) == (0, 1, 0)
+        assert cfg.nkipy_cache == os.path.join(str(tmp_path / "c"), "rank_0")
+        assert os.path.isdir(cfg.nkipy_cache)
+        assert cfg.additional_compiler_args == "-O2"
+        assert (cfg.pipelined, cfg.keep_outputs_on_device, cfg.pad_on_device) == (False, True, True)
+        assert (cfg.input_layout, cfg.output_layout) == ("auto", "unpad")
+        assert "NKIPyBackendConfig(nkipy_cache=" in repr(cfg) and "rank=0" in repr(cfg)
+        with pytest.raises(Exception):
+            cfg.rank = 3  # frozen
+        with pytest.raises(RuntimeError, match="already initialized"):
+            init_nkipy_backend(nkipy_cache=str(tmp_path / "c"))
+    finally:
+        reset_nkipy_backend()
+    assert not is_nkipy_backend_initialized()
+
+
+def test_rank_from_environment(tmp_path, monkeypatch):
+    reset_nkipy_backend()
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    init_nkipy_backend(nkipy_cache=str(tmp_path), core_offset=0)
+    try:
+        cfg = get_nkipy_backend_config()
+        assert (cfg.rank, cfg.world_size) == (3, 4)
+        assert cfg.nkipy_cache.endswith("rank_3")
+    finally:
+        reset_nkipy_backend()
+    monkeypatch.setenv("LOCAL_RANK", "1")   # LOCAL_RANK wins over RANK, explicit over both
+    init_nkipy_backend(nkipy_cache=str(tmp_path), rank=0, world_size=1)
+    assert get_nkipy_backend_config().rank == 0
+    reset_nkipy_backend()
+    init_nkipy_backend(nkipy_cache=str(tmp_path))
+    assert get_nkipy_backend_config().rank == 1
+    reset_nkipy_backend()
+
+
+def test_bad_config_values(tmp_path):
+    reset_nkipy_backend()
+    with pytest.raises(ValueError, match="input_layout"):
+        init_nkipy_backend(nkipy_cache=str(tmp_path), input_layout="weird")
+    with pytest.raises(ValueError, match="output_layout"):
+        init_nkipy_backend(nkipy_cache=str(tmp_path), output_layout="weird")
+    assert not is_nkipy_backend_initialized()
+
+
+def test_compile_without_init_raises():
+    reset_nkipy_backend()
+    torch._dynamo.reset()
+    f = torch.compile(lambda x: x + 1, backend="nkipy")
+    with pytest.raises(Exception, match="init_nkipy_backend"):
+        f(torch.ones(2))
+
+
+def test_exports():
+    for name in ("init_nkipy_backend", "is_nkipy_backend_initialized", "reset_nkipy_backend",
+                 "get_nkipy_backend_config", "AtenOpRegistry"):
+        assert hasattr(torch_to_nkipy, name)
+    from torch._dynamo.backends.registry import list_backends
+    assert "nkipy" in list_backends(exclude_tags=())
+
+
+# ---- models ----------------------------------------------------------------------------
+
+class MLP(nn.Module):
+    def __init__(self, d=16, h=32):
+        super().__init__()
+        self.fc1 = nn.Linear(d, h, bias=False)
+        self.fc2 = nn.Linear(h, d)
+        self.act = nn.SiLU()
+
+    def forward(self, x):
+        return self.fc2(self.act(self.fc1(x)))
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.float16, 5e-3),
+                                       (torch.bfloat16, 3e-2)])
+def test_mlp(backend, dtype, tol):
+    torch.manual_seed(0)
+    m = MLP().to(dtype)
+    c = torch.compile(m, backend="nkipy", fullgraph=True, dynamic=False)
+    x = torch.randn(4, 16).to(dtype)
+    with torch.no_grad():
+        got, want = c(x), m(x)
+        again = c(x)
+    assert got.dtype == dtype and got.device.type == "cpu"
+    torch.testing.assert_close(got.float(), want.float(), rtol=tol, atol=tol)
+    torch.testing.assert_close(again, got)
+
+
+def test_cache_layout(backend):
+    m = MLP(8, 8)
+    c = torch.compile(m, backend="nkipy")
+    with torch.no_grad():
+        c(torch.randn(2, 8))
+    root = get_nkipy_backend_config().nkipy_cache
+    kdirs = [d for d in os.listdir(root) if d.startswith("kernel_")]
+    assert kdirs
+    found = False
+    for d in kdirs:
+        files = set(os.listdir(os.path.join(root, d)))
+        assert {"nkipy_func.py", "fx_vs_nkipy.txt", "fx_graph.py", "io_specs.json"} <= files
+        specs = json.load(open(os.path.join(root, d, "io_specs.json")))
+        assert os.path.exists(specs["neff"]) and specs["neff"].startswith(os.path.join(root, d))
+        src = open(os.path.join(root, d, "nkipy_func.py")).read()
+        found |= "aten.addmm(" in src
+    assert found
+
+
+def test_generated_source_runs_with_numpy(backend):
+    import numpy as np
+
+    m = MLP(8, 8)
+    c = torch.compile(m, backend="nkipy")
+    x = torch.randn(2, 8)
+    with torch.no_grad():
+        c(x)
+    root = get_nkipy_backend_config().nkipy_cache
+    for d in os.listdir(root):
+        p = os.path.join(root, d, "nkipy_func.py")
+        specs_path = os.path.join(root, d, "io_specs.json")
+        if not os.path.exists(specs_path):
+            continue
+        ins = json.load(open(specs_path))["inputs"]
+        if [i["shape"] for i in ins] == [[8, 8], [2, 8], [8, 8], [8]] and \
+                all(i["dtype"] == "float32" for i in ins):
+            fn = torch_to_nkipy.load_func_from_file(p)
+            # placeholders: fc1.weight, x, fc2.weight, fc2.bias (AOT order)
+            params = [m.fc1.weight, x, m.fc2.weight, m.fc2.bias]
+            out = fn(*[t.detach().numpy() for t in params])[0]
+            np.testing.assert_allclose(out, m(x).detach().numpy(), rtol=1e-5, atol=1e-5)
+            return
+    pytest.fail("no generated source with addmm found")
+
+
+class TinyLlama(nn.Module):
+    """RMSNorm, rotary embeddings, causal attention with a static KV cache, SwiGLU."""
+
+    def __init__(self, vocab=32, d=16, heads=2, max_len=8):
+        super().__init__()
+        self.heads, self.hd = heads, d // heads
+        self.emb = nn.Embedding(vocab, d)
+        self.norm_w = nn.Parameter(torch.rand(d) + 0.5)
+        self.qkv = nn.Linear(d, 3 * d, bias=False)
+        self.o = nn.Linear(d, d, bias=False)
+        self.gate = nn.Linear(d, 2 * d, bias=False)
+        self.up = nn.Linear(d, 2 * d, bias=False)
+        self.down = nn.Linear(2 * d, d, bias=False)
+        self.lm = nn.Linear(d, vocab, bias=False)
+        self.register_buffer("k_cache", torch.zeros(1, heads, max_len, self.hd))
+        self.register_buffer("v_cache", torch.zeros(1, heads, max_len, self.hd))
+        inv = 1.0 / (10000 ** (torch.arange(0, self.hd, 2).float() / self.hd))
+        self.register_buffer("inv_freq", inv)
+
+    def rms(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.norm_w
+
+    def rope(self, x, pos):
+        f = pos[:, None].float() * self.inv_freq[None, :]
+        emb = torch.cat([f, f], dim=-1)
+        cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+        x1, x2 = x[..., : self.hd // 2], x[..., self.hd // 2:]
+        return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+
+    def forward(self, ids, pos):
+        b, s = ids.shape
+        h = self.emb(ids)
+        q, k, v = self.qkv(self.rms(h)).view(b, s, 3, self.heads, self.hd).permute(2, 0, 3, 1, 4)
+        q, k = self.rope(q, pos), self.rope(k, pos)
+        self.k_cache.index_copy_(2, pos, k)
+        self.v_cache.index_copy_(2, pos, v)
+        L = self.k_cache.shape[2]
+        mask = torch.arange(L, device=pos.device)[None, :] <= pos[:, None]
+        att = (q @ self.k_cache.transpose(-1, -2)) / (self.hd ** 0.5)
+        att = att.masked_fill(~mask, float("-inf")).softmax(-1)
+        y = (att @ self.v_cache).transpose(1, 2).reshape(b, s, -1)
+        h = h + self.o(y)
+        h = h + self.down(F.silu(self.gate(h)) * self.up(h))
+        return self.lm(self.rms(h))
+
+
+def test_tiny_llama_static_kv_cache(backend):
+    torch.manual_seed(0)
+    m = TinyLlama()
+    ref = copy.deepcopy(m)
+    c = torch.compile(m, backend="nkipy", fullgraph=True)
+    ids = torch.tensor([[3, 7, 1]])
+    with torch.no_grad():
+        pos = torch.arange(3)
+        got, want = c(ids, pos), ref(ids, pos)
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(m.k_cache, ref.k_cache, rtol=1e-5, atol=1e-5)
+        tok = got[:, -1].argmax(-1, keepdim=True)
+        assert torch.equal(tok, want[:, -1].argmax(-1, keepdim=True))
+        for step in range(3, 6):   # greedy decode, one token at a time
+            p = torch.tensor([step])
+            lg, lw = c(tok, p), ref(tok, p)
+            torch.testing.assert_close(lg, lw, rtol=1e-4, atol=1e-4)
+            tok = lg[:, -1].argmax(-1, keepdim=True)
+        torch.testing.assert_close(m.v_cache, ref.v_cache, rtol=1e-5, atol=1e-5)
+
+
+# ---- semantics -------------------------------------------------------------------------
+
+def test_input_and_buffer_mutation(backend):
+    def f(x, acc):
+        acc.add_(x)
+        x.mul_(2)
+        return x + acc
+
+    c = torch.compile(f, backend="nkipy")
+    x, acc = torch.randn(5), torch.ones(5)
+    x2, acc2 = x.clone(), acc.clone()
+    with torch.no_grad():
+        out = c(x, acc)
+    want = f(x2, acc2)
+    torch.testing.assert_close(out, want)
+    torch.testing.assert_close(x, x2)
+    torch.testing.assert_close(acc, acc2)
+
+    class Counter(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("n", torch.zeros(3))
+
+        def forward(self, x):
+            self.n += 1
+            return x * self.n
+
+    m = Counter()
+    cm = torch.compile(m, backend="nkipy")
+    with torch.no_grad():
+        cm(torch.ones(3))
+        out = cm(torch.ones(3))
+    assert torch.equal(m.n, torch.full((3,), 2.0)) and torch.equal(out, torch.full((3,), 2.0))
+
+
+def test_integer_and_bool_outputs(backend):
+    def f(x):
+        return x.argmax(-1), x > 0, (x * 3).to(torch.int64)
+
+    c = torch.compile(f, backend="nkipy")
+    x = torch.randn(3, 4) * 4
+    got, want = c(x), f(x)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and torch.equal(g, w)
+
+
+def test_partitioned_graph_runs_unsupported_ops_on_cpu(backend, caplog):
+    def f(x):
+        y = torch.sin(x) * 2 + 1
+        z = torch.special.bessel_j0(y)     # no registry entry: runs on the CPU
+        return (z.exp() * y).sum(-1), y
+
+    c = torch.compile(f, backend="nkipy", fullgraph=True)
+    x = torch.randn(3, 4)
+    with caplog.at_level(logging.WARNING, logger="torch_to_nkipy"):
+        got = c(x)
+        got2 = c(x + 1)
+    want, want2 = f(x), f(x + 1)
+    for g, w in zip(got + got2, want + want2):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+    msgs = [r.getMessage() for r in caplog.records if "bessel_j0" in r.getMessage()]
+    assert len(msgs) <= 1  # logged once per process (possibly by an earlier test)
+
+
+def test_fullgraph_graph_break_raises(backend):
+    def f(x):
+        y = x * 2
+        print("side effect")   # a graph break
+        return y + 1
+
+    with pytest.raises(Exception):
+        torch.compile(f, backend="nkipy", fullgraph=True)(torch.ones(2))
+    torch._dynamo.reset()
+    out = torch.compile(f, backend="nkipy")(torch.ones(2))   # graph break: two graphs
+    assert torch.equal(out, torch.full((2,), 3.0))
+
+
+def test_training_sgd_matches_eager(backend):
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(6, 16), nn.GELU(), nn.LayerNorm(16), nn.Linear(16, 3))
+    ref = copy.deepcopy(m)
+    c = torch.compile(m, backend="nkipy")
+    opt = torch.optim.SGD(m.parameters(), lr=0.05)
+    opt_r = torch.optim.SGD(ref.parameters(), lr=0.05)
+    for _ in range(3):
+        x, y = torch.randn(8, 6), torch.randint(0, 3, (8,))
+        loss = F.cross_entropy(c(x), y)
+        loss_r = F.cross_entropy(ref(x), y)
+        for o, l in ((opt, loss), (opt_r, loss_r)):
+            o.zero_grad()
+            l.backward()
+            o.step()
+        torch.testing.assert_close(loss, loss_r, rtol=1e-5, atol=1e-5)
+    for p, q in zip(m.parameters(), ref.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-5)
+
+
+class MixedNet(nn.Module):
+    """Embedding, multi-head attention, LayerNorm, Conv1d, BatchNorm (training: its
+    functional form and convolution_backward run on the CPU), GELU."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(20, 16)
+        self.attn = nn.MultiheadAttention(16, 2, batch_first=True)
+        self.ln = nn.LayerNorm(16)
+        self.conv = nn.Conv1d(16, 16, 3, padding=1)
+        self.bn = nn.BatchNorm1d(16)
+        self.head = nn.Linear(16, 5)
+
+    def forward(self, ids):
+        h = self.emb(ids)
+        a, _ = self.attn(h, h, h, need_weights=False)
+        h = self.ln(h + a)
+        h = F.gelu(self.bn(self.conv(h.transpose(1, 2)))).transpose(1, 2)
+        return self.head(h.mean(1))
+
+
+def test_training_mixed_model_partitioned(backend):
+    torch.manual_seed(0)
+    m = MixedNet()
+    ref = copy.deepcopy(m)
+    c = torch.compile(m, backend="nkipy")
+    ids, y = torch.randint(0, 20, (3, 7)), torch.randint(0, 5, (3,))
+    loss = F.cross_entropy(c(ids), y)
+    loss.backward()
+    loss_r = F.cross_entropy(ref(ids), y)
+    loss_r.backward()
+    torch.testing.assert_close(loss, loss_r, rtol=1e-5, atol=1e-5)
+    for (name, p), q in zip(m.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=name)
+    for p, q in zip(m.buffers(), ref.buffers()):   # BatchNorm running stats
+        torch.testing.assert_close(p, q)
+    m.eval()
+    ref.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(c(ids), ref(ids), rtol=1e-5, atol=1e-5)
+
+
+def test_dynamic_shapes_recompile_per_shape(backend, caplog):
+    torch.manual_seed(0)
+    m = MLP(8, 8)
+    c = torch.compile(m, backend="nkipy", dynamic=True)
+    with caplog.at_level(logging.INFO, logger="torch_to_nkipy"), torch.no_grad():
+        for n in (2, 3, 5, 3):
+            x = torch.randn(n, 8)
+            torch.testing.assert_close(c(x), m(x), rtol=1e-5, atol=1e-5)
+    assert any("recompiling" in r.getMessage() for r in caplog.records)
+
+
+def test_dynamic_training(backend):
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+    ref = copy.deepcopy(m)
+    c = torch.compile(m, backend="nkipy", dynamic=True)
+    for n in (3, 5):
+        x = torch.randn(n, 4)
+        c(x).sum().backward()
+        ref(x).sum().backward()
+    for p, q in zip(m.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-5)
+
+
+# ---- cache reuse across processes ------------------------------------------------------
+
+_CHILD = textwrap.dedent("""
+    import sys, torch, torch.nn as nn
+    sys.path.insert(0, {root!r})
+    from torch_to_nkipy import init_nkipy_backend
+    from torch_to_nkipy.kernel import STATS
+    init_nkipy_backend(nkipy_cache={cache!r})
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    c = torch.compile(m, backend="nkipy")
+    with torch.no_grad():
+        x = torch.randn(3, 8)
+        assert torch.allclose(c(x), m(x), atol=1e-5)
+    print("STATS", STATS["kernels"], STATS["compiled"], STATS["cache_hits"])
+""")
+
+
+def test_second_process_compiles_nothing(tmp_path):
+    script = tmp_path / "child.py"
+    script.write_text(_CHILD.format(root=ROOT, cache=str(tmp_path / "cache")))
+    env = dict(os.environ)
+    for var in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
+        env.pop(var, None)
+    runs = []
+    for _ in range(2):
+        r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env,
+                           timeout=300)
+        assert r.returncode == 0, r.stderr
+        line = [l for l in r.stdout.splitlines() if l.startswith("STATS")][-1]
+        runs.append(tuple(int(v) for v in line.split()[1:]))
+    (k1, c1, h1), (k2, c2, h2) = runs
+    assert k1 >= 1 and c1 == k1
+    assert k2 == k1 and c2 == 0 and h2 == k2
+
+
+def test_per_function_options(backend):
+    f = torch.compile(lambda x: x * 2, backend="nkipy",
+                      options={"pipelined": False, "keep_outputs_on_device": False,
+                               "output_layout": "unpad", "buckets": [32, 64]})
+    assert torch.equal(f(torch.ones(2)), torch.full((2,), 2.0))
+    torch._dynamo.reset()
+    g = torch.compile(lambda x: x * 3, backend="nkipy", options={"no_such_option": 1})
+    with pytest.raises(Exception, match="unknown nkipy backend option"):
+        g(torch.ones(2))
+    torch._dynamo.reset()
+    h = torch.compile(lambda x: x * 4, backend="nkipy", options={"buckets": []})
+    with pytest.raises(Exception, match="buckets"):
+        h(torch.ones(2))
+
+
+# ---- tensors on the nkipy device (spike_torch) -------------------------------------------
+
+def _spike_torch():
+    try:
+        import spike_torch  # noqa: F401
+        torch.empty(1, device="nkipy")
+        return True
+    except Exception:  # pragma: no cover - spike_torch not built
+        return False
+
+
+def test_nkipy_device_tensors_zero_copy(backend):
+    if not _spike_torch():   # checked here, not at collection: importing it starts the runtime
+        pytest.skip("spike_torch (the nkipy device) is not available")
+    torch.manual_seed(0)
+    m = TinyLlama()
+    ref = copy.deepcopy(m)
+    md = m.to("nkipy")
+    c = torch.compile(md, backend="nkipy", fullgraph=True)
+    ids, pos = torch.tensor([[3, 7, 1]]), torch.arange(3)
+    with torch.no_grad():
+        got = c(ids.to("nkipy"), pos.to("nkipy"))
+        want = ref(ids, pos)
+    assert got.device.type == "nkipy"
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(md.k_cache.cpu(), ref.k_cache, rtol=1e-5, atol=1e-5)
+
+    def f(x, acc):
+        acc.add_(x)
+        return x * 2
+
+    cf = torch.compile(f, backend="nkipy")
+    x, acc = torch.randn(6).to("nkipy"), torch.zeros(6).to("nkipy")
+    ptr = acc.data_ptr()
+    out = cf(x, acc)
+    assert out.device.type == "nkipy" and acc.data_ptr() == ptr
+    torch.testing.assert_close(acc.cpu(), x.cpu())
+    torch.testing.assert_close(out.cpu(), x.cpu() * 2)
+
+
+def test_int64_out_of_int32_range_raises(backend):
+    f = torch.compile(lambda i: i + 1, backend="nkipy")
+    assert torch.equal(f(torch.tensor([2**31 - 2])), torch.tensor([2**31 - 1]))
+    with pytest.raises(ValueError, match="does not fit the device's int32"):
+        f(torch.tensor([2**40]))
+
+
+@pytest.mark.parametrize("name,fn,args", [
+    ("no_inputs", lambda: torch.arange(5) * 2, ()),
+    ("zero_dim", lambda x, s: x * s, (torch.ones(3), torch.tensor(3.0))),
+    ("empty", lambda x: x[:0] + 1, (torch.ones(3, 2),)),
+    ("bool_input", lambda m, x: torch.where(m, x, -x), (torch.tensor([True, False]), torch.ones(2))),
+    ("identity", lambda x: x, (torch.ones(2),)),
+    ("int_floordiv", lambda i: i // 2, (torch.tensor([1, 5, -3]),)),
+    ("int_truediv", lambda i: i / 2, (torch.tensor([1, 5, -3]),)),
+    ("constant", lambda x: x + torch.tensor([1.0, 2.0]), (torch.ones(2),)),
+    ("uint8", lambda x: x + 1, (torch.tensor([1, 255], dtype=torch.uint8),)),
+    ("bf16_constant", lambda x: x + torch.tensor([1.0, 2.5], dtype=torch.bfloat16),
+     (torch.ones(2, dtype=torch.bfloat16),)),
+    ("inplace_view", lambda x: x[0].add_(1), (torch.zeros(2, 2),)),
+    ("argsort_fallback", lambda x: torch.argsort(x) + 1, (torch.tensor([3.0, 1.0, 5.0]),)),
+])
+def test_edge_cases(backend, name, fn, args):
+    want_args = [a.clone() for a in args]
+    got = torch.compile(fn, backend="nkipy")(*args)
+    want = fn(*want_args)
+    assert got.dtype == want.dtype and torch.equal(got, want)
+    for a, b in zip(args, want_args):
+        assert torch.equal(a, b)
+
+
+def test_concurrent_calls_share_staging_safely(backend):
+    import threading
+
+    torch.manual_seed(0)
+    m = MLP(8, 8)
+    c = torch.compile(m, backend="nkipy")
+    with torch.no_grad():
+        c(torch.randn(4, 8))
+    errors = []
+
+    def worker(seed):
+        g = torch.Generator().manual_seed(seed)
+        try:
+            with torch.no_grad():
+                for _ in range(20):
+                    x = torch.randn(4, 8, generator=g)
+                    torch.testing.assert_close(c(x), m(x), rtol=1e-5, atol=1e-5)
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+
+
+def test_nkipy_device_partitioned_graph(backend):
+    if not _spike_torch():
+        pytest.skip("spike_torch (the nkipy device) is not available")
+    import warnings
+
+    def f(x, w):
+        h = torch.tanh(x @ w)
+        h = torch.special.bessel_j0(h)     # CPU fallback between two kernels
+        return torch.softmax(h * 2, dim=-1)
+
+    x, w = torch.randn(4, 16), torch.randn(16, 8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = torch.compile(f, backend="nkipy")(x.to("nkipy"), w.to("nkipy"))
+    assert got.device.type == "nkipy"
+    torch.testing.assert_close(got.cpu(), f(x, w), rtol=1e-5, atol=1e-5)

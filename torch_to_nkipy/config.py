@@ -1,0 +1,135 @@
+"""The backend's process-wide configuration (the one documented singleton)."""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Optional
+
+log = logging.getLogger("torch_to_nkipy")
+
+_CONFIG: Optional["NKIPyBackendConfig"] = None
+
+
+@dataclass(frozen=True)
+class NKIPyBackendConfig:
+    """What ``init_nkipy_backend`` was given (and detected)."""
+
+    nkipy_cache_prefix: str
+    nkipy_cache: str                 # nkipy_cache_prefix/rank_<rank>
+    log_level: int
+    rank: int
+    world_size: int
+    core_offset: int = 0
+    additional_compiler_args: str = ""
+    max_bucket_size: int = 2048
+    bucket_strategy: str = "power_of_2"
+    pad_on_device: bool = True
+    keep_outputs_on_device: bool = False
+    pipelined: bool = True
+    input_layout: str = "auto"
+    output_layout: str = "unpad"
+
+    @property
+    def visible_core(self) -> int:
+        return self.rank + self.core_offset
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in (
+            "nkipy_cache", "rank", "world_size", "core_offset", "log_level",
+            "additional_compiler_args", "pad_on_device", "keep_outputs_on_device", "pipelined",
+            "input_layout", "output_layout"))
+        return f"NKIPyBackendConfig({fields})"
+
+
+def _detect_rank(rank: Optional[int]) -> int:
+    if rank is not None:
+        return int(rank)
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank()
+    except Exception:  # pragma: no cover - torch without distributed
+        pass
+    for var in ("LOCAL_RANK", "RANK"):
+        if os.environ.get(var, "").strip():
+            return int(os.environ[var])
+    return 0
+
+
+def _detect_world_size(world_size: Optional[int]) -> int:
+    if world_size is not None:
+        return int(world_size)
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_world_size()
+    except Exception:  # pragma: no cover
+        pass
+    if os.environ.get("WORLD_SIZE", "").strip():
+        return int(os.environ["WORLD_SIZE"])
+    return 1
+
+
+def init_nkipy_backend(nkipy_cache: str = "./nkipy_cache", log_level: int = logging.INFO,
+                       rank: Optional[int] = None, world_size: Optional[int] = None,
+                       core_offset: int = 0, additional_compiler_args: str = "",
+                       pad_on_device: bool = True, keep_outputs_on_device: bool = False,
+                       pipelined: bool = True, input_layout: str = "auto",
+                       output_layout: str = "unpad") -> None:
+    """Initialises the nkipy ``torch.compile`` backend (once per process).
+
+    ``rank``/``world_size`` default to ``torch.distributed`` when it is
+    initialised, else ``LOCAL_RANK``/``RANK`` and ``WORLD_SIZE``, else 0 and 1.
+    Kernels are cached under ``<nkipy_cache>/rank_<rank>/``; the device core is
+    ``rank + core_offset``. Raises RuntimeError when already initialised.
+    """
+    global _CONFIG
+    if _CONFIG is not None:
+        raise RuntimeError("nkipy backend is already initialized "
+                           "(call reset_nkipy_backend() first to re-initialize)")
+    r, ws = _detect_rank(rank), _detect_world_size(world_size)
+    if ws < 1 or not 0 <= r < max(ws, r + 1):
+        raise ValueError(f"invalid rank {r} / world_size {ws}")
+    if input_layout not in ("auto", "padded"):
+        raise ValueError(f"input_layout must be 'auto' or 'padded', not {input_layout!r}")
+    if output_layout not in ("unpad", "padded"):
+        raise ValueError(f"output_layout must be 'unpad' or 'padded', not {output_layout!r}")
+    if core_offset < 0:
+        raise ValueError(f"core_offset must be >= 0, not {core_offset}")
+    prefix = os.fspath(nkipy_cache)
+    cfg = NKIPyBackendConfig(
+        nkipy_cache_prefix=prefix, nkipy_cache=os.path.join(prefix, f"rank_{r}"),
+        log_level=log_level, rank=r, world_size=ws, core_offset=core_offset,
+        additional_compiler_args=additional_compiler_args, pad_on_device=pad_on_device,
+        keep_outputs_on_device=keep_outputs_on_device, pipelined=pipelined,
+        input_layout=input_layout, output_layout=output_layout)
+    os.makedirs(cfg.nkipy_cache, exist_ok=True)
+    log.setLevel(log_level)
+    if not log.handlers and not logging.getLogger().handlers:
+        logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")
+    from . import backend  # noqa: F401  (registers the dynamo backend)
+
+    _CONFIG = cfg
+    log.debug("nkipy backend initialized: %r", cfg)
+
+
+def is_nkipy_backend_initialized() -> bool:
+    return _CONFIG is not None
+
+
+def get_nkipy_backend_config() -> NKIPyBackendConfig:
+    if _CONFIG is None:
+        raise RuntimeError("nkipy backend is not initialized: call init_nkipy_backend() first")
+    return _CONFIG
+
+
+def reset_nkipy_backend() -> None:
+    """Forgets the configuration and the loaded kernels (the disk cache stays)."""
+    global _CONFIG
+    _CONFIG = None
+    from . import kernel
+
+    kernel.clear_loaded_kernels()

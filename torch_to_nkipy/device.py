@@ -1,0 +1,171 @@
+"""The one boundary between torch tensors and device tensors.
+
+Everything that moves data between PyTorch and the nkipy device goes through
+here, so tensors already on the ``nkipy`` PyTorch device (spike_torch) can be
+handed to kernels without copies once that device exists: ``to_device`` is
+the single place to add that path.
+
+The device stores 64-bit types narrowed to 32 bits (int64 -> int32,
+float64 -> float32); results are widened back to the dtype PyTorch expects.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+import torch
+
+from nkipy.core.language import bfloat16
+from nkipy.runtime import DeviceTensor
+
+_NARROW = {torch.int64: torch.int32, torch.float64: torch.float32}
+
+
+def device_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype a torch dtype has on the device."""
+    return _NARROW.get(dtype, dtype)
+
+
+_DIRECT = {torch.float32, torch.float16, torch.int32, torch.int16, torch.int8, torch.uint8,
+           torch.bool}
+
+
+def torch_to_numpy(t: torch.Tensor) -> np.ndarray:
+    """A CPU contiguous NumPy array with the device dtype (bfloat16 kept)."""
+    if t.dtype in _DIRECT and t.device.type == "cpu" and t.is_contiguous():
+        return t.detach().numpy()      # the common case: a view, no copy
+    t = t.detach()
+    if t.device.type != "cpu":
+        t = t.cpu()
+    if t.dtype == torch.int64 and t.numel():
+        lo, hi = int(t.min()), int(t.max())
+        if lo < -2**31 or hi >= 2**31:
+            raise ValueError(f"int64 tensor with values in [{lo}, {hi}] does not fit the device's "
+                             "int32 (the nkipy device stores int64 as int32)")
+    t = t.to(device_dtype(t.dtype)).contiguous()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(bfloat16)
+    return t.numpy()
+
+
+def numpy_to_torch(a: np.ndarray, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """A CPU torch tensor of ``dtype`` (default: the array's) from a NumPy array."""
+    a = np.asarray(a)
+    if not a.flags.c_contiguous:
+        a = a.copy()
+    if a.dtype == np.dtype(bfloat16):
+        t = torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    else:
+        t = torch.from_numpy(a)
+    return t if dtype is None or t.dtype == dtype else t.to(dtype)
+
+
+DEVICE_TYPE = "nkipy"
+
+
+def is_nkipy(x: Any) -> bool:
+    """Whether a tensor (or device) is on the nkipy PyTorch device (spike_torch)."""
+    dev = x.device if isinstance(x, torch.Tensor) else x
+    return isinstance(dev, torch.device) and dev.type == DEVICE_TYPE
+
+
+def _np_dtype(dtype: torch.dtype) -> np.dtype:
+    if dtype == torch.bfloat16:
+        return np.dtype(bfloat16)
+    return torch.empty(0, dtype=dtype).numpy().dtype
+
+
+def _torch_dtype(np_dtype: Any) -> torch.dtype:
+    if str(np_dtype) == "bfloat16":
+        return torch.bfloat16
+    np_dtype = np.dtype(np_dtype)
+    if np_dtype == np.dtype(bfloat16):
+        return torch.bfloat16
+    return torch.from_numpy(np.empty(0, np_dtype)).dtype
+
+
+def _wrap_nkipy(t: torch.Tensor, name: Optional[str] = None) -> DeviceTensor:
+    """A device tensor over an nkipy torch tensor's own memory (no copy)."""
+    import spike_torch
+
+    d = DeviceTensor(spike_torch.get_nrt_tensor(t), tuple(t.shape), _np_dtype(t.dtype), name)
+    d._torch_backing = t  # type: ignore[attr-defined]  (keeps the memory alive)
+    return d
+
+
+def to_device(t: torch.Tensor, core_id: int = 0) -> DeviceTensor:
+    """A device tensor holding ``t``'s values: for a tensor on the nkipy device,
+    its own memory (a device-side copy only when it is non-contiguous, on
+    another core or 64-bit); for a CPU tensor, a host-to-device copy."""
+    if is_nkipy(t):
+        src = t.detach()
+        if src.device.index not in (None, core_id):
+            src = src.to(torch.device(DEVICE_TYPE, core_id))
+        if src.dtype in _NARROW:
+            src = src.to(_NARROW[src.dtype])
+        if not src.is_contiguous():
+            src = src.contiguous()
+        return _wrap_nkipy(src)
+    return DeviceTensor.from_numpy(torch_to_numpy(t), core_id=core_id)
+
+
+class HostStaging:
+    """Persistent device buffers for a kernel called with CPU tensors: inputs are
+    written into the same device tensors every call (no allocation per call)."""
+
+    def __init__(self, core_id: int) -> None:
+        self.core_id = core_id
+        self.inputs: dict = {}
+        self.outputs: Optional[dict] = None
+
+    def input(self, name: str, t: torch.Tensor) -> DeviceTensor:
+        arr = torch_to_numpy(t)
+        buf = self.inputs.get(name)
+        if buf is None or buf.shape != arr.shape or buf.dtype != arr.dtype:
+            buf = DeviceTensor.from_numpy(arr, name=name, core_id=self.core_id)
+            self.inputs[name] = buf
+        else:
+            buf.write_from_numpy(arr)
+        return buf
+
+
+def empty_for_output(shape: Any, np_dtype: Any, like: torch.device) -> Optional[DeviceTensor]:
+    """An output buffer on the nkipy device when the call's tensors live there
+    (the kernel writes the result in place: no copy), else None (the runtime
+    allocates)."""
+    if not is_nkipy(like):
+        return None
+    t = torch.empty(tuple(shape), dtype=_torch_dtype(np_dtype), device=like)
+    return _wrap_nkipy(t)
+
+
+def empty_device(shape: Any, dtype: torch.dtype, core_id: int = 0) -> DeviceTensor:
+    a = np.empty(tuple(shape), dtype=torch_to_numpy(torch.empty(0, dtype=dtype)).dtype)
+    return DeviceTensor.from_numpy(a, core_id=core_id)
+
+
+def from_device(d: DeviceTensor, like_dtype: Optional[torch.dtype],
+                device: torch.device) -> torch.Tensor:
+    """The device tensor's values as a torch tensor of ``like_dtype`` (default: its
+    own) on ``device``."""
+    backing = getattr(d, "_torch_backing", None)
+    if backing is not None:
+        return backing if like_dtype is None or backing.dtype == like_dtype \
+            else backing.to(like_dtype)
+    t = numpy_to_torch(d.numpy(), like_dtype)
+    return t if device.type == "cpu" else t.to(device)
+
+
+def write_back(dst: torch.Tensor, d: DeviceTensor) -> None:
+    """Copies a device tensor's values into ``dst`` (an input mutated in place);
+    nothing to do when the kernel wrote into ``dst``'s own memory."""
+    backing = getattr(d, "_torch_backing", None)
+    if backing is not None:
+        if backing.data_ptr() == dst.data_ptr() and backing.dtype == dst.dtype \
+                and backing.shape == dst.shape and dst.is_contiguous():
+            return
+        with torch.no_grad():
+            dst.copy_(backing.reshape(dst.shape))
+        return
+    with torch.no_grad():
+        dst.copy_(numpy_to_torch(d.numpy(), dst.dtype).reshape(dst.shape))

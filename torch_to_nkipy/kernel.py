@@ -1,0 +1,251 @@
+"""NKIPyKernel: one FX graph, for one concrete input signature, as a device kernel.
+
+Cache layout (per rank, per kernel)::
+
+    <nkipy_cache>/rank_<r>/kernel_<hash16>/
+        nkipy_func.py        generated NumPy source (``nkipy_func``), runnable on the host
+        fx_vs_nkipy.txt      each FX node beside the source generated for it
+        fx_graph.py          the FX graph's code
+        io_specs.json        inputs and outputs: names, shapes, dtypes, aliases
+        *.npy                graph constants
+        neff/                the nkipy compile cache (IR, C, NEFF, meta.json)
+
+``hash16`` covers the generated source, its constants, the input signature and
+the compiler arguments; a second process with the same cache finds the NEFF in
+``neff/`` and compiles nothing.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import logging
+import os
+import tempfile
+import threading
+import time
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+import torch.fx
+
+from . import device
+from .lowering.codegen import GeneratedSource, generate_source, side_by_side
+
+log = logging.getLogger("torch_to_nkipy")
+
+_GENERATION = [0]
+
+#: Process-wide counters: kernels built by the C compiler vs served by the cache.
+STATS = {"kernels": 0, "compiled": 0, "cache_hits": 0, "shared": 0}
+
+
+def clear_loaded_kernels() -> None:
+    """Makes every compiled graph rebuild its kernels on next use."""
+    _GENERATION[0] += 1
+    _BY_HASH.clear()
+
+
+def _write_atomic(path: str, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp_")
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def signature_of(args: Sequence[Any]) -> Tuple:
+    """A hashable description of concrete inputs (what a kernel is specialised on)."""
+    sig = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            sig.append(("T", tuple(a.shape), str(a.dtype)))
+        else:
+            sig.append(("V", type(a).__name__, repr(a)))
+    return tuple(sig)
+
+
+def load_func_from_file(path: str, name: str = "nkipy_func") -> Any:
+    """Imports ``name`` from a generated source file."""
+    spec = importlib.util.spec_from_file_location(
+        f"nkipy_generated_{hashlib.sha1(path.encode()).hexdigest()[:12]}", path)
+    mod = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    spec.loader.exec_module(mod)
+    return getattr(mod, name)
+
+
+def kernel_hash(gen: GeneratedSource, args: Sequence[Any], compiler_args: str,
+                world_size: int) -> str:
+    """The 16-hex-digit key of a kernel (names its cache directory)."""
+    h = hashlib.sha256(gen.source.encode())
+    for name, data in sorted(gen.constants.items()):
+        h.update(name.encode())
+        h.update(np.ascontiguousarray(data).tobytes())
+    h.update(repr(signature_of(args)).encode())
+    h.update(repr((compiler_args, world_size)).encode())
+    return h.hexdigest()[:16]
+
+
+_BY_HASH: Dict[Tuple[str, str, int], "NKIPyKernel"] = {}
+
+
+def build_kernel(gm: torch.fx.GraphModule, args: Sequence[Any], cache_root: str,
+                 compiler_args: str = "", core_id: int = 0, rank: int = 0,
+                 world_size: int = 1) -> "NKIPyKernel":
+    """The kernel of ``gm`` for ``args``; graphs that generate the same source
+    (repeated layers) share one kernel within the process."""
+    gen = generate_source(gm, args)
+    key = (cache_root, kernel_hash(gen, args, compiler_args, world_size), core_id)
+    k = _BY_HASH.get(key)
+    if k is None or k.generation != _GENERATION[0]:
+        k = NKIPyKernel(gm, args, cache_root, compiler_args=compiler_args, core_id=core_id,
+                        rank=rank, world_size=world_size, gen=gen)
+        _BY_HASH[key] = k
+    else:
+        STATS["shared"] += 1
+    return k
+
+
+class NKIPyKernel:
+    """The generated source, its compiled kernel and how to call it with torch tensors."""
+
+    def __init__(self, gm: torch.fx.GraphModule, args: Sequence[Any], cache_root: str,
+                 compiler_args: str = "", core_id: int = 0, rank: int = 0,
+                 world_size: int = 1, gen: Optional[GeneratedSource] = None) -> None:
+        start = time.perf_counter()
+        self.generation = _GENERATION[0]
+        self.gen: GeneratedSource = gen if gen is not None else generate_source(gm, args)
+        self.tensor_arg_idx = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+        in_arrays = [device.torch_to_numpy(torch.zeros(args[i].shape, dtype=args[i].dtype))
+                     for i in self.tensor_arg_idx]
+        self.hash = kernel_hash(self.gen, args, compiler_args, world_size)
+        self.dir = os.path.join(cache_root, f"kernel_{self.hash}")
+        os.makedirs(self.dir, exist_ok=True)
+        src_path = os.path.join(self.dir, "nkipy_func.py")
+        for fname, data in self.gen.constants.items():
+            p = os.path.join(self.dir, fname)
+            if not os.path.exists(p):
+                buf = tempfile.NamedTemporaryFile(dir=self.dir, suffix=".npy", delete=False)
+                np.save(buf, data)
+                buf.close()
+                os.replace(buf.name, p)
+        if not os.path.exists(src_path) or open(src_path).read() != self.gen.source:
+            _write_atomic(src_path, self.gen.source.encode())
+        _write_atomic(os.path.join(self.dir, "fx_vs_nkipy.txt"), side_by_side(self.gen).encode())
+        _write_atomic(os.path.join(self.dir, "fx_graph.py"), gm.code.encode())
+        self.source_path = src_path
+        self.func = load_func_from_file(src_path)
+
+        # Trace: non-tensor results are static (Python values at trace time).
+        self.static_outputs: Dict[int, Any] = {}
+        self.tensor_out_pos: List[int] = []
+        n_out: List[int] = [0]
+        func = self.func
+
+        def kernel_fn(*arrays: Any) -> Any:
+            from nkipy.core.tensor import NKIPyTensorRef
+
+            res = func(*arrays)
+            n_out[0] = len(res)
+            tensors = []
+            for i, r in enumerate(res):
+                if isinstance(r, NKIPyTensorRef):
+                    self.tensor_out_pos.append(i)
+                    tensors.append(r)
+                else:
+                    self.static_outputs[i] = r
+            return tuple(tensors)
+
+        from nkipy.core.trace import trace
+        from nkipy.runtime import DeviceKernel
+
+        params = self.gen.tensor_inputs
+        ns: Dict[str, Any] = {"_k": kernel_fn}
+        exec(f"def nkipy_kernel({', '.join(params)}):\n    return _k({', '.join(params)})\n", ns)
+        graph = trace(ns["nkipy_kernel"], *in_arrays, name=f"kernel_{self.hash}")
+        self.n_outputs = n_out[0]
+        self.device_kernel = DeviceKernel.from_graph(
+            graph, build_dir=os.path.join(self.dir, "neff"),
+            additional_compiler_args=compiler_args, core_id=core_id,
+            cc_enabled=world_size > 1, rank_id=rank, world_size=world_size)
+        self.compiled_now = not self.device_kernel.compiled.cache_hit
+        self._staging = device.HostStaging(self.device_kernel.core_id)
+        self._staging_lock = threading.Lock()
+        STATS["kernels"] += 1
+        STATS["compiled" if self.compiled_now else "cache_hits"] += 1
+        out_info = list(self.device_kernel.output_tensors_info.items())
+        self.out_names = [n for n, m in out_info][:len(self.tensor_out_pos)]
+        self.aliases = {n: m.alias_of for n, m in out_info if m.alias_of is not None}
+        self.param_index = {p: self.tensor_arg_idx[k] for k, p in enumerate(params)}
+        # Torch dtypes of the outputs (FX metadata; the device narrows 64-bit types).
+        out_node = next(n for n in gm.graph.nodes if n.op == "output")
+        outs = out_node.args[0] if isinstance(out_node.args[0], (list, tuple)) else [out_node.args[0]]
+        self.out_dtypes: List[Optional[torch.dtype]] = []
+        for o in outs:
+            val = o.meta.get("val") if isinstance(o, torch.fx.Node) else None
+            self.out_dtypes.append(val.dtype if isinstance(val, torch.Tensor) else None)
+        specs = {
+            "kernel": f"kernel_{self.hash}",
+            "inputs": [{"name": p, "shape": list(a.shape), "dtype": str(a.dtype)}
+                       for p, a in zip(params, in_arrays)],
+            "outputs": [{"name": n, "shape": list(m.shape), "dtype": m.dtype, "alias_of": m.alias_of}
+                        for n, m in out_info],
+            "static_outputs": {str(k): repr(v) for k, v in self.static_outputs.items()},
+            "neff": self.device_kernel.neff_path,
+        }
+        _write_atomic(os.path.join(self.dir, "io_specs.json"), json.dumps(specs, indent=1).encode())
+        log.log(logging.INFO if self.compiled_now else logging.DEBUG,
+                "kernel_%s (%d FX nodes) %s in %.3f s: %s", self.hash, len(self.gen.pairs),
+                "compiled" if self.compiled_now else "loaded from cache",
+                time.perf_counter() - start, self.dir)
+
+    def run_host(self, args: Sequence[Any]) -> List[Any]:
+        """Runs the generated source with NumPy on the host (the reference)."""
+        arrays = [device.torch_to_numpy(args[i]).copy() for i in self.tensor_arg_idx]
+        return list(self.func(*arrays))
+
+    def __call__(self, args: Sequence[Any]) -> List[Any]:
+        idx = self.tensor_arg_idx
+        dev = args[idx[0]].device if idx else torch.device("cpu")
+        if all(args[i].device.type == "cpu" for i in idx):
+            with self._staging_lock:   # CPU tensors: persistent staging buffers
+                return self._call(args, dev, staged=True)
+        return self._call(args, dev, staged=False)
+
+    def _call(self, args: Sequence[Any], dev: torch.device, staged: bool) -> List[Any]:
+        core = self.device_kernel.core_id
+        if staged:
+            st = self._staging
+            inputs = {p: st.input(p, args[i]) for p, i in self.param_index.items()}
+            if st.outputs is None:
+                names = [n for n, m in self.device_kernel.output_tensors_info.items()
+                         if m.alias_of is None]
+                st.outputs = dict(zip(names, self.device_kernel.allocate_output_tensors()))
+            outs = st.outputs
+            self.device_kernel(inputs=inputs, outputs=outs)
+        else:
+            inputs = {p: device.to_device(args[i], core) for p, i in self.param_index.items()}
+            outs = None
+        if not staged and device.is_nkipy(dev):
+            outs = {}
+            for name, meta in self.device_kernel.output_tensors_info.items():
+                if meta.alias_of is None:
+                    outs[name] = device.empty_for_output(meta.shape, meta.dtype, dev)
+            self.device_kernel(inputs=inputs, outputs=outs)
+        elif not staged:
+            outs = self.device_kernel(inputs=inputs)
+        assert outs is not None
+        for name, src in self.aliases.items():
+            device.write_back(args[self.param_index[src]], inputs[src])
+        results: List[Any] = [None] * self.n_outputs
+        for pos, name in zip(self.tensor_out_pos, self.out_names):
+            dt = self.out_dtypes[pos] if pos < len(self.out_dtypes) else None
+            d = outs[name] if name in outs else inputs[self.aliases[name]]
+            results[pos] = device.from_device(d, dt, dev)
+        for pos, val in self.static_outputs.items():
+            if isinstance(val, np.ndarray):   # a constant tensor returned as is
+                dt = self.out_dtypes[pos] if pos < len(self.out_dtypes) else None
+                val = device.numpy_to_torch(val.copy(), dt)
+            results[pos] = val
+        return results

@@ -1,0 +1,1083 @@
+"""NumPy-style implementations of ATen ops (the registry's entries).
+
+Every function here is plain NumPy on arrays and nkipy kernel code on tracer
+tensors: generated ``nkipy_func`` sources call them as ``aten.<name>(...)``.
+Arguments follow the ATen schemas; dtypes arrive as NumPy dtypes (64-bit
+types already narrowed to 32 bits, as the device stores them).
+"""
+from __future__ import annotations
+
+import math
+import operator
+import os
+from typing import Any, Sequence
+
+import numpy as np
+
+from nkipy.core import ops
+from nkipy.core.language import bfloat16
+
+from .registry import AtenOpRegistry
+
+reg = AtenOpRegistry.register
+
+_NARROW = {"float64": "float32", "int64": "int32", "uint64": "uint32"}
+
+
+def dt(name: str) -> np.dtype:
+    """A torch dtype name as the device dtype (64-bit narrowed)."""
+    name = _NARROW.get(name, name)
+    if name == "bfloat16":
+        return np.dtype(bfloat16)
+    return np.dtype(name)
+
+
+def cast(x: Any, dtype: np.dtype) -> Any:
+    """``x`` in ``dtype`` (no-op when it already is)."""
+    if not hasattr(x, "dtype"):
+        return ops.full((), x, dtype)
+    return x if x.dtype == dtype else x.astype(dtype)
+
+
+def load_constant(directory: str, fname: str, dtype: Any = None) -> np.ndarray:
+    """A graph constant saved beside the generated source (bfloat16 stored as uint16)."""
+    a = np.load(os.path.join(directory, fname))
+    return a.view(dt(dtype)) if dtype else a
+
+
+def _ax(dim: Any, ndim: int) -> Any:
+    if dim is None:
+        return None
+    if isinstance(dim, (list, tuple)):
+        if len(dim) == 0:
+            return None
+        return tuple(d % max(ndim, 1) for d in dim)
+    return dim % max(ndim, 1)
+
+
+def _shape(x: Any) -> tuple:
+    return tuple(np.shape(x))
+
+
+# ---- elementwise -------------------------------------------------------------
+
+def _unary(name: str, fn):
+    reg(name)(fn)
+
+
+for _n, _f in {
+    "aten.abs.default": np.abs, "aten.cos.default": np.cos, "aten.sin.default": np.sin,
+    "aten.exp.default": np.exp, "aten.floor.default": np.floor, "aten.log.default": np.log,
+    "aten.log1p.default": np.log1p, "aten.neg.default": np.negative,
+    "aten.reciprocal.default": np.reciprocal, "aten.sqrt.default": np.sqrt,
+    "aten.tanh.default": np.tanh, "aten.bitwise_not.default": np.invert,
+    "aten.logical_not.default": np.logical_not, "aten.ceil.default": np.ceil,
+    "aten.trunc.default": np.trunc, "aten.round.default": np.round, "aten.sign.default": np.sign,
+    "aten.expm1.default": np.expm1, "aten.exp2.default": np.exp2, "aten.log2.default": np.log2,
+    "aten.log10.default": np.log10, "aten.tan.default": np.tan, "aten.asin.default": np.arcsin,
+    "aten.acos.default": np.arccos, "aten.atan.default": np.arctan, "aten.sinh.default": np.sinh,
+    "aten.cosh.default": np.cosh, "aten.isnan.default": np.isnan, "aten.isinf.default": np.isinf,
+    "aten.erf.default": ops.erf, "aten.rsqrt.default": ops.rsqrt,
+    "aten.sigmoid.default": ops.sigmoid,
+}.items():
+    _unary(_n, _f)
+
+
+@reg("aten.relu.default")
+def relu(x):
+    return np.maximum(x, 0)
+
+
+@reg("aten.add.Tensor", "aten.add.Scalar")
+def add(x, y, alpha=1):
+    return np.add(x, y if alpha == 1 else y * alpha)
+
+
+@reg("aten.sub.Tensor", "aten.sub.Scalar")
+def sub(x, y, alpha=1):
+    return np.subtract(x, y if alpha == 1 else y * alpha)
+
+
+@reg("aten.rsub.Scalar", "aten.rsub.Tensor")
+def rsub(x, y, alpha=1):
+    return np.subtract(y, x if alpha == 1 else x * alpha)
+
+
+@reg("aten.mul.Tensor", "aten.mul.Scalar")
+def mul(x, y):
+    return np.multiply(x, y)
+
+
+@reg("aten.div.Tensor", "aten.div.Scalar")
+def div(x, y):
+    return np.divide(x, y)
+
+
+@reg("aten.div.Tensor_mode", "aten.div.Scalar_mode")
+def div_mode(x, y, rounding_mode=None):
+    if rounding_mode is None:
+        return np.divide(x, y)
+    if rounding_mode == "floor":
+        return np.floor_divide(x, y)
+    return np.trunc(np.divide(x, y)) if np.dtype(x.dtype).kind == "f" else np.floor_divide(x, y)
+
+
+@reg("aten.remainder.Tensor", "aten.remainder.Scalar")
+def remainder(x, y):
+    return np.remainder(x, y)
+
+
+@reg("aten.fmod.Tensor", "aten.fmod.Scalar")
+def fmod(x, y):
+    return x - np.trunc(np.divide(x, y)) * y
+
+
+@reg("aten.pow.Tensor_Scalar", "aten.pow.Tensor_Tensor")
+def power(x, y):
+    if not hasattr(y, "dtype") and y == 2:
+        return x * x
+    if not hasattr(y, "dtype") and y == 0.5:
+        return np.sqrt(x)
+    return np.power(x, y)
+
+
+@reg("aten.pow.Scalar")
+def pow_scalar(x, y):
+    return np.power(ops.full((), x, y.dtype), y)
+
+
+@reg("aten.minimum.default")
+def minimum(x, y):
+    return np.minimum(x, y)
+
+
+@reg("aten.maximum.default")
+def maximum(x, y):
+    return np.maximum(x, y)
+
+
+@reg("aten.atan2.default")
+def atan2(x, y):
+    return np.arctan2(x, y)
+
+
+for _n, _f in {
+    "aten.eq": np.equal, "aten.ne": np.not_equal, "aten.ge": np.greater_equal,
+    "aten.gt": np.greater, "aten.le": np.less_equal, "aten.lt": np.less,
+}.items():
+    reg(_n + ".Tensor", _n + ".Scalar")(_f)
+
+
+def _bitwise(logical, bitwise):
+    def fn(x, y):
+        if getattr(x, "dtype", None) == np.bool_ and getattr(y, "dtype", np.bool_) == np.bool_:
+            return logical(x, y)
+        return bitwise(x, y)
+    return fn
+
+
+reg("aten.bitwise_and.Tensor", "aten.bitwise_and.Scalar")(_bitwise(np.logical_and, np.bitwise_and))
+reg("aten.bitwise_or.Tensor", "aten.bitwise_or.Scalar")(_bitwise(np.logical_or, np.bitwise_or))
+reg("aten.bitwise_xor.Tensor", "aten.bitwise_xor.Scalar")(_bitwise(np.logical_xor, np.bitwise_xor))
+reg("aten.logical_and.default")(np.logical_and)
+reg("aten.logical_or.default")(np.logical_or)
+reg("aten.logical_xor.default")(np.logical_xor)
+
+
+@reg("aten.clamp.default", "aten.clamp.Tensor")
+def clamp(x, min=None, max=None):
+    if min is not None:
+        x = np.maximum(x, min)
+    if max is not None:
+        x = np.minimum(x, max)
+    return x
+
+
+@reg("aten.clamp_min.default")
+def clamp_min(x, min):
+    return np.maximum(x, min)
+
+
+@reg("aten.clamp_max.default")
+def clamp_max(x, max):
+    return np.minimum(x, max)
+
+
+@reg("aten.hardtanh.default")
+def hardtanh(x, min_val=-1.0, max_val=1.0):
+    return np.minimum(np.maximum(x, min_val), max_val)
+
+
+@reg("aten.leaky_relu.default")
+def leaky_relu(x, negative_slope=0.01):
+    return np.where(x > 0, x, x * negative_slope)
+
+
+@reg("aten.gelu.default")
+def gelu(x, approximate="none"):
+    if approximate == "tanh":
+        return 0.5 * x * (1.0 + np.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
+    return 0.5 * x * (1.0 + ops.erf(x * 0.7071067811865476))
+
+
+@reg("aten.silu.default")
+def silu(x):
+    return x * ops.sigmoid(x)
+
+
+@reg("aten.where.self", "aten.where.ScalarSelf", "aten.where.ScalarOther", "aten.where.Scalar")
+def where(c, x, y):
+    return np.where(c, x, y)
+
+
+@reg("aten.masked_fill.Scalar", "aten.masked_fill.Tensor")
+def masked_fill(x, mask, value):
+    return np.where(mask, value, x).astype(x.dtype)
+
+
+# ---- backward helpers ------------------------------------------------------
+
+@reg("aten.threshold_backward.default")
+def threshold_backward(grad, x, threshold):
+    return np.where(x <= threshold, 0, grad).astype(grad.dtype)
+
+
+@reg("aten.sigmoid_backward.default")
+def sigmoid_backward(grad, y):
+    return grad * (1 - y) * y
+
+
+@reg("aten.tanh_backward.default")
+def tanh_backward(grad, y):
+    return grad * (1 - y * y)
+
+
+@reg("aten._softmax_backward_data.default")
+def softmax_backward(grad, y, dim, input_dtype):
+    return (grad - np.sum(grad * y, axis=dim, keepdims=True)) * y
+
+
+@reg("aten._log_softmax_backward_data.default")
+def log_softmax_backward(grad, y, dim, input_dtype):
+    return grad - np.exp(y) * np.sum(grad, axis=dim, keepdims=True)
+
+
+# ---- casts, copies, creation ---------------------------------------------------
+
+@reg("prims.convert_element_type.default")
+def convert_element_type(x, dtype):
+    return cast(x, dtype)
+
+
+@reg("aten._to_copy.default")
+def to_copy(x, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
+            memory_format=None):
+    return np.copy(x) if dtype is None else cast(x, dtype)
+
+
+@reg("aten.clone.default", "aten.lift_fresh_copy.default")
+def clone(x, memory_format=None):
+    return np.copy(x)
+
+
+@reg("aten.alias.default", "aten.detach.default", "_c10d_functional.wait_tensor.default")
+def alias(x):
+    return x
+
+
+@reg("aten.copy.default")
+def copy(x, src, non_blocking=False):
+    return np.broadcast_to(cast(src, x.dtype), _shape(x)) + np.zeros_like(x)
+
+
+@reg("aten.copy_.default")
+def copy_(x, src, non_blocking=False):
+    x[...] = src
+    return x
+
+
+def _default_dtype(value: Any, dtype: Any) -> Any:
+    if dtype is not None:
+        return dtype
+    if isinstance(value, bool):
+        return np.dtype(np.bool_)
+    if isinstance(value, int):
+        return np.dtype(np.int32)
+    return np.dtype(np.float32)
+
+
+@reg("aten.full.default")
+def full(size, fill_value, dtype=None, layout=None, device=None, pin_memory=None):
+    return ops.full(tuple(size), fill_value, _default_dtype(fill_value, dtype))
+
+
+@reg("aten.full_like.default")
+def full_like(x, fill_value, dtype=None, layout=None, device=None, pin_memory=None,
+              memory_format=None):
+    return ops.full(_shape(x), fill_value, dtype or x.dtype)
+
+
+@reg("aten.scalar_tensor.default")
+def scalar_tensor(s, dtype=None, layout=None, device=None, pin_memory=None):
+    return ops.full((), s, dtype or np.dtype(np.float32))
+
+
+@reg("aten.empty_permuted.default")
+def empty_permuted(size, physical_layout, dtype=None, layout=None, device=None, pin_memory=None):
+    return ops.zeros(tuple(size), dtype or np.dtype(np.float32))
+
+
+@reg("aten.empty.memory_format")
+def empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    return ops.zeros(tuple(size), dtype or np.dtype(np.float32))
+
+
+@reg("aten.empty_strided.default")
+def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
+    return ops.zeros(tuple(size), dtype or np.dtype(np.float32))
+
+
+@reg("aten.arange.start_step")
+def arange(start, end, step=1, dtype=None, layout=None, device=None, pin_memory=None):
+    if dtype is None:
+        dtype = np.dtype(np.int32) if all(isinstance(v, int) for v in (start, end, step)) \
+            else np.dtype(np.float32)
+    return ops.arange(start, end, step, dtype=dtype)
+
+
+@reg("prims.iota.default")
+def iota(length, start, step, dtype=None, device=None, requires_grad=False):
+    return ops.arange(start, start + length * step, step, dtype=dtype or np.dtype(np.int32))
+
+
+@reg("aten.fill.Scalar")
+def fill(x, value):
+    return ops.full(_shape(x), value, x.dtype)
+
+
+# ---- linear algebra -------------------------------------------------------------
+
+@reg("aten.mm.default", "aten.bmm.default", "aten.matmul.default")
+def mm(x, y):
+    return np.matmul(x, y)
+
+
+@reg("aten.addmm.default")
+def addmm(bias, x, y, beta=1, alpha=1):
+    prod = np.matmul(x, y)
+    if alpha != 1:
+        prod = prod * alpha
+    return prod + (bias if beta == 1 else bias * beta)
+
+
+def _conv_supported(node: Any) -> bool:
+    x = node.args[0].meta.get("val") if hasattr(node.args[0], "meta") else None
+    transposed = node.args[6] if len(node.args) > 6 else False
+    return x is not None and x.dim() in (3, 4) and not transposed
+
+
+@reg("aten.convolution.default", supports=_conv_supported)
+def convolution(x, w, bias, stride, padding, dilation, transposed, output_padding, groups):
+    if transposed or x.ndim not in (3, 4):
+        raise NotImplementedError("only 1-D and 2-D non-transposed convolutions are supported")
+    if x.ndim == 3:   # 1-D: a 2-D convolution over a height of one
+        out = ops.conv2d(np.expand_dims(x, 2), np.expand_dims(w, 2), bias,
+                         stride=(1, stride[0]), padding=(0, padding[0]),
+                         dilation=(1, dilation[0]), groups=groups)
+        return np.squeeze(out, axis=2)
+    return ops.conv2d(x, w, bias, stride=tuple(stride), padding=tuple(padding),
+                      dilation=tuple(dilation), groups=groups)
+
+
+@reg("aten.embedding.default")
+def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    return np.take(weight, indices, axis=0)
+
+
+# ---- reductions and normalisation -----------------------------------------
+
+@reg("aten.sum.dim_IntList")
+def sum_dim(x, dim, keepdim=False, dtype=None):
+    return np.sum(x, axis=_ax(dim, x.ndim), keepdims=keepdim, dtype=dtype)
+
+
+@reg("aten.sum.default")
+def sum_all(x, dtype=None):
+    return np.sum(x, dtype=dtype)
+
+
+@reg("aten.mean.dim")
+def mean_dim(x, dim, keepdim=False, dtype=None):
+    return np.mean(x if dtype is None else cast(x, dtype), axis=_ax(dim, x.ndim), keepdims=keepdim)
+
+
+@reg("aten.mean.default")
+def mean_all(x, dtype=None):
+    return np.mean(x if dtype is None else cast(x, dtype))
+
+
+@reg("aten.prod.default")
+def prod_all(x, dtype=None):
+    return np.prod(x, dtype=dtype)
+
+
+@reg("aten.prod.dim_int")
+def prod_dim(x, dim, keepdim=False, dtype=None):
+    return np.prod(x, axis=dim, keepdims=keepdim, dtype=dtype)
+
+
+@reg("aten.var.correction")
+def var(x, dim=None, correction=None, keepdim=False):
+    return np.var(x, axis=_ax(dim, x.ndim), ddof=1 if correction is None else correction,
+                  keepdims=keepdim)
+
+
+@reg("aten.amax.default")
+def amax(x, dim=(), keepdim=False):
+    return np.max(x, axis=_ax(dim, x.ndim), keepdims=keepdim)
+
+
+@reg("aten.amin.default")
+def amin(x, dim=(), keepdim=False):
+    return np.min(x, axis=_ax(dim, x.ndim), keepdims=keepdim)
+
+
+@reg("aten.max.default")
+def max_all(x):
+    return np.max(x)
+
+
+@reg("aten.min.default")
+def min_all(x):
+    return np.min(x)
+
+
+@reg("aten.max.dim")
+def max_dim(x, dim, keepdim=False):
+    return np.max(x, axis=dim, keepdims=keepdim), np.argmax(x, axis=dim, keepdims=keepdim)
+
+
+@reg("aten.min.dim")
+def min_dim(x, dim, keepdim=False):
+    return np.min(x, axis=dim, keepdims=keepdim), np.argmin(x, axis=dim, keepdims=keepdim)
+
+
+@reg("aten.argmax.default")
+def argmax(x, dim=None, keepdim=False):
+    if dim is None:
+        return np.argmax(np.reshape(x, (-1,)))
+    return np.argmax(x, axis=dim, keepdims=keepdim)
+
+
+@reg("aten.argmin.default")
+def argmin(x, dim=None, keepdim=False):
+    if dim is None:
+        return np.argmin(np.reshape(x, (-1,)))
+    return np.argmin(x, axis=dim, keepdims=keepdim)
+
+
+@reg("aten.any.default")
+def any_all(x):
+    return np.any(x)
+
+
+@reg("aten.any.dim", "aten.any.dims")
+def any_dim(x, dim=None, keepdim=False):
+    return np.any(x, axis=_ax(dim, x.ndim), keepdims=keepdim)
+
+
+@reg("aten.all.default")
+def all_all(x):
+    return np.all(x)
+
+
+@reg("aten.all.dim", "aten.all.dims")
+def all_dim(x, dim=None, keepdim=False):
+    return np.all(x, axis=_ax(dim, x.ndim), keepdims=keepdim)
+
+
+@reg("aten.cumsum.default")
+def cumsum(x, dim, dtype=None):
+    return np.cumsum(x, axis=dim, dtype=dtype)
+
+
+@reg("aten.cumprod.default")
+def cumprod(x, dim, dtype=None):
+    return np.cumprod(x, axis=dim, dtype=dtype)
+
+
+@reg("aten._softmax.default")
+def softmax(x, dim, half_to_float=False):
+    return ops.softmax(x, axis=dim)
+
+
+@reg("aten._log_softmax.default")
+def log_softmax(x, dim, half_to_float=False):
+    return ops.log_softmax(x, axis=dim)
+
+
+@reg("aten.native_layer_norm.default")
+def native_layer_norm(x, normalized_shape, weight, bias, eps):
+    axes = tuple(range(x.ndim - len(normalized_shape), x.ndim))
+    xf = cast(x, np.dtype(np.float32))
+    mean = np.mean(xf, axis=axes, keepdims=True)
+    d = xf - mean
+    rstd = ops.rsqrt(np.mean(d * d, axis=axes, keepdims=True) + eps)
+    out = d * rstd
+    if weight is not None:
+        out = out * weight
+    if bias is not None:
+        out = out + bias
+    return cast(out, x.dtype), mean, rstd
+
+
+@reg("aten.linalg_vector_norm.default")
+def linalg_vector_norm(x, ord=2, dim=None, keepdim=False, dtype=None):
+    if dtype is not None:
+        x = cast(x, dtype)
+    axis = _ax(dim, x.ndim)
+    a = np.abs(x)
+    if ord == math.inf:
+        return np.max(a, axis=axis, keepdims=keepdim)
+    if ord == -math.inf:
+        return np.min(a, axis=axis, keepdims=keepdim)
+    if ord == 0:
+        return cast(np.sum(x != 0, axis=axis, keepdims=keepdim), x.dtype)
+    if ord == 1:
+        return np.sum(a, axis=axis, keepdims=keepdim)
+    if ord == 2:
+        return np.sqrt(np.sum(x * x, axis=axis, keepdims=keepdim))
+    return np.power(np.sum(np.power(a, ord), axis=axis, keepdims=keepdim), 1.0 / ord)
+
+
+@reg("aten.topk.default")
+def topk(x, k, dim=-1, largest=True, sorted=True):
+    return ops.topk(x, k, axis=dim % x.ndim, is_ascend=not largest)
+
+
+# ---- shapes, views and indexing -------------------------------------------------
+
+@reg("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default")
+def view(x, size):
+    return np.reshape(x, tuple(size))
+
+
+@reg("aten.permute.default")
+def permute(x, dims):
+    return np.transpose(x, tuple(dims))
+
+
+@reg("aten.t.default")
+def t(x):
+    return np.transpose(x) if x.ndim == 2 else x
+
+
+@reg("aten.transpose.int")
+def transpose(x, dim0, dim1):
+    return np.swapaxes(x, dim0, dim1)
+
+
+@reg("aten.expand.default")
+def expand(x, size, implicit=False):
+    lead = len(size) - x.ndim
+    shape = tuple(s if s != -1 else x.shape[i - lead] for i, s in enumerate(size))
+    return np.broadcast_to(x, shape)
+
+
+@reg("aten.unsqueeze.default")
+def unsqueeze(x, dim):
+    return np.expand_dims(x, dim % (x.ndim + 1))
+
+
+@reg("aten.squeeze.dims", "aten.squeeze.dim")
+def squeeze(x, dims):
+    dims = dims if isinstance(dims, (list, tuple)) else [dims]
+    axes = tuple(d % max(x.ndim, 1) for d in dims if x.ndim and x.shape[d] == 1)
+    return np.squeeze(x, axis=axes) if axes else x
+
+
+@reg("aten.squeeze.default")
+def squeeze_all(x):
+    return np.squeeze(x)
+
+
+@reg("aten.cat.default")
+def cat(tensors, dim=0):
+    tensors = [t for t in tensors if not (t.ndim == 1 and t.shape[0] == 0)]
+    return np.concatenate(tensors, axis=dim)
+
+
+@reg("aten.repeat.default")
+def repeat(x, repeats):
+    lead = len(repeats) - x.ndim
+    if lead > 0:
+        x = np.reshape(x, (1,) * lead + tuple(x.shape))
+    return np.tile(x, tuple(repeats))
+
+
+def _index(ndim: int, dim: int, idx: Any) -> tuple:
+    return (slice(None),) * (dim % ndim) + (idx,)
+
+
+@reg("aten.select.int")
+def select(x, dim, index):
+    return x[_index(x.ndim, dim, index)]
+
+
+@reg("aten.slice.Tensor")
+def slice_tensor(x, dim=0, start=None, end=None, step=1):
+    return x[_index(x.ndim, dim, slice(start, end, step))]
+
+
+@reg("aten.slice_scatter.default")
+def slice_scatter(x, src, dim=0, start=None, end=None, step=1):
+    y = np.copy(x)
+    y[_index(x.ndim, dim, slice(start, end, step))] = src
+    return y
+
+
+@reg("aten.select_scatter.default")
+def select_scatter(x, src, dim, index):
+    y = np.copy(x)
+    y[_index(x.ndim, dim, index)] = src
+    return y
+
+
+@reg("aten.split_with_sizes.default")
+def split_with_sizes(x, split_sizes, dim=0):
+    out, start = [], 0
+    for s in split_sizes:
+        out.append(x[_index(x.ndim, dim, slice(start, start + s))])
+        start += s
+    return out
+
+
+@reg("aten.split.Tensor")
+def split(x, split_size, dim=0):
+    n = x.shape[dim]
+    return split_with_sizes(x, [min(split_size, n - i) for i in range(0, n, split_size)], dim)
+
+
+@reg("aten.constant_pad_nd.default")
+def constant_pad_nd(x, pad, value=0):
+    pairs = [(0, 0)] * x.ndim
+    crop = [slice(None)] * x.ndim
+    for i in range(len(pad) // 2):
+        d = x.ndim - 1 - i
+        lo, hi = pad[2 * i], pad[2 * i + 1]
+        pairs[d] = (max(lo, 0), max(hi, 0))
+        crop[d] = slice(-lo if lo < 0 else None, hi if hi < 0 else None)
+    if any(c != slice(None) for c in crop):
+        x = x[tuple(crop)]
+    if any(p != (0, 0) for p in pairs):
+        x = np.pad(x, pairs, constant_values=value)
+    return x
+
+
+@reg("aten.gather.default")
+def gather(x, dim, index, sparse_grad=False):
+    return np.take_along_axis(x, index, axis=dim)
+
+
+@reg("aten.index_select.default")
+def index_select(x, dim, index):
+    return np.take(x, index, axis=dim)
+
+
+def _indices(indices: Sequence[Any]) -> tuple:
+    return tuple(slice(None) if i is None else i for i in indices)
+
+
+@reg("aten.index.Tensor")
+def index(x, indices):
+    return x[_indices(indices)]
+
+
+@reg("aten.index_put.default")
+def index_put(x, indices, values, accumulate=False):
+    y = np.copy(x)
+    if accumulate:
+        np.add.at(y, _indices(indices), values)
+    else:
+        y[_indices(indices)] = values
+    return y
+
+
+@reg("aten.scatter.value", "aten.scatter.src")
+def scatter(x, dim, index, value):
+    src = np.broadcast_to(cast(value, x.dtype), _shape(index)) if not hasattr(value, "shape") \
+        or _shape(value) != _shape(index) else value
+    return ops.scatter_along_axis(x, index, src, dim % x.ndim)
+
+
+@reg("aten.tril.default")
+def tril(x, diagonal=0):
+    return np.tril(x, diagonal)
+
+
+@reg("aten.triu.default")
+def triu(x, diagonal=0):
+    return np.triu(x, diagonal)
+
+
+@reg("aten.flip.default")
+def flip(x, dims):
+    return np.flip(x, axis=tuple(d % x.ndim for d in dims))
+
+
+@reg("aten.view_copy.default")
+def view_copy(x, size):
+    return np.reshape(x, tuple(size))
+
+
+@reg("aten.permute_copy.default")
+def permute_copy(x, dims):
+    return np.transpose(x, tuple(dims))
+
+
+@reg("aten.slice_copy.Tensor")
+def slice_copy(x, dim=0, start=None, end=None, step=1):
+    return x[_index(x.ndim, dim, slice(start, end, step))]
+
+
+@reg("aten.select_copy.int")
+def select_copy(x, dim, index):
+    return x[_index(x.ndim, dim, index)]
+
+
+# ---- more elementwise and normalisation -------------------------------------------
+
+@reg("aten.elu.default")
+def elu(x, alpha=1.0, scale=1.0, input_scale=1.0):
+    return np.where(x > 0, x * scale, (np.exp(x * input_scale) - 1) * (alpha * scale))
+
+
+@reg("aten.round.decimals")
+def round_decimals(x, decimals=0):
+    return np.round(x, decimals)
+
+
+@reg("aten.copysign.Tensor", "aten.copysign.Scalar")
+def copysign(x, y):
+    neg = (y < 0) if not hasattr(y, "dtype") or np.dtype(y.dtype).kind != "f" else \
+        (y < 0) | ((y == 0) & (np.reciprocal(y) < 0))
+    return np.where(neg, -np.abs(x), np.abs(x))
+
+
+@reg("aten.hypot.default")
+def hypot(x, y):
+    return np.hypot(x, y)
+
+
+@reg("aten.signbit.default")
+def signbit(x):
+    if np.dtype(x.dtype).kind != "f":
+        return x < 0
+    return (x < 0) | ((x == 0) & (np.reciprocal(x) < 0))
+
+
+@reg("aten.addmv.default")
+def addmv(bias, m, v, beta=1, alpha=1):
+    return addmm(bias, m, v, beta, alpha)
+
+
+@reg("aten.addbmm.default")
+def addbmm(bias, b1, b2, beta=1, alpha=1):
+    prod = np.sum(np.matmul(b1, b2), axis=0)
+    if alpha != 1:
+        prod = prod * alpha
+    return prod + (bias if beta == 1 else bias * beta)
+
+
+@reg("aten.var_mean.correction")
+def var_mean(x, dim=None, correction=None, keepdim=False):
+    return var(x, dim, correction, keepdim), np.mean(x, axis=_ax(dim, x.ndim), keepdims=keepdim)
+
+
+@reg("aten.scatter_add.default")
+def scatter_add(x, dim, index, src):
+    dim = dim % x.ndim
+    y = np.copy(x)
+    idx = tuple(index if d == dim else
+                np.reshape(ops.arange(0, _shape(index)[d], 1, dtype=np.int32),
+                           tuple(-1 if k == d else 1 for k in range(x.ndim)))
+                for d in range(x.ndim))
+    np.add.at(y, idx, src[tuple(slice(0, n) for n in _shape(index))])
+    return y
+
+
+@reg("aten._native_batch_norm_legit_no_training.default")
+def batch_norm_inference(x, weight, bias, running_mean, running_var, momentum, eps):
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    xf = cast(x, np.dtype(np.float32))
+    out = (xf - np.reshape(running_mean, shape)) * np.reshape(ops.rsqrt(running_var + eps), shape)
+    if weight is not None:
+        out = out * np.reshape(weight, shape)
+    if bias is not None:
+        out = out + np.reshape(bias, shape)
+    empty = ops.zeros((0,), np.dtype(np.float32))
+    return cast(out, x.dtype), empty, empty
+
+
+@reg("aten.native_group_norm.default")
+def native_group_norm(x, weight, bias, N, C, HxW, group, eps):
+    xf = np.reshape(cast(x, np.dtype(np.float32)), (N, group, -1))
+    mean = np.mean(xf, axis=2, keepdims=True)
+    d = xf - mean
+    rstd = ops.rsqrt(np.mean(d * d, axis=2, keepdims=True) + eps)
+    out = np.reshape(d * rstd, (N, C, -1))
+    if weight is not None:
+        out = out * np.reshape(weight, (1, C, 1))
+    if bias is not None:
+        out = out + np.reshape(bias, (1, C, 1))
+    return (cast(np.reshape(out, _shape(x)), x.dtype), np.reshape(mean, (N, group)),
+            np.reshape(rstd, (N, group)))
+
+
+def _pool_windows(x, kernel_size, stride, padding, dilation, pad_value):
+    kh, kw = (list(kernel_size) * 2)[:2] if len(kernel_size) == 1 else kernel_size
+    stride = stride or [kh, kw]
+    sh, sw = (list(stride) * 2)[:2] if len(stride) == 1 else stride
+    ph, pw = (list(padding) * 2)[:2] if len(padding) == 1 else padding
+    dh, dw = (list(dilation) * 2)[:2] if len(dilation) == 1 else dilation
+    H, W = _shape(x)[-2:]
+    oh = (H + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+    ow = (W + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    lead = ((0, 0),) * (x.ndim - 2)
+    xp = np.pad(x, lead + ((ph, ph), (pw, pw)), constant_values=pad_value) if ph or pw else x
+    for i in range(kh):
+        for j in range(kw):
+            r0, c0 = i * dh, j * dw
+            win = xp[..., r0:r0 + sh * (oh - 1) + 1:sh, c0:c0 + sw * (ow - 1) + 1:sw]
+            yield i, j, win, (oh, ow, sh, sw, ph, pw, dh, dw, W)
+
+
+@reg("aten.max_pool2d_with_indices.default")
+def max_pool2d_with_indices(x, kernel_size, stride=(), padding=(0,), dilation=(1,),
+                            ceil_mode=False):
+    if ceil_mode:
+        raise NotImplementedError("max_pool2d with ceil_mode=True is not supported")
+    best = idx = None
+    for i, j, win, (oh, ow, sh, sw, ph, pw, dh, dw, W) in _pool_windows(
+            x, kernel_size, stride, padding, dilation, -np.inf):
+        rows = np.reshape(ops.arange(0, oh, 1, dtype=np.int32) * sh + (i * dh - ph), (oh, 1))
+        cols = np.reshape(ops.arange(0, ow, 1, dtype=np.int32) * sw + (j * dw - pw), (1, ow))
+        pos = rows * W + cols
+        if best is None:
+            best, idx = win, np.broadcast_to(pos, _shape(win))
+        else:
+            take = win > best
+            best = np.where(take, win, best)
+            idx = np.where(take, pos, idx)
+    return best, idx
+
+
+@reg("aten.avg_pool2d.default")
+def avg_pool2d(x, kernel_size, stride=(), padding=(0,), ceil_mode=False,
+               count_include_pad=True, divisor_override=None):
+    if ceil_mode:
+        raise NotImplementedError("avg_pool2d with ceil_mode=True is not supported")
+    total = None
+    n = 0
+    for i, j, win, geo in _pool_windows(x, kernel_size, stride, padding, (1,), 0):
+        total = win if total is None else total + win
+        n += 1
+    oh, ow, sh, sw, ph, pw, dh, dw, W = geo
+    if divisor_override:
+        return total / divisor_override
+    if count_include_pad or not (ph or pw):
+        return total / n
+    ones = ops.ones(_shape(x)[-2:], np.dtype(np.float32))
+    cnt = None
+    for i, j, win, _ in _pool_windows(ones, kernel_size, stride, padding, (1,), 0):
+        cnt = win if cnt is None else cnt + win
+    return total / cnt
+
+
+@reg("aten._transformer_encoder_layer_fwd.default")
+def transformer_encoder_layer_fwd(src, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight,
+                                  proj_bias, use_gelu, norm_first, eps, norm_weight_1,
+                                  norm_bias_1, norm_weight_2, norm_bias_2, ffn_weight_1,
+                                  ffn_bias_1, ffn_weight_2, ffn_bias_2, mask=None,
+                                  mask_type=None):
+    """PyTorch's fused TransformerEncoderLayer (the eval fast path)."""
+    hd = embed_dim // num_heads
+
+    def ln(x, w, b):
+        return native_layer_norm(x, [embed_dim], w, b, eps)[0]
+
+    def attn(x):
+        qkv = np.matmul(x, np.transpose(qkv_weight)) + qkv_bias
+        lead = _shape(x)[:-1]
+        heads = []
+        for part in range(3):
+            t = qkv[..., part * embed_dim:(part + 1) * embed_dim]
+            t = np.reshape(t, lead + (num_heads, hd))
+            heads.append(np.swapaxes(t, -2, -3))
+        q, k, v = heads
+        scores = np.matmul(q, np.swapaxes(k, -1, -2)) * (1.0 / math.sqrt(hd))
+        if mask is not None:
+            m = mask
+            if mask_type == 1:                      # key padding mask (B, L)
+                m = np.reshape(m, (_shape(m)[0], 1, 1, _shape(m)[1]))
+            if np.dtype(m.dtype) == np.bool_:
+                scores = np.where(m, -np.inf, scores)
+            else:
+                scores = scores + m
+        out = np.matmul(ops.softmax(scores, axis=-1), v)
+        out = np.reshape(np.swapaxes(out, -2, -3), lead + (embed_dim,))
+        return np.matmul(out, np.transpose(proj_weight)) + proj_bias
+
+    def ffn(x):
+        h = np.matmul(x, np.transpose(ffn_weight_1)) + ffn_bias_1
+        h = gelu(h) if use_gelu else np.maximum(h, 0)
+        return np.matmul(h, np.transpose(ffn_weight_2)) + ffn_bias_2
+
+    x = src
+    if norm_first:
+        x = x + attn(ln(x, norm_weight_1, norm_bias_1))
+        return x + ffn(ln(x, norm_weight_2, norm_bias_2))
+    x = ln(x + attn(x), norm_weight_1, norm_bias_1)
+    return ln(x + ffn(x), norm_weight_2, norm_bias_2)
+
+
+def _no_dropout(node: Any) -> bool:
+    p = node.args[3] if len(node.args) > 3 else node.kwargs.get("dropout_p", 0.0)
+    return not p
+
+
+@reg("aten._scaled_dot_product_flash_attention_for_cpu.default", supports=_no_dropout)
+def sdpa_flash_cpu(q, k, v, dropout_p=0.0, is_causal=False, attn_mask=None, scale=None):
+    """Attention returning (output, logsumexp) like the CPU flash kernel (the
+    backward op needs the real logsumexp; PyTorch's decomposition returns the
+    probabilities instead, so this op is kept out of the decompositions)."""
+    f32 = np.dtype(np.float32)
+    L, S, E = _shape(q)[-2], _shape(k)[-2], _shape(q)[-1]
+    sc = scale if scale is not None else 1.0 / math.sqrt(E)
+    hq, hk = _shape(q)[-3] if q.ndim > 2 else 1, _shape(k)[-3] if k.ndim > 2 else 1
+    if hq != hk:   # grouped-query attention: each key/value head serves hq // hk heads
+        k, v = np.repeat(k, hq // hk, axis=-3), np.repeat(v, hq // hk, axis=-3)
+    scores = np.matmul(cast(q, f32), np.swapaxes(cast(k, f32), -1, -2)) * sc
+    if is_causal:
+        keep = np.tril(ops.ones((L, S), np.dtype(np.bool_)))
+        scores = np.where(keep, scores, -np.inf)
+    if attn_mask is not None:
+        if np.dtype(attn_mask.dtype) == np.bool_:
+            scores = np.where(attn_mask, scores, -np.inf)
+        else:
+            scores = scores + cast(attn_mask, f32)
+    m = np.max(scores, axis=-1, keepdims=True)
+    e = np.exp(scores - m)
+    total = np.sum(e, axis=-1, keepdims=True)
+    out = np.matmul(e / total, cast(v, f32))
+    lse = np.squeeze(np.log(total) + m, axis=-1)
+    return cast(out, q.dtype), lse
+
+
+def _no_dropout_bw(node: Any) -> bool:
+    p = node.args[6] if len(node.args) > 6 else node.kwargs.get("dropout_p", 0.0)
+    return not p
+
+
+@reg("aten._scaled_dot_product_flash_attention_for_cpu_backward.default", supports=_no_dropout_bw)
+def sdpa_flash_cpu_backward(grad_out, q, k, v, out, logsumexp, dropout_p, is_causal,
+                            attn_mask=None, scale=None):
+    """Gradients of sdpa_flash_cpu from its saved output and logsumexp."""
+    f32 = np.dtype(np.float32)
+    L, S, E = _shape(q)[-2], _shape(k)[-2], _shape(q)[-1]
+    sc = scale if scale is not None else 1.0 / math.sqrt(E)
+    hq, hk = _shape(q)[-3] if q.ndim > 2 else 1, _shape(k)[-3] if k.ndim > 2 else 1
+    group = hq // hk
+    kf, vf = cast(k, f32), cast(v, f32)
+    if group != 1:
+        kf, vf = np.repeat(kf, group, axis=-3), np.repeat(vf, group, axis=-3)
+    qf, do, of = cast(q, f32), cast(grad_out, f32), cast(out, f32)
+    scores = np.matmul(qf, np.swapaxes(kf, -1, -2)) * sc
+    if is_causal:
+        scores = np.where(np.tril(ops.ones((L, S), np.dtype(np.bool_))), scores, -np.inf)
+    if attn_mask is not None:
+        if np.dtype(attn_mask.dtype) == np.bool_:
+            scores = np.where(attn_mask, scores, -np.inf)
+        else:
+            scores = scores + cast(attn_mask, f32)
+    prob = np.exp(scores - np.expand_dims(logsumexp, -1))
+    dv = np.matmul(np.swapaxes(prob, -1, -2), do)
+    dp = np.matmul(do, np.swapaxes(vf, -1, -2))
+    ds = prob * (dp - np.sum(do * of, axis=-1, keepdims=True))
+    dq = np.matmul(ds, kf) * sc
+    dk = np.matmul(np.swapaxes(ds, -1, -2), qf) * sc
+    if group != 1:   # sum the gradients of the heads that shared a key/value head
+        shp = _shape(dk)
+        dk = np.sum(np.reshape(dk, shp[:-3] + (hk, group) + shp[-2:]), axis=-3)
+        dv = np.sum(np.reshape(dv, shp[:-3] + (hk, group) + shp[-2:]), axis=-3)
+    return cast(dq, q.dtype), cast(dk, k.dtype), cast(dv, v.dtype)
+
+
+# ---- collectives, markers, Python operators ---------------------------------------
+
+@reg("_c10d_functional.all_reduce.default")
+def all_reduce(x, reduce_op, group_name):
+    if reduce_op not in ("sum", "SUM"):
+        raise NotImplementedError(f"all_reduce supports only sum, not {reduce_op!r}")
+    return ops.all_reduce(x, reduce_op=np.add)
+
+
+@reg("_c10d_functional.all_gather_into_tensor.default")
+def all_gather_into_tensor(x, group_size, group_name):
+    return ops.all_gather(x, all_gather_dim=0, replica_groups=[list(range(group_size))])
+
+
+@reg("nkipy.mark_subgraph_identity.default")
+def mark_subgraph_identity(x):
+    return x
+
+
+reg("_operator.getitem")(operator.getitem)
+reg("_operator.add")(operator.add)
+reg("_operator.sub")(operator.sub)
+reg("_operator.mul")(operator.mul)
+reg("_operator.floordiv")(operator.floordiv)
+reg("_operator.truediv")(operator.truediv)
+reg("_operator.neg")(operator.neg)
+
+
+@reg("aten.sym_size.int")
+def sym_size(x, dim):
+    return x.shape[dim]
+
+
+@reg("aten.sym_numel.default")
+def sym_numel(x):
+    return int(np.prod(x.shape))
+
+
+# ---- names the generated source calls -----------------------------------------------
+
+_ATTR: dict = {}
+
+
+def attr_of(fn: Any) -> str:
+    """The name under which generated code reaches ``fn`` (``aten.<name>``)."""
+    return _ATTR[id(fn)]
+
+
+def _publish() -> None:
+    from .registry import _REGISTRY
+
+    g = globals()
+    for qual, fn in sorted(_REGISTRY.items()):
+        if id(fn) in _ATTR:
+            continue
+        name = getattr(fn, "__name__", "")
+        if g.get(name) is fn:
+            _ATTR[id(fn)] = name
+            continue
+        base = qual.split(".")[1].lstrip("_") or "op"
+        cand, i = base, 1
+        while cand in g:
+            cand, i = f"{base}_{i}", i + 1
+        g[cand] = fn
+        _ATTR[id(fn)] = cand
+
+
+_publish()

@@ -1,0 +1,206 @@
+"""FX graph -> the NumPy source of ``nkipy_func``.
+
+The generated module imports NumPy and the registry's implementations
+(``aten``) and defines ``nkipy_func(<tensor placeholders>)``, which returns
+the graph's outputs as a flat tuple. Non-tensor placeholders (sizes of a
+dynamic graph) are baked in as constants: a source is specific to one
+concrete signature. ``get_attr`` constants are saved beside it as ``.npy``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Sequence
+
+import numpy as np
+import torch
+import torch.fx
+
+from .registry import AtenOpRegistry, target_name
+from . import aten_numpy  # noqa: F401  (registers the entries)
+
+_RESERVED = {"np", "aten", "os", "nkipy_func", "_DIR"}
+_FLOAT_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16",
+                 torch.float64: "float64", torch.int64: "int64", torch.int32: "int32",
+                 torch.int16: "int16", torch.int8: "int8", torch.uint8: "uint8",
+                 torch.bool: "bool"}
+
+
+class UnsupportedOpError(NotImplementedError):
+    """An FX node's op has no registry entry."""
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    try:
+        return _FLOAT_DTYPES[dtype]
+    except KeyError:
+        raise TypeError(f"dtype {dtype} is not supported by the nkipy backend") from None
+
+
+@dataclass
+class GeneratedSource:
+    source: str
+    tensor_inputs: List[str]          # placeholder names that are function parameters
+    constants: Dict[str, np.ndarray] = field(default_factory=dict)   # file name -> data
+    pairs: List[tuple] = field(default_factory=list)   # (FX node text, generated line)
+
+
+def _meta_val(node: torch.fx.Node) -> Any:
+    return node.meta.get("val", node.meta.get("example_value"))
+
+
+def is_supported_node(node: torch.fx.Node) -> bool:
+    if node.op != "call_function":
+        return True
+    from ..custom_ops import custom_kernel_for
+
+    qual = target_name(node.target)
+    return AtenOpRegistry.is_supported(qual, node) or custom_kernel_for(qual) is not None
+
+
+class _Gen:
+    def __init__(self) -> None:
+        self.names: Dict[torch.fx.Node, str] = {}
+        self.dtypes: Dict[str, str] = {}
+
+    def name(self, node: torch.fx.Node) -> str:
+        # Canonical names (p<i> for inputs, v<i> for values): structurally identical
+        # graphs (repeated layers) generate identical source and share one kernel.
+        if node not in self.names:
+            if node.op == "placeholder":
+                n = f"p{sum(1 for k in self.names if k.op == 'placeholder')}"
+            else:
+                n = f"v{sum(1 for k in self.names if k.op != 'placeholder')}"
+            self.names[node] = n
+        return self.names[node]
+
+    def dtype_const(self, dtype: torch.dtype) -> str:
+        name = dtype_name(dtype)
+        const = name.upper() if name != "bool" else "BOOL"
+        self.dtypes[const] = name
+        return const
+
+    def arg(self, a: Any) -> str:
+        if isinstance(a, torch.fx.Node):
+            return self.name(a)
+        if isinstance(a, (list, tuple)):
+            inner = ", ".join(self.arg(x) for x in a)
+            return f"[{inner}]"
+        if isinstance(a, torch.dtype):
+            return self.dtype_const(a)
+        if isinstance(a, (torch.device, torch.layout, torch.memory_format)):
+            return "None"
+        if isinstance(a, float):
+            if math.isnan(a):
+                return "float('nan')"
+            if math.isinf(a):
+                return "float('inf')" if a > 0 else "-float('inf')"
+            return repr(a)
+        if isinstance(a, (bool, int, str)) or a is None:
+            return repr(a)
+        if isinstance(a, torch.SymInt):
+            return repr(int(a))
+        raise TypeError(f"cannot lower argument {a!r} of type {type(a).__name__}")
+
+
+def _fx_text(node: torch.fx.Node) -> str:
+    def a(x: Any) -> str:
+        if isinstance(x, torch.fx.Node):
+            return f"%{x.name}"
+        if isinstance(x, (list, tuple)):
+            return "[" + ", ".join(a(y) for y in x) + "]"
+        return repr(x)
+    args = [a(x) for x in node.args] + [f"{k}={a(v)}" for k, v in node.kwargs.items()]
+    return f"%{node.name} = {target_name(node.target)}({', '.join(args)})"
+
+
+def generate_source(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
+                    func_name: str = "nkipy_func") -> GeneratedSource:
+    """The NumPy source of ``gm`` for the concrete ``example_inputs``."""
+    g = _Gen()
+    params: List[str] = []
+    baked: List[str] = []
+    body: List[str] = []
+    constants: Dict[str, np.ndarray] = {}
+    pairs: List[tuple] = []
+    customs: Dict[str, str] = {}
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(example_inputs):
+        raise ValueError(f"graph has {len(placeholders)} inputs, got {len(example_inputs)}")
+    for node, value in zip(placeholders, example_inputs):
+        pairs.append((f"%{node.name} = placeholder", f"{g.name(node)} (input)"))
+        if isinstance(value, torch.Tensor):
+            params.append(g.name(node))
+        elif value is None or isinstance(value, (bool, int, float, torch.SymInt, torch.SymFloat)):
+            v = value if not isinstance(value, (torch.SymInt, torch.SymFloat)) else \
+                (int(value) if isinstance(value, torch.SymInt) else float(value))
+            baked.append(f"    {g.name(node)} = {v!r}")
+        else:
+            raise TypeError(f"unsupported graph input {node.name} of type {type(value).__name__}")
+    outputs: List[str] = []
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            continue
+        if node.op == "get_attr":
+            data = getattr(gm, node.target)
+            if isinstance(data, torch.Tensor):
+                from ..device import torch_to_numpy
+
+                fname = f"{g.name(node)}.npy"
+                arr = torch_to_numpy(data.detach())
+                kind = "bfloat16" if arr.dtype.name == "bfloat16" else None
+                constants[fname] = arr.view(np.uint16) if kind else arr   # .npy has no bfloat16
+                body.append(f"    {g.name(node)} = aten.load_constant(_DIR, {fname!r}, {kind!r})")
+            else:
+                body.append(f"    {g.name(node)} = {g.arg(data)}")
+            continue
+        if node.op == "output":
+            outs = node.args[0]
+            outs = outs if isinstance(outs, (list, tuple)) else [outs]
+            outputs = [g.arg(o) for o in outs]
+            continue
+        if node.op != "call_function":
+            raise UnsupportedOpError(f"FX node {node.format_node()} ({node.op}) cannot be lowered")
+        qual = target_name(node.target)
+        fn = AtenOpRegistry.get(qual)
+        args = [g.arg(a) for a in node.args]
+        args += [f"{k}={g.arg(v)}" for k, v in node.kwargs.items()]
+        if fn is not None:
+            expr = f"aten.{aten_numpy.attr_of(fn)}({', '.join(args)})"
+        else:
+            from ..custom_ops import custom_kernel_for
+
+            ck = custom_kernel_for(qual)
+            if ck is None:
+                raise UnsupportedOpError(f"Operation '{qual}' is not supported")
+            customs[qual] = ck.source_hash
+            expr = f"custom.call_custom({', '.join([repr(qual)] + args)})"
+        val = _meta_val(node)
+        if isinstance(val, torch.Tensor) and qual != "aten.copy_.default":
+            expr = f"aten.cast({expr}, {g.dtype_const(val.dtype)})"
+        body.append(f"    {g.name(node)} = {expr}  # {qual}")
+        pairs.append((_fx_text(node), body[-1].strip()))
+    lines = ["# Generated by torch_to_nkipy from an FX graph: NumPy source, runnable on the",
+             "# host and traced by nkipy into a kernel.",
+             "import os", "", "import numpy as np", "",
+             "from torch_to_nkipy.lowering import aten_numpy as aten", "",
+             "_DIR = os.path.dirname(os.path.abspath(__file__))"]
+    if customs:
+        lines.insert(lines.index("_DIR = os.path.dirname(os.path.abspath(__file__))") - 1,
+                     "from torch_to_nkipy import custom_ops as custom")
+        lines += [f"# custom kernel {q}: source sha256 {h}" for q, h in sorted(customs.items())]
+    lines += [f"{c} = aten.dt({n!r})" for c, n in sorted(g.dtypes.items())]
+    lines += ["", "", f"def {func_name}({', '.join(params)}):"]
+    lines += baked + body
+    lines.append(f"    return ({''.join(o + ', ' for o in outputs)})")
+    return GeneratedSource("\n".join(lines) + "\n", params, constants, pairs)
+
+
+def side_by_side(gen: GeneratedSource, width: int = 100) -> str:
+    """Each FX node beside the line of NumPy source generated for it."""
+    out = [f"{'FX graph node':<{width}} | generated nkipy source", "-" * (2 * width)]
+    for fx, src in gen.pairs:
+        fx = fx if len(fx) <= width else fx[:width - 3] + "..."
+        out.append(f"{fx:<{width}} | {src}")
+    return "\n".join(out) + "\n"
+
