@@ -305,25 +305,19 @@ def render_markdown(rows: List[Dict[str, Any]], c: Dict[str, Any], py: Dict[str,
     lines.append(
         f"- **a. async** (median {_us(asy['median'])}, min {_us(asy['min'])}, max "
         f"{_us(asy['max'])}): submit hands the work to the core's queue thread and the caller "
-        "blocks on the event's condition variable, so each round trip is two futex wake-ups of "
-        "sleeping threads. When both threads share one CPU that costs about 3.3 µs (two "
-        "context switches); when the other CPU has gone idle, waking it takes a virtual-CPU "
-        "wake-up from the hypervisor (~15-30 µs each on this KVM guest), which is why the "
-        "batches are bimodal. `taskset -c 0 build/bench_nkrt` gives a steady ~3.3 µs. A short "
-        "spin on the `done` flag before sleeping, in the queue thread and in `nkrt_event_wait`, "
-        "took a prototype to a steady 1.2-1.3 µs (see [README.md](README.md)).")
+        "waits on the event. Both sides poll (yielding the CPU) for up to 20 µs before sleeping "
+        "on a condition variable, so a hand-off that arrives meanwhile costs about a microsecond "
+        "instead of a futex wake-up, which on this KVM guest can take 15-30 µs when the other "
+        "virtual CPU has gone idle.")
     added = ex["spikemodel_call"]["median"] - sync
     lines.append(
         f"- **b.** Spike.execute adds {_us(ex['spike_execute']['median'] - sync)} to the C "
         f"figure (argument parsing, two dict walks, two tensor sets built and freed, the "
-        f"read lock, releasing the GIL). SpikeModel.__call__ adds {_us(added)}: it is pure "
-        "Python validation on every call. "
-        + ("Most of it is `dtype_name(tensor.dtype)` (NumPy's `dtype.name` is a Python "
-           "property, about 1.5 µs per tensor), `isinstance(x, typing.Mapping)` (an ABC "
-           "check, three per call) and the input names being checked twice. "
-           "A fast path ([README.md](README.md)) measured 1.1 µs per call." if added >= 5000 else
-           "It is mostly the per-tensor shape/dtype/core checks.")
-        + f" With outputs=None (allocating them each call) it takes "
+        f"read lock, releasing the GIL). SpikeModel.__call__ adds {_us(added)}: a well-formed "
+        "call (plain dicts matching the model) takes a fast path that compares names, shapes, "
+        "dtypes and cores without building any message; anything else goes through the full "
+        "validation, whose errors say what was expected."
+        f" With outputs=None (allocating them each call) it takes "
         f"{_us(ex['spikemodel_call_alloc']['median'])}. Spike.benchmark, which times each "
         f"nkrt_execute in C, reports {_us(ex['spike_benchmark_in_c_ns']['median'])} per call.")
     nvc = next(r for r in rows if r["id"] == "c.numpy_method")["numpy_vs_copyto"]

@@ -1,15 +1,63 @@
-"""PyTorch's own OpInfo samples (torch.testing._internal op_db) run on the nkipy
-device for every op with a native (nkipy-compiled) eager kernel, compared with
-eager CPU. float32: rtol 1e-4, atol 1e-5; float16/bfloat16: rtol/atol 1e-2."""
+"""PyTorch's own OpInfo samples run on the nkipy device through PyTorch's
+device-type test framework (torch.testing._internal.common_device_type):
+@ops over the OpInfos of every op with a native (nkipy-compiled) eager kernel,
+instantiated by instantiate_device_type_tests(..., only_for="privateuse1"): the
+generated class is TestNkipyOpInfoPRIVATEUSE1, its tests test_*_nkipy_<dtype>
+(PrivateUse1TestBase sets device_type to "nkipy" only in setUpClass, after the
+class is named). Each sample runs on the device and is
+compared with the same op on CPU. float32: rtol 1e-4, atol 1e-5; float16:
+rtol/atol 1e-2; bfloat16: rtol/atol 2e-2. Backward (float32) for a subset.
+"""
 from __future__ import annotations
+
+import sys
+import warnings
 
 import pytest
 import torch
 
-# op_db is imported lazily (inside the tests): importing torch.testing._internal
-# changes process-wide torch state (disable_global_flags, ScriptFunction hooks),
-# which must not leak into the other test directories at collection time.
+pytest.importorskip("expecttest")  # torch.testing._internal needs it
 
+
+def _import_framework():
+    """Imports spike_torch (registers the device, so that common_device_type sees
+    PrivateUse1 available) and PyTorch's test framework. Instantiating the tests
+    must happen at collection, so the process-wide state these imports change is
+    put back: the runtime that importing spike_torch brings up is closed again
+    (the session fixture configures its own), and common_utils' global-flag
+    freeze and ScriptFunction/ScriptMethod profiling hooks are undone, so that
+    nothing leaks into the other test directories."""
+    import spike
+    from spike import spike_singleton
+
+    runtime_before = spike_singleton.is_active()
+    first_import = "torch.testing._internal.common_utils" not in sys.modules
+    saved_calls = (torch._C.ScriptFunction.__call__, torch._C.ScriptMethod.__call__)
+    import spike_torch  # noqa: F401
+
+    from torch.testing._internal import common_device_type, common_utils
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    if first_import:
+        torch._C.ScriptFunction.__call__, torch._C.ScriptMethod.__call__ = saved_calls
+        vars(torch.backends)["__allow_nonbracketed_mutation_flag"] = True
+    if common_device_type.PrivateUse1TestBase not in common_device_type.device_type_test_bases:
+        # common_device_type was imported before the device was registered
+        common_device_type.device_type_test_bases.append(common_device_type.PrivateUse1TestBase)
+    if not runtime_before:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            spike_torch.reset()
+    return common_device_type, common_utils, op_db
+
+
+common_device_type, common_utils, op_db = _import_framework()
+ops = common_device_type.ops
+OpDTypes = common_device_type.OpDTypes
+
+# (OpInfo name, variant_test_name) of every op with a native nkipy kernel
+# (spike_torch/_eager.py registrations: binary/unary elementwise, reductions,
+# mm/bmm/addmm, softmax, layer_norm).
 NATIVE = {
     ("abs", ""), ("add", ""), ("sub", ""), ("mul", ""), ("div", "no_rounding_mode"),
     ("maximum", ""), ("minimum", ""), ("neg", ""), ("exp", ""), ("log", ""), ("sqrt", ""),
@@ -18,73 +66,65 @@ NATIVE = {
     ("softmax", ""), ("nn.functional.layer_norm", ""), ("addmm", ""),
 }
 F32_ONLY = {"nn.functional.layer_norm"}  # native for float32, CPU path for f16/bf16
+BACKWARD = {"mul", "exp", "tanh", "sum", "mm", "softmax", "sigmoid", "nn.functional.layer_norm"}
 
-_ops_cache: list = []
-
-
-def ops() -> list:
-    if not _ops_cache:
-        pytest.importorskip("expecttest")
-        from torch.testing._internal.common_methods_invocations import op_db
-
-        _ops_cache.extend(o for o in op_db if (o.name, o.variant_test_name) in NATIVE)
-    return _ops_cache
-
-
-def get_op(key):
-    return next(o for o in ops() if (o.name, o.variant_test_name) == key)
-
-
-KEYS = sorted(NATIVE)
+NATIVE_OPS = [o for o in op_db if (o.name, o.variant_test_name) in NATIVE]
+BACKWARD_OPS = [o for o in NATIVE_OPS if o.name in BACKWARD and not o.variant_test_name]
 TOL = {torch.float32: (1e-4, 1e-5), torch.float16: (1e-2, 1e-2), torch.bfloat16: (2e-2, 2e-2)}
 
 
-def to_device(x):
+def to_device(x, device):
     if isinstance(x, torch.Tensor):
-        return x.detach().to("nkipy")
+        return x.detach().to(device)
     if isinstance(x, (list, tuple)):
-        return type(x)(to_device(a) for a in x)
+        return type(x)(to_device(a, device) for a in x)
+    if isinstance(x, dict):
+        return {k: to_device(v, device) for k, v in x.items()}
     return x
 
 
 def test_all_native_ops_found():
-    assert len(ops()) == len(NATIVE)
+    assert len(NATIVE_OPS) == len(NATIVE)
+    assert len(BACKWARD_OPS) == len(BACKWARD)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16],
-                         ids=lambda d: str(d).replace("torch.", ""))
-@pytest.mark.parametrize("key", KEYS, ids=lambda k: k[0] + ("_" + k[1] if k[1] else ""))
-def test_opinfo_samples(key, dtype):
-    from spike_torch import _eager
+class TestNkipyOpInfo(common_utils.TestCase):
+    @ops(NATIVE_OPS, allowed_dtypes=(torch.float32, torch.float16, torch.bfloat16))
+    def test_opinfo_samples(self, device, dtype, op):
+        from spike_torch import _eager
 
-    op = get_op(key)
+        self.assertEqual(torch.device(device).type, "nkipy")
+        rtol, atol = TOL[dtype]
+        before = _eager.stats["device_calls"]
+        n = 0
+        for sample in op.sample_inputs("cpu", dtype, requires_grad=False):
+            expected = op(sample.input, *sample.args, **sample.kwargs)
+            got = op(to_device(sample.input, device), *to_device(sample.args, device),
+                     **to_device(sample.kwargs, device))
+            self.assertEqual(got.device.type, "nkipy")
+            torch.testing.assert_close(got.cpu(), expected, rtol=rtol, atol=atol,
+                                       equal_nan=True, msg=lambda m: f"{sample}: {m}")
+            n += 1
+        self.assertGreater(n, 0)
+        if dtype == torch.float32 or op.name not in F32_ONLY:
+            self.assertGreater(_eager.stats["device_calls"], before,
+                               "no sample ran on the device")
 
-    if dtype not in op.supported_dtypes("cpu"):
-        pytest.skip(f"{op.name} has no CPU {dtype} support")
-    rtol, atol = TOL[dtype]
-    before = _eager.stats["device_calls"]
-    n = 0
-    for sample in op.sample_inputs("cpu", dtype, requires_grad=False):
-        expected = op(sample.input, *sample.args, **sample.kwargs)
-        got = op(to_device(sample.input), *to_device(sample.args), **to_device(sample.kwargs))
-        assert got.device.type == "nkipy"
-        torch.testing.assert_close(got.cpu(), expected, rtol=rtol, atol=atol, equal_nan=True)
-        n += 1
-    assert n > 0
-    if dtype == torch.float32 or op.name not in F32_ONLY:
-        assert _eager.stats["device_calls"] > before, "no sample ran on the device"
+    @ops(BACKWARD_OPS, dtypes=OpDTypes.supported_backward, allowed_dtypes=(torch.float32,))
+    def test_opinfo_backward(self, device, dtype, op):
+        n = 0
+        for sample in list(op.sample_inputs("cpu", dtype, requires_grad=True))[:3]:
+            if not isinstance(sample.input, torch.Tensor) or sample.input.numel() == 0:
+                continue
+            expected = op(sample.input, *sample.args, **sample.kwargs)
+            expected.sum().backward()
+            x = sample.input.detach().to(device).requires_grad_()
+            got = op(x, *to_device(sample.args, device), **to_device(sample.kwargs, device))
+            got.sum().backward()
+            torch.testing.assert_close(x.grad.cpu(), sample.input.grad, rtol=1e-4, atol=1e-5)
+            n += 1
+        self.assertGreater(n, 0)
 
 
-@pytest.mark.parametrize("name", ["mul", "exp", "tanh", "sum", "mm", "softmax", "sigmoid",
-                                  "nn.functional.layer_norm"])
-def test_opinfo_backward(name):
-    op = get_op((name, ""))
-    for sample in list(op.sample_inputs("cpu", torch.float32, requires_grad=True))[:3]:
-        if not isinstance(sample.input, torch.Tensor) or sample.input.numel() == 0:
-            continue
-        expected = op(sample.input, *sample.args, **sample.kwargs)
-        expected.sum().backward()
-        x = sample.input.detach().to("nkipy").requires_grad_()
-        got = op(x, *to_device(sample.args), **to_device(sample.kwargs))
-        got.sum().backward()
-        torch.testing.assert_close(x.grad.cpu(), sample.input.grad, rtol=1e-4, atol=1e-5)
+common_device_type.instantiate_device_type_tests(TestNkipyOpInfo, globals(),
+                                                 only_for="privateuse1")
