@@ -88,7 +88,8 @@ test: test-c sanitize test-py
 
 # ---- Demo and benchmarks ------------------------------------------------
 demo: venv
-	$(PY) examples/demo_spike.py
+	$(GEMM_ENV) $(PY) examples/demo_spike.py
+	$(GEMM_ENV) NKIPY_EXAMPLE_CACHE=$(BUILD)/nkipy_cache $(PY) examples/torch_to_nkipy/hf_llama_inference.py
 
 # matplotlib only draws docs/benchmarks/runtime.png; without it the PNG is skipped.
 $(VENV)/.bench-deps: $(VENV)/.deps
