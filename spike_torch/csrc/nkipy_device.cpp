@@ -720,6 +720,26 @@ at::Tensor nkipy_copy_from_and_resize(const at::Tensor& self, const at::Tensor& 
 // Factories and metadata kernels
 // ---------------------------------------------------------------------------
 
+// Makes `index` the thread's current device until the scope ends (also when
+// an exception leaves it), so the allocator serves that device.
+struct CurrentDeviceScope {
+  explicit CurrentDeviceScope(c10::DeviceIndex index) : saved(t_current_device) {
+    t_current_device = index;
+  }
+  ~CurrentDeviceScope() { t_current_device = saved; }
+  CurrentDeviceScope(const CurrentDeviceScope&) = delete;
+  CurrentDeviceScope& operator=(const CurrentDeviceScope&) = delete;
+  c10::DeviceIndex saved;
+};
+
+// The device a factory call allocates on: the one given, else the current one.
+c10::DeviceIndex factory_device(std::optional<at::Device> device) {
+  c10::Device dev = device.value_or(c10::Device(kNkipy, t_current_device));
+  c10::DeviceIndex index = dev.has_index() ? dev.index() : t_current_device;
+  check_device_index(index);
+  return index;
+}
+
 at::Tensor nkipy_empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarType> dtype,
                                      std::optional<at::Layout> layout,
                                      std::optional<at::Device> device,
@@ -727,20 +747,10 @@ at::Tensor nkipy_empty_memory_format(c10::IntArrayRef size, std::optional<at::Sc
                                      std::optional<at::MemoryFormat> memory_format) {
   (void)layout;
   (void)pin_memory;
-  c10::Device dev = device.value_or(c10::Device(kNkipy, t_current_device));
-  if (!dev.has_index()) dev = c10::Device(kNkipy, t_current_device);
-  check_device_index(dev.index());
-  c10::DeviceIndex saved = t_current_device;
-  t_current_device = dev.index();
-  try {
-    at::Tensor t = at::detail::empty_generic(size, g_allocator, c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
-                                             c10::dtype_or_default(dtype), memory_format);
-    t_current_device = saved;
-    return t;
-  } catch (...) {
-    t_current_device = saved;
-    throw;
-  }
+  CurrentDeviceScope scope(factory_device(device));
+  return at::detail::empty_generic(size, g_allocator,
+                                   c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                   c10::dtype_or_default(dtype), memory_format);
 }
 
 at::Tensor nkipy_empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
@@ -749,21 +759,10 @@ at::Tensor nkipy_empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
                                std::optional<bool> pin_memory) {
   (void)layout;
   (void)pin_memory;
-  c10::Device dev = device.value_or(c10::Device(kNkipy, t_current_device));
-  if (!dev.has_index()) dev = c10::Device(kNkipy, t_current_device);
-  check_device_index(dev.index());
-  c10::DeviceIndex saved = t_current_device;
-  t_current_device = dev.index();
-  try {
-    at::Tensor t = at::detail::empty_strided_generic(
-        size, stride, g_allocator, c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
-        c10::dtype_or_default(dtype));
-    t_current_device = saved;
-    return t;
-  } catch (...) {
-    t_current_device = saved;
-    throw;
-  }
+  CurrentDeviceScope scope(factory_device(device));
+  return at::detail::empty_strided_generic(size, stride, g_allocator,
+                                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                           c10::dtype_or_default(dtype));
 }
 
 at::Tensor nkipy_as_strided(const at::Tensor& self, c10::IntArrayRef size,
@@ -789,16 +788,12 @@ void grow_storage(const c10::Storage& storage, size_t nbytes) {
   c10::StorageImpl* impl = storage.unsafeGetStorageImpl();
   TORCH_CHECK(impl->resizable(), "Trying to resize storage that is not resizable");
   size_t old = impl->nbytes();
-  c10::DeviceIndex saved = t_current_device;
-  t_current_device = storage.device().has_index() ? storage.device().index() : saved;
   c10::DataPtr fresh;
-  try {
+  {
+    CurrentDeviceScope scope(storage.device().has_index() ? storage.device().index()
+                                                          : t_current_device);
     fresh = g_allocator->allocate(nbytes);
-  } catch (...) {
-    t_current_device = saved;
-    throw;
   }
-  t_current_device = saved;
   size_t keep = std::min(old, nbytes);
   if (keep > 0 && impl->data_ptr().get()) {
     DevLoc s = locate_storage(storage);
