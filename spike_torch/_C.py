@@ -41,6 +41,10 @@ lib.spike_torch_cached_blocks.argtypes = [ctypes.c_int]
 lib.spike_torch_cached_blocks.restype = ctypes.c_int64
 lib.spike_torch_memory_stats.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_int64), ctypes.c_int]
 lib.spike_torch_memory_stats.restype = ctypes.c_int
+lib.spike_torch_pool_stats.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_int64), ctypes.c_int]
+lib.spike_torch_pool_stats.restype = ctypes.c_int
+lib.spike_torch_trim.argtypes = [ctypes.c_int, ctypes.c_int64]
+lib.spike_torch_trim.restype = ctypes.c_int64
 lib.spike_torch_reset_peak.argtypes = [ctypes.c_int]
 lib.spike_torch_reset_peak.restype = None
 lib.spike_torch_reset_accumulated.argtypes = [ctypes.c_int]
@@ -85,3 +89,17 @@ def memory_stats(device: int) -> dict:
     if n == 0:
         return {key: 0 for key in STAT_KEYS}
     return {key: int(buf[i]) for i, key in enumerate(STAT_KEYS)}
+
+
+# Order of the values spike_torch_pool_stats() writes.
+POOL_STAT_KEYS = ("used_bytes", "cached_bytes", "total_bytes", "allocation_count", "reuse_count",
+                  "cache_hit_count", "cache_miss_count")
+
+
+def pool_stats(device: int) -> dict:
+    """Memory-pool figures of one device (all devices summed if ``device`` < 0)."""
+    buf = (ctypes.c_int64 * len(POOL_STAT_KEYS))()
+    n = lib.spike_torch_pool_stats(device, buf, len(POOL_STAT_KEYS))
+    if n == 0:
+        return {key: 0 for key in POOL_STAT_KEYS}
+    return {key: int(buf[i]) for i, key in enumerate(POOL_STAT_KEYS)}

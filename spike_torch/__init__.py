@@ -18,7 +18,7 @@ import atexit
 import logging
 import os
 import threading
-from typing import Any, Iterable, Optional, Tuple
+from typing import Any, Dict, Iterable, Optional, Tuple
 
 import torch
 
@@ -100,6 +100,63 @@ def get_cached_blocks(device: Optional[int] = None) -> int:
     return int(_C.lib.spike_torch_cached_blocks(-1 if device is None else int(device)))
 
 
+def _pool_device(device: Any) -> int:
+    """-1 (all devices) for None, else the checked index of an int, ``"nkipy:i"``
+    or ``torch.device``."""
+    if device is None:
+        return -1
+    return device_module._check_index(device_module._device_index(device))
+
+
+def memory_pool_stats(device: Optional[Any] = None) -> Dict[str, int]:
+    """Figures of the caching allocator's device-memory pool.
+
+    ``device``: an index, ``"nkipy:i"`` or ``torch.device``; None sums all devices.
+    Returns a dict of ints:
+
+    * ``used_bytes``: bytes in blocks held by live tensors (block sizes, i.e.
+      requests rounded up to 512 bytes, or the whole block when the remainder was
+      too small to split off);
+    * ``cached_bytes``: reserved bytes not in use (free blocks kept by the cache),
+      ``total_bytes - used_bytes``;
+    * ``total_bytes``: bytes reserved from the runtime (the sum of the segments);
+    * ``allocation_count``: allocations served (non-empty ones, cumulative);
+    * ``reuse_count``: allocations served from a cached free block, without asking
+      the runtime for memory;
+    * ``cache_hit_count``: the reuses whose free block had exactly the rounded size
+      (no split, no slack);
+    * ``cache_miss_count``: allocations that found no fitting cached block and took
+      a new segment from the runtime.
+
+    ``allocation_count == reuse_count + cache_miss_count`` and
+    ``cache_hit_count <= reuse_count``. The counters restart at 0 after
+    ``torch.nkipy.reset_accumulated_memory_stats(device)`` and when the runtime
+    is closed (``spike_torch.reset()``).
+    """
+    return _C.pool_stats(_pool_device(device))
+
+
+def trim_memory_pool(target_bytes: int = 0, device: Optional[Any] = None) -> int:
+    """Gives cached memory back to the runtime until at most ``target_bytes``
+    bytes stay cached (on ``device``, or summed over all devices if None).
+
+    Only entirely free segments can be released: free blocks inside segments that
+    also hold live tensors stay cached, so the cached bytes may remain above the
+    target. The smallest free segment covering the remaining excess is released
+    if there is one, else the largest, and so on. ``trim_memory_pool(0)`` releases
+    every free segment, like ``empty_cache()``. Returns the bytes released.
+    Raises ``TypeError`` unless ``target_bytes`` is an int and ``ValueError`` if it
+    is negative.
+    """
+    if isinstance(target_bytes, bool) or not isinstance(target_bytes, int):
+        raise TypeError(f"trim_memory_pool: target_bytes must be an int, got "
+                        f"{type(target_bytes).__name__}")
+    if target_bytes < 0:
+        raise ValueError(f"trim_memory_pool: target_bytes must be >= 0, got {target_bytes}")
+    target = min(target_bytes, (1 << 63) - 1)
+    return int(_C.lib.spike_torch_trim(_pool_device(device), target))
+
+
 def _check_tensor(tensor: Any) -> torch.Tensor:
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"expected a torch.Tensor, got {type(tensor).__name__}")
@@ -168,5 +225,5 @@ atexit.register(_at_exit)
 __all__ = [
     "device_count", "current_device", "set_device", "is_available", "synchronize",
     "empty_cache", "get_cached_blocks", "get_nrt_tensor", "get_tensor_info", "configure",
-    "reset", "memory_stats", "DEVICE_NAME",
+    "reset", "memory_stats", "memory_pool_stats", "trim_memory_pool", "DEVICE_NAME",
 ]

@@ -30,6 +30,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <iterator>
 #include <cmath>
 #include <atomic>
 #include <cstdint>
@@ -159,7 +160,17 @@ struct DeviceStats {
   Stat allocated_bytes, reserved_bytes, active_bytes, requested_bytes, allocation, segment,
       active;
   int64_t num_alloc_retries = 0, num_ooms = 0, num_device_alloc = 0, num_device_free = 0;
+  // Memory-pool counters (spike_torch.memory_pool_stats, docs/spike_torch.md), cumulative,
+  // counted once per successful allocation of a non-empty block:
+  //   allocation_count = reuse_count + cache_miss_count;  cache_hit_count <= reuse_count.
+  int64_t allocation_count = 0;  // allocations served
+  int64_t reuse_count = 0;       // served from a cached free block (no runtime call)
+  int64_t cache_hit_count = 0;   // ... whose size was exactly the rounded request
+  int64_t cache_miss_count = 0;  // no fitting cached block: a new segment from the runtime
 };
+
+// Order of the values spike_torch_pool_stats() writes (spike_torch._C.POOL_STAT_KEYS).
+constexpr int kPoolStats = 7;
 
 constexpr int kMaxDevices = 64;
 
@@ -281,6 +292,74 @@ class NkipyAllocator final : public c10::DeviceAllocator {
     return n;
   }
 
+  // Memory-pool figures of `device` (summed over all devices if < 0), in the order
+  // used_bytes, cached_bytes, total_bytes, allocation_count, reuse_count,
+  // cache_hit_count, cache_miss_count. Returns the number of values (kPoolStats).
+  int pool_stats(int device, int64_t* out, int capacity) {
+    std::lock_guard<std::mutex> lock(mu_);
+    sync_generation_locked();
+    int64_t v[kPoolStats] = {0, 0, 0, 0, 0, 0, 0};
+    for (int d = 0; d < kMaxDevices; d++) {
+      if (device >= 0 && d != device) continue;
+      const DeviceStats& s = stats_[d];
+      v[0] += s.allocated_bytes.current;
+      v[1] += s.reserved_bytes.current - s.allocated_bytes.current;
+      v[2] += s.reserved_bytes.current;
+      v[3] += s.allocation_count;
+      v[4] += s.reuse_count;
+      v[5] += s.cache_hit_count;
+      v[6] += s.cache_miss_count;
+    }
+    int n = std::max(0, std::min(capacity, kPoolStats));
+    std::copy(v, v + n, out);
+    return kPoolStats;
+  }
+
+  // Releases entirely free segments of `device` (all devices if < 0) until the
+  // cached (reserved but unallocated) bytes of that scope are <= target, or no
+  // entirely free segment is left (free blocks of partly used segments cannot be
+  // given back). Returns the bytes released to the runtime.
+  //
+  // Choice of segments: while the excess (cached - target) is positive, release the
+  // smallest free segment that covers the whole excess on its own if there is one
+  // (one more release ends the trim and keeps as much cache as possible below the
+  // target), else the largest free segment (the most progress per runtime call).
+  // target 0 releases every free segment, as empty_cache() does.
+  int64_t trim(int device, int64_t target) {
+    std::lock_guard<std::mutex> lock(mu_);
+    sync_generation_locked();
+    if (target < 0) target = 0;
+    int64_t cached = 0;
+    std::vector<Block*> free_segs;  // the single free block of each entirely free segment
+    for (int d = 0; d < kMaxDevices; d++) {
+      if (device >= 0 && d != device) continue;
+      cached += stats_[d].reserved_bytes.current - stats_[d].allocated_bytes.current;
+      for (auto* pool : {&small_[d], &large_[d]})
+        for (Block* b : *pool)
+          if (!b->prev && !b->next) free_segs.push_back(b);
+    }
+    // ascending size (address breaks ties: deterministic)
+    std::sort(free_segs.begin(), free_segs.end(), BlockLess());
+    int64_t released = 0;
+    while (cached > target && !free_segs.empty()) {
+      int64_t excess = cached - target;
+      auto it = std::find_if(free_segs.begin(), free_segs.end(), [&](const Block* b) {
+        return static_cast<int64_t>(b->size) >= excess;
+      });
+      if (it == free_segs.end()) it = std::prev(free_segs.end());
+      Block* b = *it;
+      free_segs.erase(it);
+      int64_t size = static_cast<int64_t>(b->seg->size);
+      release_segment_locked(b);
+      cached -= size;
+      released += size;
+    }
+    if (released)
+      NKIPY_LOG("trim to %lld cached bytes: released %lld bytes", static_cast<long long>(target),
+                static_cast<long long>(released));
+    return released;
+  }
+
   // Fills `out` with the statistics in the order of spike_torch._STAT_KEYS.
   int stats(int device, int64_t* out, int capacity) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -333,6 +412,7 @@ class NkipyAllocator final : public c10::DeviceAllocator {
                      &s.allocation, &s.segment, &s.active})
       st->reset_accumulated();
     s.num_alloc_retries = s.num_ooms = s.num_device_alloc = s.num_device_free = 0;
+    s.allocation_count = s.reuse_count = s.cache_hit_count = s.cache_miss_count = 0;
   }
 
   // Forgets all state of a closed runtime (called by spike_torch.reset()).
@@ -391,21 +471,24 @@ class NkipyAllocator final : public c10::DeviceAllocator {
       for (auto* pool : {&small_[d], &large_[d]}) {
         for (auto it = pool->begin(); it != pool->end();) {
           Block* b = *it;
-          if (!b->prev && !b->next) {
-            Segment* seg = b->seg;
-            it = pool->erase(it);
-            api().tensor_release(seg->generation, seg->tensor);
-            stats_[d].reserved_bytes.sub(seg->size);
-            stats_[d].segment.sub(1);
-            stats_[d].num_device_free++;
-            delete b;
-            delete seg;
-          } else {
-            ++it;
-          }
+          ++it;
+          if (!b->prev && !b->next) release_segment_locked(b);
         }
       }
     }
+  }
+
+  // Gives the segment of `b` (its only block, free and in its pool) back to the runtime.
+  void release_segment_locked(Block* b) {
+    Segment* seg = b->seg;
+    pool_for(seg).erase(b);
+    api().tensor_release(seg->generation, seg->tensor);
+    DeviceStats& s = stats_[seg->device];
+    s.reserved_bytes.sub(seg->size);
+    s.segment.sub(1);
+    s.num_device_free++;
+    delete b;
+    delete seg;
   }
 
   static size_t round_size(size_t n) { return (n + kRound - 1) / kRound * kRound; }
@@ -436,9 +519,12 @@ class NkipyAllocator final : public c10::DeviceAllocator {
     Block key{nullptr, 0, size, 0, nullptr, false, nullptr, nullptr};
     auto it = pool.lower_bound(&key);
     Block* b = nullptr;
+    bool reused = false, exact = false;
     if (it != pool.end()) {
       b = *it;
       pool.erase(it);
+      reused = true;
+      exact = b->size == size;
     } else {
       size_t seg_size = segment_size(size);
       nkrt_tensor_t* t = nullptr;
@@ -499,6 +585,13 @@ class NkipyAllocator final : public c10::DeviceAllocator {
     s.requested_bytes.add(n);
     s.allocation.add(1);
     s.active.add(1);
+    s.allocation_count++;
+    if (reused) {
+      s.reuse_count++;
+      if (exact) s.cache_hit_count++;
+    } else {
+      s.cache_miss_count++;
+    }
     return b;
   }
 
@@ -1135,6 +1228,16 @@ __attribute__((visibility("default"))) int64_t spike_torch_cached_blocks(int dev
 __attribute__((visibility("default"))) int spike_torch_memory_stats(int device, int64_t* out,
                                                                      int capacity) {
   return g_api ? g_allocator->stats(device, out, capacity) : 0;
+}
+
+__attribute__((visibility("default"))) int spike_torch_pool_stats(int device, int64_t* out,
+                                                                   int capacity) {
+  return g_api ? g_allocator->pool_stats(device, out, capacity) : 0;
+}
+
+__attribute__((visibility("default"))) int64_t spike_torch_trim(int device,
+                                                                int64_t target_bytes) {
+  return g_api ? g_allocator->trim(device, target_bytes) : 0;
 }
 
 __attribute__((visibility("default"))) void spike_torch_reset_peak(int device) {
