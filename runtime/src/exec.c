@@ -414,6 +414,74 @@ bool nkrt_event_is_done(const nkrt_event_t *ev) {
 
 uint64_t nkrt_event_id(const nkrt_event_t *ev) { return ev ? ev->id : 0; }
 
+/* ---- hazards ---------------------------------------------------------------- */
+
+static bool ranges_overlap(const nkrt_range_t *a, uint32_t na, const nkrt_range_t *b,
+                           uint32_t nb) {
+  for (uint32_t i = 0; i < na; i++)
+    for (uint32_t j = 0; j < nb; j++)
+      if (a[i].lo < b[j].hi && b[j].lo < a[i].hi) return true;
+  return false;
+}
+
+void nkrt_hazard_add(nkrt_runtime_t *rt, nkrt_hazard_t *h) {
+  pthread_mutex_lock(&rt->hazard_mu);
+  h->prev = NULL;
+  h->next = rt->hazards;
+  if (rt->hazards) rt->hazards->prev = h;
+  rt->hazards = h;
+  h->registered = true;
+  atomic_fetch_add_explicit(&rt->hazard_count, 1, memory_order_release);
+  pthread_mutex_unlock(&rt->hazard_mu);
+}
+
+/* Called once the work's memory accesses are over: the release decrement
+ * publishes them to a synchronous operation that then loads a count of 0. */
+void nkrt_hazard_remove(nkrt_runtime_t *rt, nkrt_hazard_t *h) {
+  pthread_mutex_lock(&rt->hazard_mu);
+  if (h->registered) {
+    if (h->prev) h->prev->next = h->next;
+    else rt->hazards = h->next;
+    if (h->next) h->next->prev = h->prev;
+    h->registered = false;
+    atomic_fetch_add_explicit(&rt->hazard_removals, 1, memory_order_release);
+    atomic_fetch_sub_explicit(&rt->hazard_count, 1, memory_order_release);
+    if (rt->hazard_waiters) pthread_cond_broadcast(&rt->hazard_cv);
+  }
+  pthread_mutex_unlock(&rt->hazard_mu);
+}
+
+/* Caller holds hazard_mu. */
+static bool hazard_conflict_locked(nkrt_runtime_t *rt, const nkrt_range_t *ranges,
+                                   uint32_t count, uint32_t skip_core) {
+  for (const nkrt_hazard_t *h = rt->hazards; h; h = h->next)
+    if (h->core != skip_core && ranges_overlap(h->ranges, h->count, ranges, count)) return true;
+  return false;
+}
+
+void nkrt_hazard_wait_slow(nkrt_runtime_t *rt, const nkrt_range_t *ranges, uint32_t count,
+                           uint32_t skip_core) {
+  bool polled = false;
+  pthread_mutex_lock(&rt->hazard_mu);
+  while (hazard_conflict_locked(rt, ranges, count, skip_core)) {
+    if (!polled) { /* poll briefly for a removal before sleeping */
+      polled = true;
+      unsigned seen = atomic_load_explicit(&rt->hazard_removals, memory_order_relaxed);
+      pthread_mutex_unlock(&rt->hazard_mu);
+      uint64_t t0 = nkrt_now_ns();
+      while (atomic_load_explicit(&rt->hazard_removals, memory_order_acquire) == seen &&
+             nkrt_now_ns() - t0 < NKRT_SPIN_NS)
+        sched_yield();
+      pthread_mutex_lock(&rt->hazard_mu);
+      continue;
+    }
+    rt->hazard_waiters++;
+    pthread_cond_wait(&rt->hazard_cv, &rt->hazard_mu);
+    rt->hazard_waiters--;
+  }
+  pthread_mutex_unlock(&rt->hazard_mu);
+}
+
 /* ---- queued work ----------------------------------------------------------- */
 
 typedef enum { WORK_EXEC, WORK_WRITE, WORK_READ } work_kind_t;
@@ -422,11 +490,14 @@ struct nkrt_work {
   work_kind_t kind;
   nkrt_work_t *next;
   nkrt_event_t *event;
+  nkrt_runtime_t *runtime;
   nkrt_model_t *model;        /* exec */
   nkrt_tensor_t **slots;      /* exec: bound tensors */
   nkrt_tensor_t *tensor;      /* copies */
   void *host;
   uint64_t offset, size;
+  nkrt_hazard_t hazard;       /* the device ranges it touches while queued */
+  nkrt_range_t range;         /* copies: the one range; exec: ranges are allocated */
 };
 
 void nkrt_queue_init(nkrt_queue_t *q) {
@@ -440,16 +511,19 @@ void nkrt_queue_init(nkrt_queue_t *q) {
 static nkrt_status_t do_work(nkrt_work_t *w) {
   switch (w->kind) {
     case WORK_EXEC: return run_kernel(w->model, w->slots, w->event->id);
-    case WORK_WRITE: return nkrt_tensor_write(w->tensor, w->host, w->offset, w->size);
-    case WORK_READ: return nkrt_tensor_read(w->tensor, w->host, w->offset, w->size);
+    case WORK_WRITE: nkrt_tensor_write_raw(w->tensor, w->host, w->offset, w->size); break;
+    case WORK_READ: nkrt_tensor_read_raw(w->tensor, w->host, w->offset, w->size); break;
   }
   return NULL;
 }
 
+/* Unregisters the work's ranges, then drops what it holds. */
 static void free_work(nkrt_work_t *w) {
+  nkrt_hazard_remove(w->runtime, &w->hazard);
   if (w->kind == WORK_EXEC) {
     unbind(w->model, w->slots);
     free(w->slots);
+    if (w->hazard.ranges != &w->range) free(w->hazard.ranges);
     nkrt_model_release(w->model);
   } else {
     nkrt_tensor_release(w->tensor);
@@ -540,6 +614,10 @@ static nkrt_status_t submit(nkrt_runtime_t *rt, uint32_t core, nkrt_work_t *w,
                             nkrt_event_t **out_event) {
   nkrt_event_t *ev = event_create(rt);
   w->event = ev;
+  w->hazard.core = core;
+  /* registered before it is queued: a synchronous operation the caller issues
+   * after this returns sees it; free_work unregisters it */
+  if (ev) nkrt_hazard_add(rt, &w->hazard);
   /* once queued, w belongs to the queue thread and may be gone at any time */
   nkrt_status_t st = ev ? enqueue(&rt->cores[core], w)
                         : nkrt_status_make(NKRT_RESOURCE, "out of host memory");
@@ -560,23 +638,46 @@ static nkrt_status_t make_exec_work(nkrt_model_t *m, const nkrt_tensor_set_t *in
   uint32_t n = m->desc->num_inputs + m->desc->num_outputs;
   nkrt_work_t *w = calloc(1, sizeof(*w));
   nkrt_tensor_t **slots = calloc(n ? n : 1, sizeof(*slots));
-  if (!w || !slots) {
+  nkrt_range_t *ranges = n > 1 ? calloc(n, sizeof(*ranges)) : NULL;
+  if (!w || !slots || (n > 1 && !ranges)) {
     free(w);
     free(slots);
+    free(ranges);
     return nkrt_status_make(NKRT_RESOURCE, "out of host memory");
   }
   nkrt_status_t st = bind(m, in, out, slots);
   if (st) {
     free(w);
     free(slots);
+    free(ranges);
     return st;
   }
   nkrt_model_retain(m);
   w->kind = WORK_EXEC;
+  w->runtime = m->runtime;
   w->model = m;
   w->slots = slots;
+  w->hazard.ranges = ranges ? ranges : &w->range;
+  w->hazard.count = n;
+  for (uint32_t i = 0; i < n; i++) {
+    uintptr_t lo = (uintptr_t)slots[i]->va;
+    w->hazard.ranges[i] = (nkrt_range_t){lo, lo + (uintptr_t)slots[i]->size};
+  }
   *out_work = w;
   return NULL;
+}
+
+/* Queues an execution; with `wait_other_cores`, first waits until no queued
+ * work of another core overlaps its tensors (what nkrt_execute promises). */
+static nkrt_status_t execute_async(nkrt_model_t *m, const nkrt_tensor_set_t *in,
+                                   const nkrt_tensor_set_t *out, bool wait_other_cores,
+                                   nkrt_event_t **out_event) {
+  nkrt_work_t *w = NULL;
+  nkrt_status_t st = make_exec_work(m, in, out, &w);
+  if (st) return st;
+  if (wait_other_cores)
+    nkrt_hazard_wait(m->runtime, w->hazard.ranges, w->hazard.count, m->core);
+  return submit(m->runtime, m->core, w, out_event);
 }
 
 nkrt_status_t nkrt_execute_async(nkrt_model_t *m, const nkrt_tensor_set_t *in,
@@ -584,10 +685,18 @@ nkrt_status_t nkrt_execute_async(nkrt_model_t *m, const nkrt_tensor_set_t *in,
   if (!out_event) return nkrt_status_make(NKRT_INVALID, "out_event is NULL");
   *out_event = NULL;
   if (!m) return nkrt_status_make(NKRT_INVALID_HANDLE, "model is NULL");
-  nkrt_work_t *w = NULL;
-  nkrt_status_t st = make_exec_work(m, in, out, &w);
+  return execute_async(m, in, out, false, out_event);
+}
+
+/* nkrt_execute through the queue (busy core, or too many tensors to run inline). */
+static nkrt_status_t execute_queued(nkrt_model_t *m, const nkrt_tensor_set_t *in,
+                                    const nkrt_tensor_set_t *out) {
+  nkrt_event_t *ev = NULL;
+  nkrt_status_t st = execute_async(m, in, out, true, &ev);
   if (st) return st;
-  return submit(m->runtime, m->core, w, out_event);
+  st = nkrt_event_wait(ev, -1);
+  nkrt_event_release(ev);
+  return st;
 }
 
 nkrt_status_t nkrt_execute(nkrt_model_t *m, const nkrt_tensor_set_t *in,
@@ -596,30 +705,38 @@ nkrt_status_t nkrt_execute(nkrt_model_t *m, const nkrt_tensor_set_t *in,
   nkrt_runtime_t *rt = m->runtime;
   nkrt_queue_t *q = &rt->cores[m->core].queue;
   uint32_t n = m->desc->num_inputs + m->desc->num_outputs;
+  if (n > 32) return execute_queued(m, in, out);
+  nkrt_tensor_t *slots[32];
+  nkrt_status_t st = bind(m, in, out, slots);
+  if (st) return st;
+  /* Queued work of this core is ordered by the queue (below); that of other
+   * cores touching the same memory must finish first. Waiting happens before
+   * the core is claimed, so no queue is held up meanwhile. */
+  if (atomic_load_explicit(&rt->hazard_count, memory_order_acquire) != 0) {
+    nkrt_range_t ranges[32];
+    for (uint32_t i = 0; i < n; i++) {
+      uintptr_t lo = (uintptr_t)slots[i]->va;
+      ranges[i] = (nkrt_range_t){lo, lo + (uintptr_t)slots[i]->size};
+    }
+    nkrt_hazard_wait_slow(rt, ranges, n, m->core);
+  }
   pthread_mutex_lock(&q->mu);
-  bool inline_ok = !q->busy && !q->head && !q->stop && n <= 32;
+  bool inline_ok = !q->busy && !q->head && !q->stop;
   if (inline_ok) q->busy = true;
   pthread_mutex_unlock(&q->mu);
 
-  if (inline_ok) { /* idle core: run on the calling thread, no hand-off */
-    nkrt_tensor_t *slots[32];
-    nkrt_status_t st = bind(m, in, out, slots);
-    if (!st) {
-      st = run_kernel(m, slots, atomic_fetch_add_explicit(&rt->next_id, 1, memory_order_relaxed));
-      unbind(m, slots);
-    }
-    pthread_mutex_lock(&q->mu);
-    q->busy = false;
-    if (q->head) pthread_cond_signal(&q->work_cv);
-    pthread_cond_broadcast(&q->idle_cv);
-    pthread_mutex_unlock(&q->mu);
-    return st;
+  if (!inline_ok) { /* in order behind the queued work */
+    unbind(m, slots);
+    return execute_queued(m, in, out);
   }
-  nkrt_event_t *ev;
-  nkrt_status_t st = nkrt_execute_async(m, in, out, &ev);
-  if (st) return st;
-  st = nkrt_event_wait(ev, -1);
-  nkrt_event_release(ev);
+  /* idle core: run on the calling thread, no hand-off */
+  st = run_kernel(m, slots, atomic_fetch_add_explicit(&rt->next_id, 1, memory_order_relaxed));
+  unbind(m, slots);
+  pthread_mutex_lock(&q->mu);
+  q->busy = false;
+  if (q->head) pthread_cond_signal(&q->work_cv);
+  pthread_cond_broadcast(&q->idle_cv);
+  pthread_mutex_unlock(&q->mu);
   return st;
 }
 
@@ -637,7 +754,12 @@ static nkrt_status_t copy_async(work_kind_t kind, nkrt_tensor_t *t, void *host, 
   if (!w) return nkrt_status_make(NKRT_RESOURCE, "out of host memory");
   nkrt_tensor_retain(t);
   w->kind = kind;
+  w->runtime = t->runtime;
   w->tensor = t;
+  uintptr_t lo = (uintptr_t)(t->va + offset);
+  w->range = (nkrt_range_t){lo, lo + (uintptr_t)size};
+  w->hazard.ranges = &w->range;
+  w->hazard.count = 1;
   w->host = host;
   w->offset = offset;
   w->size = size;

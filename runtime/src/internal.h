@@ -111,6 +111,42 @@ struct nkrt_tensor {
   struct nkrt_tensor *list_prev, *list_next; /* the core's live tensors */
 };
 
+/* ---- hazards: memory touched by queued work (exec.c) ------------------- *
+ * Queued work (executions, async copies) registers the byte ranges of every
+ * tensor it binds from submission until it finishes. Synchronous tensor
+ * operations wait until no registered range overlaps theirs. */
+
+typedef struct nkrt_range {
+  uintptr_t lo, hi; /* [lo, hi); empty when lo == hi */
+} nkrt_range_t;
+
+typedef struct nkrt_hazard {
+  struct nkrt_hazard *prev, *next; /* in runtime->hazards while registered */
+  nkrt_range_t *ranges;
+  uint32_t count;
+  uint32_t core;                   /* the queue the work sits on */
+  bool registered;
+} nkrt_hazard_t;
+
+/* Registers / unregisters a hazard (idempotent unregister). */
+void nkrt_hazard_add(nkrt_runtime_t *runtime, nkrt_hazard_t *hazard);
+void nkrt_hazard_remove(nkrt_runtime_t *runtime, nkrt_hazard_t *hazard);
+/* Waits until no registered hazard overlaps any of `ranges`; hazards of core
+ * `skip_core` are ignored (NKRT_HAZARD_ALL_CORES: none is). */
+#define NKRT_HAZARD_ALL_CORES UINT32_MAX
+void nkrt_hazard_wait_slow(nkrt_runtime_t *runtime, const nkrt_range_t *ranges, uint32_t count,
+                           uint32_t skip_core);
+/* The fast path: one atomic load when nothing is queued. */
+#define nkrt_hazard_wait(runtime, ranges, count, skip_core)                                   \
+  do {                                                                                      \
+    if (atomic_load_explicit(&(runtime)->hazard_count, memory_order_acquire) != 0)          \
+      nkrt_hazard_wait_slow((runtime), (ranges), (count), (skip_core));                     \
+  } while (0)
+
+/* Copies without checks or hazard waits (queued work uses them). */
+void nkrt_tensor_write_raw(nkrt_tensor_t *tensor, const void *src, uint64_t offset, uint64_t size);
+void nkrt_tensor_read_raw(const nkrt_tensor_t *tensor, void *dst, uint64_t offset, uint64_t size);
+
 /* ---- per-core queues and execution (exec.c) --------------------------- */
 
 typedef struct nkrt_work nkrt_work_t;
@@ -155,6 +191,13 @@ struct nkrt_runtime {
   pthread_mutex_t mu;               /* guards the lists below */
   struct nkrt_model *models;
   struct nkrt_event *events;
+  /* hazards (exec.c): registered ranges of queued work */
+  atomic_uint hazard_count;         /* registered hazards; read lock-free */
+  pthread_mutex_t hazard_mu;        /* guards the list and waiters */
+  pthread_cond_t hazard_cv;         /* a hazard was removed */
+  atomic_uint hazard_removals;      /* bumped at every removal: waiters poll it */
+  struct nkrt_hazard *hazards;
+  uint32_t hazard_waiters;
   /* tracing (trace.c) */
   atomic_uint trace_active;         /* recording sessions */
   pthread_mutex_t trace_mu;

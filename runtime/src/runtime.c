@@ -203,6 +203,10 @@ nkrt_status_t nkrt_runtime_create(const nkrt_options_t *options, nkrt_runtime_t 
   atomic_init(&rt->trace_active, 0);
   pthread_mutex_init(&rt->mu, NULL);
   pthread_mutex_init(&rt->trace_mu, NULL);
+  atomic_init(&rt->hazard_count, 0);
+  atomic_init(&rt->hazard_removals, 0);
+  pthread_mutex_init(&rt->hazard_mu, NULL);
+  pthread_cond_init(&rt->hazard_cv, NULL);
   for (uint32_t i = 0; i < count; i++) {
     cores[i].physical_id = ids[i];
     cores[i].runtime = rt;
@@ -238,6 +242,8 @@ void nkrt_runtime_destroy(nkrt_runtime_t *rt) {
   nkrt_trace_destroy_all(rt);
   pthread_mutex_destroy(&rt->mu);
   pthread_mutex_destroy(&rt->trace_mu);
+  pthread_cond_destroy(&rt->hazard_cv);
+  pthread_mutex_destroy(&rt->hazard_mu);
   free(rt->cores);
   free(rt);
 }

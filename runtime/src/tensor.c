@@ -138,14 +138,32 @@ static void trace_end(nkrt_runtime_t *rt, nkrt_trace_kind_t kind, uint32_t core,
   if (id) nkrt_trace_record(rt, kind, 1, core, id, nkrt_now_ns(), bytes, name);
 }
 
+/* [va + offset, va + offset + size): what a synchronous operation touches. */
+static nkrt_range_t range_of(const nkrt_tensor_t *t, uint64_t offset, uint64_t size) {
+  uintptr_t lo = (uintptr_t)(t->va + offset);
+  return (nkrt_range_t){lo, lo + (uintptr_t)size};
+}
+
+void nkrt_tensor_write_raw(nkrt_tensor_t *t, const void *src, uint64_t offset, uint64_t size) {
+  uint64_t id = trace_begin(t->runtime, NKRT_TRACE_WRITE, t->core, size, t->name);
+  t->runtime->driver->copy(t->va + offset, src, size);
+  trace_end(t->runtime, NKRT_TRACE_WRITE, t->core, id, size, t->name);
+}
+
+void nkrt_tensor_read_raw(const nkrt_tensor_t *t, void *dst, uint64_t offset, uint64_t size) {
+  uint64_t id = trace_begin(t->runtime, NKRT_TRACE_READ, t->core, size, t->name);
+  t->runtime->driver->copy(dst, t->va + offset, size);
+  trace_end(t->runtime, NKRT_TRACE_READ, t->core, id, size, t->name);
+}
+
 nkrt_status_t nkrt_tensor_write(nkrt_tensor_t *t, const void *src, uint64_t offset,
                                 uint64_t size) {
   nkrt_status_t st = check_range(t, offset, size, "write");
   if (st) return st;
   if (size && !src) return nkrt_status_make(NKRT_INVALID, "write: source buffer is NULL");
-  uint64_t id = trace_begin(t->runtime, NKRT_TRACE_WRITE, t->core, size, t->name);
-  t->runtime->driver->copy(t->va + offset, src, size);
-  trace_end(t->runtime, NKRT_TRACE_WRITE, t->core, id, size, t->name);
+  nkrt_range_t r = range_of(t, offset, size);
+  nkrt_hazard_wait(t->runtime, &r, 1, NKRT_HAZARD_ALL_CORES);
+  nkrt_tensor_write_raw(t, src, offset, size);
   return NULL;
 }
 
@@ -153,9 +171,9 @@ nkrt_status_t nkrt_tensor_read(const nkrt_tensor_t *t, void *dst, uint64_t offse
   nkrt_status_t st = check_range(t, offset, size, "read");
   if (st) return st;
   if (size && !dst) return nkrt_status_make(NKRT_INVALID, "read: destination buffer is NULL");
-  uint64_t id = trace_begin(t->runtime, NKRT_TRACE_READ, t->core, size, t->name);
-  t->runtime->driver->copy(dst, t->va + offset, size);
-  trace_end(t->runtime, NKRT_TRACE_READ, t->core, id, size, t->name);
+  nkrt_range_t r = range_of(t, offset, size);
+  nkrt_hazard_wait(t->runtime, &r, 1, NKRT_HAZARD_ALL_CORES);
+  nkrt_tensor_read_raw(t, dst, offset, size);
   return NULL;
 }
 
@@ -166,6 +184,8 @@ nkrt_status_t nkrt_tensor_copy(const nkrt_tensor_t *src, uint64_t src_offset, nk
   if (st) return st;
   if (src->runtime != dst->runtime)
     return nkrt_status_make(NKRT_INVALID, "copy between tensors of different runtimes");
+  nkrt_range_t r[2] = {range_of(src, src_offset, size), range_of(dst, dst_offset, size)};
+  nkrt_hazard_wait(dst->runtime, r, 2, NKRT_HAZARD_ALL_CORES);
   uint64_t id = trace_begin(dst->runtime, NKRT_TRACE_COPY, dst->core, size, dst->name);
   if (size) memmove(dst->va + dst_offset, src->va + src_offset, size);
   trace_end(dst->runtime, NKRT_TRACE_COPY, dst->core, id, size, dst->name);
@@ -175,7 +195,172 @@ nkrt_status_t nkrt_tensor_copy(const nkrt_tensor_t *src, uint64_t src_offset, nk
 nkrt_status_t nkrt_tensor_memset(nkrt_tensor_t *t, int value, uint64_t offset, uint64_t size) {
   nkrt_status_t st = check_range(t, offset, size, "memset");
   if (st) return st;
+  nkrt_range_t r = range_of(t, offset, size);
+  nkrt_hazard_wait(t->runtime, &r, 1, NKRT_HAZARD_ALL_CORES);
   if (size) memset(t->va + offset, value, size);
+  return NULL;
+}
+
+/* ---- 2-D (pitched) copies ------------------------------------------------ */
+
+/* Bytes spanned by `rows` rows of `row_bytes` bytes whose starts are `pitch`
+ * apart: (rows - 1) * pitch + row_bytes, 0 when rows or row_bytes is 0.
+ * False when that does not fit in 64 bits. */
+static bool extent_2d(uint64_t pitch, uint64_t row_bytes, uint64_t rows, uint64_t *out) {
+  *out = 0;
+  if (!rows || !row_bytes) return true;
+  uint64_t steps = rows - 1;
+  if (pitch && steps > (UINT64_MAX - row_bytes) / pitch) return false;
+  *out = steps * pitch + row_bytes;
+  return true;
+}
+
+/* Checks one side of a 2-D copy. `what` names the operation ("write_2d"),
+ * `side` the pitch argument ("dst_pitch"); a destination's rows must not
+ * overlap one another (pitch >= row_bytes), a source's may (pitch 0 repeats
+ * one row). `t` NULL checks a host buffer `host` instead of a tensor. */
+static nkrt_status_t check_2d(const char *what, const nkrt_tensor_t *t, const void *host,
+                              const char *side, bool is_dst, uint64_t offset, uint64_t pitch,
+                              uint64_t row_bytes, uint64_t rows, uint64_t *out_extent) {
+  bool empty = !rows || !row_bytes;
+  if (is_dst && !empty && rows > 1 && pitch < row_bytes)
+    return nkrt_status_make(NKRT_INVALID,
+                            "%s: %s %" PRIu64 " is smaller than row_bytes %" PRIu64
+                            " (destination rows would overlap)", what, side, pitch, row_bytes);
+  if (!extent_2d(pitch, row_bytes, rows, out_extent))
+    return nkrt_status_make(NKRT_INVALID,
+                            "%s: %" PRIu64 " rows of %" PRIu64 " bytes at %s %" PRIu64
+                            " span more than 2^64 bytes", what, rows, row_bytes, side, pitch);
+  if (!t) {
+    if (!empty && !host)
+      return nkrt_status_make(NKRT_INVALID, "%s: %s buffer is NULL", what,
+                              is_dst ? "destination" : "source");
+    return NULL;
+  }
+  if (offset > t->size || *out_extent > t->size - offset)
+    return nkrt_status_make(NKRT_INVALID,
+                            "%s of %" PRIu64 " rows of %" PRIu64 " bytes (%s %" PRIu64
+                            ") at offset %" PRIu64 " spans bytes [%" PRIu64 ", %" PRIu64
+                            ") and exceeds the tensor bound of '%s' (%" PRIu64 " bytes)",
+                            what, rows, row_bytes, side, pitch, offset, offset,
+                            offset > UINT64_MAX - *out_extent ? UINT64_MAX : offset + *out_extent,
+                            t->name, t->size);
+  return NULL;
+}
+
+static nkrt_status_t null_tensor(const char *what, const char *role) {
+  return nkrt_status_make(NKRT_INVALID_HANDLE, "%s: %stensor is NULL", what, role);
+}
+
+/* Copies rows with the driver (no overlap between source and destination). */
+static void copy_rows(const nkrt_driver_t *drv, uint8_t *dst, uint64_t dst_pitch,
+                      const uint8_t *src, uint64_t src_pitch, uint64_t row_bytes, uint64_t rows) {
+  if (!rows || !row_bytes) return;
+  if (dst_pitch == row_bytes && src_pitch == row_bytes) {
+    drv->copy(dst, src, rows * row_bytes);
+    return;
+  }
+  for (uint64_t i = 0; i < rows; i++) drv->copy(dst + i * dst_pitch, src + i * src_pitch, row_bytes);
+}
+
+nkrt_status_t nkrt_tensor_write_2d(nkrt_tensor_t *t, const void *src, uint64_t src_pitch,
+                                   uint64_t dst_offset, uint64_t dst_pitch, uint64_t row_bytes,
+                                   uint64_t rows) {
+  if (!t) return null_tensor("write_2d", "");
+  uint64_t dst_extent, src_extent;
+  nkrt_status_t st = check_2d("write_2d", t, NULL, "dst_pitch", true, dst_offset, dst_pitch,
+                              row_bytes, rows, &dst_extent);
+  if (!st) st = check_2d("write_2d", NULL, src, "src_pitch", false, 0, src_pitch, row_bytes, rows,
+                         &src_extent);
+  if (st) return st;
+  nkrt_range_t r = range_of(t, dst_offset, dst_extent);
+  nkrt_hazard_wait(t->runtime, &r, 1, NKRT_HAZARD_ALL_CORES);
+  uint64_t bytes = dst_extent ? rows * row_bytes : 0;
+  uint64_t id = trace_begin(t->runtime, NKRT_TRACE_WRITE, t->core, bytes, t->name);
+  copy_rows(t->runtime->driver, t->va + dst_offset, dst_pitch, src, src_pitch, row_bytes, rows);
+  trace_end(t->runtime, NKRT_TRACE_WRITE, t->core, id, bytes, t->name);
+  return NULL;
+}
+
+nkrt_status_t nkrt_tensor_read_2d(const nkrt_tensor_t *t, void *dst, uint64_t dst_pitch,
+                                  uint64_t src_offset, uint64_t src_pitch, uint64_t row_bytes,
+                                  uint64_t rows) {
+  if (!t) return null_tensor("read_2d", "");
+  uint64_t dst_extent, src_extent;
+  nkrt_status_t st = check_2d("read_2d", t, NULL, "src_pitch", false, src_offset, src_pitch,
+                              row_bytes, rows, &src_extent);
+  if (!st) st = check_2d("read_2d", NULL, dst, "dst_pitch", true, 0, dst_pitch, row_bytes, rows,
+                         &dst_extent);
+  if (st) return st;
+  nkrt_range_t r = range_of(t, src_offset, src_extent);
+  nkrt_hazard_wait(t->runtime, &r, 1, NKRT_HAZARD_ALL_CORES);
+  uint64_t bytes = dst_extent ? rows * row_bytes : 0;
+  uint64_t id = trace_begin(t->runtime, NKRT_TRACE_READ, t->core, bytes, t->name);
+  copy_rows(t->runtime->driver, dst, dst_pitch, t->va + src_offset, src_pitch, row_bytes, rows);
+  trace_end(t->runtime, NKRT_TRACE_READ, t->core, id, bytes, t->name);
+  return NULL;
+}
+
+nkrt_status_t nkrt_tensor_copy_2d(const nkrt_tensor_t *src, uint64_t src_offset,
+                                  uint64_t src_pitch, nkrt_tensor_t *dst, uint64_t dst_offset,
+                                  uint64_t dst_pitch, uint64_t row_bytes, uint64_t rows) {
+  if (!src) return null_tensor("copy_2d", "source ");
+  if (!dst) return null_tensor("copy_2d", "destination ");
+  if (src->runtime != dst->runtime)
+    return nkrt_status_make(NKRT_INVALID, "copy_2d: the source and destination tensors belong "
+                            "to different runtimes");
+  uint64_t src_extent, dst_extent;
+  nkrt_status_t st = check_2d("copy_2d source", src, NULL, "src_pitch", false, src_offset,
+                              src_pitch, row_bytes, rows, &src_extent);
+  if (!st) st = check_2d("copy_2d destination", dst, NULL, "dst_pitch", true, dst_offset,
+                         dst_pitch, row_bytes, rows, &dst_extent);
+  if (st) return st;
+  nkrt_range_t r[2] = {range_of(src, src_offset, src_extent), range_of(dst, dst_offset, dst_extent)};
+  bool overlap = r[0].lo < r[1].hi && r[1].lo < r[0].hi;
+  if (overlap && src_pitch != dst_pitch)
+    return nkrt_status_make(NKRT_INVALID,
+                            "copy_2d: the source rows [%" PRIu64 ", %" PRIu64 ") of '%s' and the "
+                            "destination rows [%" PRIu64 ", %" PRIu64 ") of '%s' overlap with "
+                            "different pitches (src_pitch %" PRIu64 ", dst_pitch %" PRIu64
+                            "); use equal pitches or copy through another tensor",
+                            src_offset, src_offset + src_extent, src->name, dst_offset,
+                            dst_offset + dst_extent, dst->name, src_pitch, dst_pitch);
+  nkrt_hazard_wait(dst->runtime, r, 2, NKRT_HAZARD_ALL_CORES);
+  uint64_t bytes = dst_extent ? rows * row_bytes : 0;
+  uint64_t id = trace_begin(dst->runtime, NKRT_TRACE_COPY, dst->core, bytes, dst->name);
+  const uint8_t *s = src->va + src_offset;
+  uint8_t *d = dst->va + dst_offset;
+  if (!bytes) {
+    /* nothing to move */
+  } else if (!overlap) {
+    copy_rows(dst->runtime->driver, d, dst_pitch, s, src_pitch, row_bytes, rows);
+  } else if (dst_pitch == row_bytes) { /* equal, dense pitches: one block */
+    memmove(d, s, rows * row_bytes);
+  } else if (d <= s) { /* equal pitches: move rows in the order that reads before writing */
+    for (uint64_t i = 0; i < rows; i++) memmove(d + i * dst_pitch, s + i * src_pitch, row_bytes);
+  } else {
+    for (uint64_t i = rows; i-- > 0;) memmove(d + i * dst_pitch, s + i * src_pitch, row_bytes);
+  }
+  trace_end(dst->runtime, NKRT_TRACE_COPY, dst->core, id, bytes, dst->name);
+  return NULL;
+}
+
+nkrt_status_t nkrt_tensor_memset_2d(nkrt_tensor_t *t, int value, uint64_t offset, uint64_t pitch,
+                                    uint64_t row_bytes, uint64_t rows) {
+  if (!t) return null_tensor("memset_2d", "");
+  uint64_t extent;
+  nkrt_status_t st = check_2d("memset_2d", t, NULL, "pitch", true, offset, pitch, row_bytes, rows,
+                              &extent);
+  if (st) return st;
+  nkrt_range_t r = range_of(t, offset, extent);
+  nkrt_hazard_wait(t->runtime, &r, 1, NKRT_HAZARD_ALL_CORES);
+  if (!extent) return NULL;
+  uint8_t *d = t->va + offset;
+  if (pitch == row_bytes) {
+    memset(d, value, rows * row_bytes);
+  } else {
+    for (uint64_t i = 0; i < rows; i++) memset(d + i * pitch, value, row_bytes);
+  }
   return NULL;
 }
 

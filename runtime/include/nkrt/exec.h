@@ -9,6 +9,14 @@
  * synchronously (inline on the caller when the queue is idle, in order with
  * queued work otherwise); nkrt_execute_async and the async copies return an
  * event to wait on or poll. Work on different cores runs concurrently.
+ *
+ * Hazards. Until it finishes, queued work holds the byte ranges of the
+ * tensors it binds (an execution: every input and output; an async copy: the
+ * range it copies). Synchronous tensor operations (tensor.h) wait for pending
+ * work overlapping their bytes; nkrt_execute, in order with its own core's
+ * queue anyway, also waits for pending work of other cores that overlaps its
+ * tensors. Queued work does not wait for other queued work: order it with
+ * events or by queueing it on one core.
  */
 #ifndef NKRT_EXEC_H
 #define NKRT_EXEC_H
@@ -34,14 +42,17 @@ nkrt_tensor_t *nkrt_tensor_set_get(const nkrt_tensor_set_t *set, const char *nam
 uint32_t nkrt_tensor_set_count(const nkrt_tensor_set_t *set);
 void nkrt_tensor_set_clear(nkrt_tensor_set_t *set);
 
-/* Runs the model once and returns its status. Thread-safe. */
+/* Runs the model once and returns its status. Thread-safe. Runs after the
+ * work queued on the model's core, and after queued work of other cores that
+ * overlaps its tensors. */
 nkrt_status_t nkrt_execute(nkrt_model_t *model, const nkrt_tensor_set_t *inputs,
                            const nkrt_tensor_set_t *outputs);
 
 typedef struct nkrt_event nkrt_event_t;
 
 /* Queues an execution on the model's core. Tensors are bound (and retained)
- * at submission, so the sets may change or be destroyed right after. */
+ * at submission, so the sets may change or be destroyed right after.
+ * Synchronous operations on their bytes wait for it (see above). */
 nkrt_status_t nkrt_execute_async(nkrt_model_t *model, const nkrt_tensor_set_t *inputs,
                                  const nkrt_tensor_set_t *outputs, nkrt_event_t **out_event);
 /* Queued host-to-device / device-to-host copies, in order with executions on

@@ -7,6 +7,18 @@
  * counted: nkrt_tensor_free() drops the caller's reference, and in-flight
  * executions and tensor sets hold their own, so memory is returned only when
  * nothing uses it. Reads and writes are bounds-checked.
+ *
+ * Ordering with queued work. Queued work (nkrt_execute_async,
+ * nkrt_tensor_write_async / nkrt_tensor_read_async, see exec.h) records the
+ * byte range [va, va + size) of every tensor it binds until it finishes. The
+ * synchronous copies below (read, write, copy, memset and their 2-D forms)
+ * first wait until no pending work overlaps the bytes they touch, then run:
+ * a read of an output returns what the execution wrote, a write into an input
+ * lands after the execution read it. Overlap is by byte range, not by
+ * allocation: work on one slice does not hold up a copy into a disjoint slice
+ * of the same allocation. With nothing queued the check is one atomic load.
+ * A 2-D operation's range is its whole extent, from its first row's first
+ * byte to its last row's last byte.
  */
 #ifndef NKRT_TENSOR_H
 #define NKRT_TENSOR_H
@@ -43,6 +55,28 @@ nkrt_status_t nkrt_tensor_copy(const nkrt_tensor_t *src, uint64_t src_offset, nk
                                uint64_t dst_offset, uint64_t size);
 nkrt_status_t nkrt_tensor_memset(nkrt_tensor_t *tensor, int value, uint64_t offset,
                                  uint64_t size);
+
+/* 2-D (pitched) copies: `rows` rows of `row_bytes` bytes each; row i starts
+ * at offset + i * pitch on each side. A destination's pitch must be at least
+ * row_bytes when rows > 1 (its rows may not overlap); a source's may be
+ * smaller (0 repeats one row). Both extents, (rows - 1) * pitch + row_bytes,
+ * are checked for 64-bit overflow and against the tensor's bounds
+ * (NKRT_INVALID, the message says which argument). rows or row_bytes 0 is an
+ * empty copy (the offset must still be within the tensor). Traced as
+ * tensor_write / tensor_read / tensor_copy with rows * row_bytes bytes. */
+nkrt_status_t nkrt_tensor_write_2d(nkrt_tensor_t *tensor, const void *src, uint64_t src_pitch,
+                                   uint64_t dst_offset, uint64_t dst_pitch, uint64_t row_bytes,
+                                   uint64_t rows);
+nkrt_status_t nkrt_tensor_read_2d(const nkrt_tensor_t *tensor, void *dst, uint64_t dst_pitch,
+                                  uint64_t src_offset, uint64_t src_pitch, uint64_t row_bytes,
+                                  uint64_t rows);
+/* Device to device. Source and destination extents may overlap only with
+ * equal pitches (then it behaves like memmove); else NKRT_INVALID. */
+nkrt_status_t nkrt_tensor_copy_2d(const nkrt_tensor_t *src, uint64_t src_offset,
+                                  uint64_t src_pitch, nkrt_tensor_t *dst, uint64_t dst_offset,
+                                  uint64_t dst_pitch, uint64_t row_bytes, uint64_t rows);
+nkrt_status_t nkrt_tensor_memset_2d(nkrt_tensor_t *tensor, int value, uint64_t offset,
+                                    uint64_t pitch, uint64_t row_bytes, uint64_t rows);
 
 /* Host-visible address of the first byte. Only nkrt and kernels may touch it. */
 void *nkrt_tensor_va(const nkrt_tensor_t *tensor);
