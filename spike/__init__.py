@@ -18,6 +18,7 @@ import sys
 os.environ.setdefault("NKRT_GEMM_PATH", os.path.join(sys.prefix, "lib"))
 
 from ._spike import (  # noqa: E402  (after the environment set-up above)
+    ExecutionEvent,
     ModelTensorInfo,
     NrtError,
     NrtModel,
@@ -43,6 +44,7 @@ __all__ = [
     "SpikeRuntimeError",
     "SystemTraceSession",
     "BenchmarkResult",
+    "ExecutionEvent",
     "ModelTensorInfo",
     "NrtModel",
     "NrtTensor",

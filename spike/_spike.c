@@ -245,6 +245,7 @@ static PyTypeObject NrtModelType;
 static PyTypeObject TraceSessionType;
 static PyTypeObject TensorMetadataType;
 static PyTypeObject ModelTensorInfoType;
+static PyTypeObject ExecutionEventType;
 
 typedef struct {
   PyObject_HEAD
@@ -1342,6 +1343,254 @@ done:
 }
 
 /* ------------------------------------------------------------------------ */
+/* Spike: device copies, memset and 2-D (pitched) copies                     */
+/* ------------------------------------------------------------------------ */
+
+typedef enum { OP_COPY, OP_MEMSET, OP_WRITE_2D, OP_READ_2D, OP_COPY_2D, OP_MEMSET_2D } CopyOp;
+
+/* One synchronous copy, run without the GIL; its tensors are retained meanwhile.
+ * The runtime orders it after queued work touching the same bytes. */
+typedef struct {
+  CopyOp op;
+  nkrt_tensor_t *a, *b;         /* the tensor (a), or source (a) and destination (b) */
+  void *host;
+  int value;
+  uint64_t a_offset, a_pitch, b_offset, b_pitch, host_pitch, row_bytes, rows, size;
+} CopyArgs;
+
+static nkrt_status_t copy_run(const CopyArgs *c) {
+  switch (c->op) {
+    case OP_COPY: return nkrt_tensor_copy(c->a, c->a_offset, c->b, c->b_offset, c->size);
+    case OP_MEMSET: return nkrt_tensor_memset(c->a, c->value, c->a_offset, c->size);
+    case OP_WRITE_2D:
+      return nkrt_tensor_write_2d(c->a, c->host, c->host_pitch, c->a_offset, c->a_pitch,
+                                  c->row_bytes, c->rows);
+    case OP_READ_2D:
+      return nkrt_tensor_read_2d(c->a, c->host, c->host_pitch, c->a_offset, c->a_pitch,
+                                 c->row_bytes, c->rows);
+    case OP_COPY_2D:
+      return nkrt_tensor_copy_2d(c->a, c->a_offset, c->a_pitch, c->b, c->b_offset, c->b_pitch,
+                                 c->row_bytes, c->rows);
+    case OP_MEMSET_2D:
+      return nkrt_tensor_memset_2d(c->a, c->value, c->a_offset, c->a_pitch, c->row_bytes,
+                                   c->rows);
+  }
+  return NULL;
+}
+
+static PyObject *copy_nogil(SpikeCtx *ctx, CopyArgs *c) {
+  if (ctx_enter(ctx) < 0) return NULL;
+  nkrt_tensor_retain(c->a);
+  nkrt_tensor_retain(c->b);
+  nkrt_status_t st;
+  Py_BEGIN_ALLOW_THREADS
+  st = copy_run(c);
+  nkrt_tensor_release(c->a);
+  nkrt_tensor_release(c->b);
+  ctx_leave(ctx);
+  Py_END_ALLOW_THREADS
+  if (st) return nrt_error(st);
+  Py_RETURN_NONE;
+}
+
+static int check_byte_value(long long value) {
+  if (value < 0 || value > 255) {
+    PyErr_Format(PyExc_ValueError, "value must be a byte value from 0 to 255, got %lld", value);
+    return -1;
+  }
+  return 0;
+}
+
+static PyObject *spike_tensor_copy(SpikeObject *self, PyObject *args, PyObject *kwds) {
+  static char *kwlist[] = {"src", "src_offset", "dst", "dst_offset", "size", NULL};
+  PyObject *src_obj, *dst_obj;
+  long long src_offset, dst_offset, size;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "OLOLL:tensor_copy", kwlist, &src_obj,
+                                   &src_offset, &dst_obj, &dst_offset, &size))
+    return NULL;
+  NrtTensorObject *src, *dst;
+  if (check_non_negative("src_offset", src_offset) < 0 ||
+      check_non_negative("dst_offset", dst_offset) < 0 || check_non_negative("size", size) < 0 ||
+      spike_check_open(self) < 0 || tensor_arg(src_obj, "src", &src) < 0 ||
+      tensor_arg(dst_obj, "dst", &dst) < 0 ||
+      check_bounds(src, "copy source", (uint64_t)src_offset, (uint64_t)size) < 0 ||
+      check_bounds(dst, "copy destination", (uint64_t)dst_offset, (uint64_t)size) < 0)
+    return NULL;
+  CopyArgs c = {.op = OP_COPY, .a = src->tensor, .b = dst->tensor,
+                .a_offset = (uint64_t)src_offset, .b_offset = (uint64_t)dst_offset,
+                .size = (uint64_t)size};
+  return copy_nogil(self->ctx, &c);
+}
+
+static PyObject *spike_tensor_memset(SpikeObject *self, PyObject *args, PyObject *kwds) {
+  static char *kwlist[] = {"tensor", "value", "offset", "size", NULL};
+  PyObject *arg;
+  long long value, offset = 0, size = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "OL|LL:tensor_memset", kwlist, &arg, &value,
+                                   &offset, &size))
+    return NULL;
+  NrtTensorObject *tensor;
+  if (check_byte_value(value) < 0 || check_non_negative("offset", offset) < 0 ||
+      check_non_negative("size", size) < 0 || spike_check_open(self) < 0 ||
+      tensor_arg(arg, "tensor", &tensor) < 0)
+    return NULL;
+  uint64_t off = (uint64_t)offset, len = (uint64_t)size;
+  if (len == 0 && off <= tensor->size) len = tensor->size - off;
+  if (check_bounds(tensor, "memset", off, len) < 0) return NULL;
+  CopyArgs c = {.op = OP_MEMSET, .a = tensor->tensor, .value = (int)value, .a_offset = off,
+                .size = len};
+  return copy_nogil(self->ctx, &c);
+}
+
+/* Host bytes that `rows` rows of `row_bytes` at `pitch` span; -1 when that
+ * overflows (the runtime then reports it). */
+static int host_extent(uint64_t pitch, uint64_t row_bytes, uint64_t rows, uint64_t *out) {
+  *out = 0;
+  if (!rows || !row_bytes) return 0;
+  if (pitch && rows - 1 > (UINT64_MAX - row_bytes) / pitch) return -1;
+  *out = (rows - 1) * pitch + row_bytes;
+  return 0;
+}
+
+/* The host side of a 2-D copy: the buffer must hold its rows. A destination
+ * whose pitch is below row_bytes is left to the runtime's check. */
+static int check_host_2d(Py_buffer *view, const char *pitch_name, uint64_t pitch,
+                         uint64_t row_bytes, uint64_t rows, int is_dst) {
+  uint64_t need;
+  if (host_extent(pitch, row_bytes, rows, &need) < 0) return 0;
+  if (is_dst && rows > 1 && pitch < row_bytes) return 0;
+  if (need > (uint64_t)view->len) {
+    PyErr_Format(PyExc_ValueError,
+                 "buffer of %zd bytes is too small: %llu rows of %llu bytes at %s %llu need "
+                 "%llu bytes",
+                 view->len, (unsigned long long)rows, (unsigned long long)row_bytes, pitch_name,
+                 (unsigned long long)pitch, (unsigned long long)need);
+    return -1;
+  }
+  return 0;
+}
+
+/* Parses an optional pitch: None gives `fallback`. */
+static int pitch_arg(PyObject *obj, const char *what, long long fallback, long long *out) {
+  if (!obj || obj == Py_None) {
+    *out = fallback;
+    return 0;
+  }
+  if (!PyLong_Check(obj) || PyBool_Check(obj)) {
+    PyErr_Format(PyExc_TypeError, "%s must be an int or None, got %s", what,
+                 Py_TYPE(obj)->tp_name);
+    return -1;
+  }
+  *out = PyLong_AsLongLong(obj);
+  if (*out == -1 && PyErr_Occurred()) return -1;
+  return check_non_negative(what, *out);
+}
+
+static PyObject *spike_tensor_write_2d(SpikeObject *self, PyObject *args, PyObject *kwds) {
+  static char *kwlist[] = {"tensor", "buffer", "dst_offset", "dst_pitch", "row_bytes", "rows",
+                           "src_pitch", NULL};
+  PyObject *arg, *buffer, *src_pitch_obj = Py_None;
+  long long dst_offset, dst_pitch, row_bytes, rows, src_pitch;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOLLLL|O:tensor_write_2d", kwlist, &arg, &buffer,
+                                   &dst_offset, &dst_pitch, &row_bytes, &rows, &src_pitch_obj))
+    return NULL;
+  NrtTensorObject *tensor;
+  if (check_non_negative("dst_offset", dst_offset) < 0 ||
+      check_non_negative("dst_pitch", dst_pitch) < 0 ||
+      check_non_negative("row_bytes", row_bytes) < 0 || check_non_negative("rows", rows) < 0 ||
+      pitch_arg(src_pitch_obj, "src_pitch", row_bytes, &src_pitch) < 0 ||
+      spike_check_open(self) < 0 || tensor_arg(arg, "tensor", &tensor) < 0)
+    return NULL;
+  Py_buffer view;
+  if (get_contiguous_buffer(buffer, &view, 0) < 0) return NULL;
+  PyObject *result = NULL;
+  if (check_host_2d(&view, "src_pitch", (uint64_t)src_pitch, (uint64_t)row_bytes,
+                    (uint64_t)rows, 0) == 0) {
+    CopyArgs c = {.op = OP_WRITE_2D, .a = tensor->tensor, .host = view.buf,
+                  .host_pitch = (uint64_t)src_pitch, .a_offset = (uint64_t)dst_offset,
+                  .a_pitch = (uint64_t)dst_pitch, .row_bytes = (uint64_t)row_bytes,
+                  .rows = (uint64_t)rows};
+    result = copy_nogil(self->ctx, &c);
+  }
+  PyBuffer_Release(&view);
+  return result;
+}
+
+static PyObject *spike_tensor_read_2d(SpikeObject *self, PyObject *args, PyObject *kwds) {
+  static char *kwlist[] = {"tensor", "buffer", "src_offset", "src_pitch", "row_bytes", "rows",
+                           "dst_pitch", NULL};
+  PyObject *arg, *buffer, *dst_pitch_obj = Py_None;
+  long long src_offset, src_pitch, row_bytes, rows, dst_pitch;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOLLLL|O:tensor_read_2d", kwlist, &arg, &buffer,
+                                   &src_offset, &src_pitch, &row_bytes, &rows, &dst_pitch_obj))
+    return NULL;
+  NrtTensorObject *tensor;
+  if (check_non_negative("src_offset", src_offset) < 0 ||
+      check_non_negative("src_pitch", src_pitch) < 0 ||
+      check_non_negative("row_bytes", row_bytes) < 0 || check_non_negative("rows", rows) < 0 ||
+      pitch_arg(dst_pitch_obj, "dst_pitch", row_bytes, &dst_pitch) < 0 ||
+      spike_check_open(self) < 0 || tensor_arg(arg, "tensor", &tensor) < 0)
+    return NULL;
+  Py_buffer view;
+  if (get_contiguous_buffer(buffer, &view, 1) < 0) return NULL;
+  PyObject *result = NULL;
+  if (check_host_2d(&view, "dst_pitch", (uint64_t)dst_pitch, (uint64_t)row_bytes,
+                    (uint64_t)rows, 1) == 0) {
+    CopyArgs c = {.op = OP_READ_2D, .a = tensor->tensor, .host = view.buf,
+                  .host_pitch = (uint64_t)dst_pitch, .a_offset = (uint64_t)src_offset,
+                  .a_pitch = (uint64_t)src_pitch, .row_bytes = (uint64_t)row_bytes,
+                  .rows = (uint64_t)rows};
+    result = copy_nogil(self->ctx, &c);
+  }
+  PyBuffer_Release(&view);
+  return result;
+}
+
+static PyObject *spike_tensor_copy_2d(SpikeObject *self, PyObject *args, PyObject *kwds) {
+  static char *kwlist[] = {"src", "src_offset", "src_pitch", "dst", "dst_offset", "dst_pitch",
+                           "row_bytes", "rows", NULL};
+  PyObject *src_obj, *dst_obj;
+  long long src_offset, src_pitch, dst_offset, dst_pitch, row_bytes, rows;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "OLLOLLLL:tensor_copy_2d", kwlist, &src_obj,
+                                   &src_offset, &src_pitch, &dst_obj, &dst_offset, &dst_pitch,
+                                   &row_bytes, &rows))
+    return NULL;
+  NrtTensorObject *src, *dst;
+  if (check_non_negative("src_offset", src_offset) < 0 ||
+      check_non_negative("src_pitch", src_pitch) < 0 ||
+      check_non_negative("dst_offset", dst_offset) < 0 ||
+      check_non_negative("dst_pitch", dst_pitch) < 0 ||
+      check_non_negative("row_bytes", row_bytes) < 0 || check_non_negative("rows", rows) < 0 ||
+      spike_check_open(self) < 0 || tensor_arg(src_obj, "src", &src) < 0 ||
+      tensor_arg(dst_obj, "dst", &dst) < 0)
+    return NULL;
+  CopyArgs c = {.op = OP_COPY_2D, .a = src->tensor, .b = dst->tensor,
+                .a_offset = (uint64_t)src_offset, .a_pitch = (uint64_t)src_pitch,
+                .b_offset = (uint64_t)dst_offset, .b_pitch = (uint64_t)dst_pitch,
+                .row_bytes = (uint64_t)row_bytes, .rows = (uint64_t)rows};
+  return copy_nogil(self->ctx, &c);
+}
+
+static PyObject *spike_tensor_memset_2d(SpikeObject *self, PyObject *args, PyObject *kwds) {
+  static char *kwlist[] = {"tensor", "value", "offset", "pitch", "row_bytes", "rows", NULL};
+  PyObject *arg;
+  long long value, offset, pitch, row_bytes, rows;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "OLLLLL:tensor_memset_2d", kwlist, &arg, &value,
+                                   &offset, &pitch, &row_bytes, &rows))
+    return NULL;
+  NrtTensorObject *tensor;
+  if (check_byte_value(value) < 0 || check_non_negative("offset", offset) < 0 ||
+      check_non_negative("pitch", pitch) < 0 || check_non_negative("row_bytes", row_bytes) < 0 ||
+      check_non_negative("rows", rows) < 0 || spike_check_open(self) < 0 ||
+      tensor_arg(arg, "tensor", &tensor) < 0)
+    return NULL;
+  CopyArgs c = {.op = OP_MEMSET_2D, .a = tensor->tensor, .value = (int)value,
+                .a_offset = (uint64_t)offset, .a_pitch = (uint64_t)pitch,
+                .row_bytes = (uint64_t)row_bytes, .rows = (uint64_t)rows};
+  return copy_nogil(self->ctx, &c);
+}
+
+/* ------------------------------------------------------------------------ */
 /* Spike: execution                                                          */
 /* ------------------------------------------------------------------------ */
 
@@ -1598,6 +1847,209 @@ done:
 }
 
 /* ------------------------------------------------------------------------ */
+/* ExecutionEvent and Spike.execute_async                                    */
+/* ------------------------------------------------------------------------ */
+
+/* An execution queued by Spike.execute_async. Holds a reference to the nkrt
+ * event until its result is collected (wait() or `done` seeing it finished),
+ * then keeps the result. The runtime itself retains the bound tensors and the
+ * model until the execution is done; the event also keeps the model and the
+ * two mappings passed in (and so their NrtTensors) alive until then. After
+ * the runtime is closed the nkrt event is gone (close drains the queues and
+ * frees every event): nothing touches it any more. */
+typedef struct {
+  PyObject_HEAD
+  SpikeCtx *ctx;
+  nkrt_event_t *event;  /* NULL once released (result collected) or the runtime closed */
+  PyObject *model_name; /* str */
+  PyObject *keep;       /* (model, inputs, outputs) until the result is collected */
+  uint64_t id;
+  int finished;         /* code/message hold the result */
+  int waiting;          /* wait() calls running without the GIL */
+  nkrt_code_t code;
+  char *message;        /* error message (malloc), NULL on success */
+} ExecutionEventObject;
+
+/* Records the execution's result (st is consumed) and, when no other wait is
+ * in flight, drops the nkrt event. GIL held. */
+static void event_collect(ExecutionEventObject *self, nkrt_status_t st) {
+  if (!self->finished) {
+    self->finished = 1;
+    self->code = nkrt_status_code(st);
+    self->message = st ? strdup(nkrt_status_message(st)) : NULL;
+    Py_CLEAR(self->keep);
+  }
+  nkrt_status_free(st);
+  if (self->waiting == 0 && self->event) {
+    if (!self->ctx->closed) nkrt_event_release(self->event);
+    self->event = NULL;
+  }
+}
+
+/* The collected result: None, or the error Spike.execute would raise. */
+static PyObject *event_result(ExecutionEventObject *self) {
+  if (self->code == NKRT_SUCCESS) Py_RETURN_NONE;
+  return nrt_error(nkrt_status_make(self->code, "%s", self->message ? self->message : ""));
+}
+
+static void event_dealloc(ExecutionEventObject *self) {
+  if (self->ctx) {
+    /* unwaited: the queue holds its own reference, so this is safe at any time */
+    if (self->event && !self->ctx->closed) nkrt_event_release(self->event);
+    ctx_decref(self->ctx);
+  }
+  Py_XDECREF(self->model_name);
+  Py_XDECREF(self->keep);
+  free(self->message);
+  PyObject_Free(self);
+}
+
+static PyObject *event_wait(ExecutionEventObject *self, PyObject *args, PyObject *kwds) {
+  static char *kwlist[] = {"timeout", NULL};
+  PyObject *timeout_obj = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O:wait", kwlist, &timeout_obj)) return NULL;
+  int64_t timeout_ns = -1;
+  double timeout = -1.0;
+  if (timeout_obj != Py_None) {
+    if (PyBool_Check(timeout_obj) || !(PyFloat_Check(timeout_obj) || PyLong_Check(timeout_obj))) {
+      PyErr_Format(PyExc_TypeError, "timeout must be a number of seconds or None, got %s",
+                   Py_TYPE(timeout_obj)->tp_name);
+      return NULL;
+    }
+    timeout = PyFloat_AsDouble(timeout_obj);
+    if (timeout == -1.0 && PyErr_Occurred()) return NULL;
+    if (!(timeout >= 0.0)) {
+      PyErr_Format(PyExc_ValueError,
+                   "timeout must be a non-negative number of seconds or None, got %R",
+                   timeout_obj);
+      return NULL;
+    }
+    timeout_ns = timeout * 1e9 >= 9.2e18 ? -1 : (int64_t)(timeout * 1e9);
+  }
+  if (self->finished) return event_result(self);
+  if (self->ctx->closed)
+    return spike_error("execution %llu of model '%U' was not waited for before its runtime was "
+                       "closed (after Spike.close() or spike.reset()); its result is lost",
+                       (unsigned long long)self->id, self->model_name);
+  if (ctx_enter(self->ctx) < 0) return NULL;
+  nkrt_event_t *ev = self->event;
+  self->waiting++;
+  nkrt_status_t st;
+  Py_BEGIN_ALLOW_THREADS
+  st = nkrt_event_wait(ev, timeout_ns);
+  ctx_leave(self->ctx);
+  Py_END_ALLOW_THREADS
+  self->waiting--;
+  if (nkrt_status_code(st) == NKRT_TIMEOUT) {
+    nkrt_status_free(st);
+    if (self->finished) return event_result(self); /* another wait collected it meanwhile */
+    PyErr_Format(PyExc_TimeoutError, "execution %llu of model '%U' is not done after %R s",
+                 (unsigned long long)self->id, self->model_name, timeout_obj);
+    return NULL;
+  }
+  event_collect(self, st);
+  return event_result(self);
+}
+
+static PyObject *event_get_done(ExecutionEventObject *self, void *c) {
+  (void)c;
+  if (self->finished || self->ctx->closed || !self->event) Py_RETURN_TRUE;
+  if (!nkrt_event_is_done(self->event)) Py_RETURN_FALSE;
+  if (self->waiting == 0) event_collect(self, nkrt_event_wait(self->event, 0));
+  Py_RETURN_TRUE;
+}
+
+static PyObject *event_get_id(ExecutionEventObject *self, void *c) {
+  (void)c;
+  return PyLong_FromUnsignedLongLong(self->id);
+}
+
+static PyObject *event_get_model_name(ExecutionEventObject *self, void *c) {
+  (void)c;
+  return Py_NewRef(self->model_name);
+}
+
+static PyObject *event_repr(ExecutionEventObject *self) {
+  PyObject *done = event_get_done(self, NULL);
+  if (!done) return NULL;
+  PyObject *r = PyUnicode_FromFormat("ExecutionEvent(id=%llu, model=%R, done=%S)",
+                                     (unsigned long long)self->id, self->model_name, done);
+  Py_DECREF(done);
+  return r;
+}
+
+static PyMethodDef event_methods[] = {
+    {"wait", (PyCFunction)(void (*)(void))event_wait, METH_VARARGS | METH_KEYWORDS,
+     "wait(timeout=None) -> None\n\nWaits (without the GIL) until the execution is done, up to "
+     "`timeout` seconds (None: no limit). Raises the execution's error as Spike.execute would "
+     "(NrtError), TimeoutError when the time runs out (the execution goes on; wait again), and "
+     "SpikeError if the runtime was closed before the result was collected. May be called "
+     "again: it returns or raises the same result."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef event_getset[] = {
+    {"done", (getter)event_get_done, NULL,
+     "True once the execution finished (never blocks); also True after the runtime closed.",
+     NULL},
+    {"id", (getter)event_get_id, NULL,
+     "The runtime's id of the execution (the tracking_id in traces).", NULL},
+    {"model_name", (getter)event_get_model_name, NULL, "Name of the model executed.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject ExecutionEventType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "spike._spike.ExecutionEvent",
+    .tp_basicsize = sizeof(ExecutionEventObject),
+    .tp_dealloc = (destructor)event_dealloc,
+    .tp_repr = (reprfunc)event_repr,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "An execution queued by Spike.execute_async() / SpikeModel.submit(): wait() for "
+              "it, poll `done`. Dropping it unwaited is safe (the execution still runs).",
+    .tp_methods = event_methods,
+    .tp_getset = event_getset,
+};
+
+static PyObject *spike_execute_async(SpikeObject *self, PyObject *args, PyObject *kwds) {
+  static char *kwlist[] = {"model", "inputs", "outputs", NULL};
+  PyObject *model_obj, *inputs, *outputs;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO:execute_async", kwlist, &model_obj, &inputs,
+                                   &outputs))
+    return NULL;
+  ExecutionEventObject *obj = PyObject_New(ExecutionEventObject, &ExecutionEventType);
+  if (!obj) return NULL;
+  obj->ctx = NULL;
+  obj->event = NULL;
+  obj->model_name = NULL;
+  obj->keep = NULL;
+  obj->finished = obj->waiting = 0;
+  obj->code = NKRT_SUCCESS;
+  obj->message = NULL;
+  obj->keep = PyTuple_Pack(3, model_obj, inputs, outputs);
+  ExecArgs a;
+  if (!obj->keep || exec_begin(self, model_obj, inputs, outputs, &a) < 0) {
+    Py_DECREF(obj);
+    return NULL;
+  }
+  /* Queued without waiting for anything: no need to drop the GIL. */
+  nkrt_event_t *ev = NULL;
+  nkrt_status_t st = nkrt_execute_async(a.handle, a.inputs, a.outputs, &ev);
+  exec_finish_nogil(&a);
+  exec_done(&a);
+  if (st) {
+    Py_DECREF(obj);
+    return nrt_error(st);
+  }
+  obj->ctx = a.ctx;
+  ctx_incref(a.ctx);
+  obj->event = ev;
+  obj->id = nkrt_event_id(ev);
+  obj->model_name = Py_NewRef(a.model->name);
+  return (PyObject *)obj;
+}
+
+/* ------------------------------------------------------------------------ */
 /* Spike: statistics                                                         */
 /* ------------------------------------------------------------------------ */
 
@@ -1701,6 +2153,35 @@ static PyMethodDef spike_methods[] = {
      "execute(model, inputs, outputs, ntff_name=None, save_trace=False) -> None\n\nRuns the "
      "model once with name-keyed tensors, without the GIL. With save_trace, writes a Chrome "
      "trace of the execution to ntff_name (default 'profile.ntff')."},
+    {"execute_async", (PyCFunction)(void (*)(void))spike_execute_async, KW,
+     "execute_async(model, inputs, outputs) -> ExecutionEvent\n\nQueues one execution on the "
+     "model's core and returns at once. Arguments as execute(); the tensors are bound (and "
+     "retained by the runtime) now, so the mappings may change right after. Synchronous copies "
+     "(tensor_read, tensor_write, ...) of bytes the execution uses wait for it; wait on the "
+     "event to get its error."},
+    {"tensor_copy", (PyCFunction)(void (*)(void))spike_tensor_copy, KW,
+     "tensor_copy(src, src_offset, dst, dst_offset, size) -> None\n\nCopies size bytes from "
+     "one tensor to another (or within one; overlap allowed), without the GIL."},
+    {"tensor_memset", (PyCFunction)(void (*)(void))spike_tensor_memset, KW,
+     "tensor_memset(tensor, value, offset=0, size=0) -> None\n\nFills bytes with value "
+     "(0-255); size 0 means to the end."},
+    {"tensor_write_2d", (PyCFunction)(void (*)(void))spike_tensor_write_2d, KW,
+     "tensor_write_2d(tensor, buffer, dst_offset, dst_pitch, row_bytes, rows, src_pitch=None) "
+     "-> None\n\nCopies `rows` rows of `row_bytes` bytes from a C-contiguous buffer (rows "
+     "src_pitch apart, default row_bytes; 0 repeats one row) to the tensor (rows dst_pitch "
+     "apart from dst_offset), without the GIL."},
+    {"tensor_read_2d", (PyCFunction)(void (*)(void))spike_tensor_read_2d, KW,
+     "tensor_read_2d(tensor, buffer, src_offset, src_pitch, row_bytes, rows, dst_pitch=None) "
+     "-> None\n\nCopies `rows` rows of `row_bytes` bytes from the tensor (rows src_pitch apart "
+     "from src_offset) into a writable C-contiguous buffer (rows dst_pitch apart, default "
+     "row_bytes), without the GIL."},
+    {"tensor_copy_2d", (PyCFunction)(void (*)(void))spike_tensor_copy_2d, KW,
+     "tensor_copy_2d(src, src_offset, src_pitch, dst, dst_offset, dst_pitch, row_bytes, rows) "
+     "-> None\n\nCopies `rows` rows of `row_bytes` bytes between tensors (e.g. padding into a "
+     "wider bucket), without the GIL. Overlapping extents need equal pitches."},
+    {"tensor_memset_2d", (PyCFunction)(void (*)(void))spike_tensor_memset_2d, KW,
+     "tensor_memset_2d(tensor, value, offset, pitch, row_bytes, rows) -> None\n\nFills `rows` "
+     "rows of `row_bytes` bytes, `pitch` apart from offset, with value (0-255)."},
     {"benchmark", (PyCFunction)(void (*)(void))spike_benchmark, KW,
      "benchmark(model, inputs, outputs, warmup_iterations=1, benchmark_iterations=1) -> "
      "BenchmarkResult\n\nTimes each execution on the host clock, without the GIL."},
@@ -2023,6 +2504,7 @@ PyMODINIT_FUNC PyInit__spike(void) {
       add_type(m, &SpikeType, "Spike") < 0 || add_type(m, &NrtTensorType, "NrtTensor") < 0 ||
       add_type(m, &NrtModelType, "NrtModel") < 0 ||
       add_type(m, &TraceSessionType, "SystemTraceSession") < 0 ||
+      add_type(m, &ExecutionEventType, "ExecutionEvent") < 0 ||
       add_object(m, "TensorMetadata", (PyObject *)&TensorMetadataType) < 0 ||
       add_object(m, "ModelTensorInfo", (PyObject *)&ModelTensorInfoType) < 0)
     goto fail;

@@ -6,7 +6,7 @@ import os
 from typing import Dict, List, Mapping, Optional, Union
 
 from ._dtypes import dtype_name, to_numpy_dtype
-from ._spike import NrtModel, SystemTraceSession, TensorMetadata, ensure_usable
+from ._spike import ExecutionEvent, NrtModel, SystemTraceSession, TensorMetadata, ensure_usable
 from ._types import BenchmarkResult
 from .spike_singleton import get_spike_singleton
 from .spike_tensor import SpikeTensor
@@ -260,6 +260,43 @@ class SpikeModel:
         if save_trace:
             logger.info("trace of '%s' written to %s", self.name, ntff_name)
         return bound if allocate else None
+
+    def submit(
+        self,
+        inputs: Mapping[str, SpikeTensor],
+        outputs: Mapping[str, SpikeTensor],
+    ) -> ExecutionEvent:
+        """Queues one execution on the model's core and returns at once.
+
+        Validated as ``__call__`` (names, shapes, dtypes, cores); ``outputs``
+        is required (allocate them with :meth:`allocate_output_tensors`),
+        aliased outputs may be left out. The tensors are bound and retained
+        by the runtime at submission. Synchronous copies touching their bytes
+        (``SpikeTensor.numpy()``, ``write_from_numpy()``, ...) wait for the
+        execution, so outputs can be handed on before it finishes.
+
+        Returns:
+            An :class:`ExecutionEvent`: ``wait(timeout=None)`` raises the
+            execution's error as ``__call__`` would; ``done`` polls.
+        """
+        ensure_usable(self.model_ref)
+        if outputs is None:
+            raise TypeError(
+                f"SpikeModel.submit of model '{self.name}' needs its outputs: pass a dict of "
+                f"output name -> SpikeTensor (allocate_output_tensors() makes them)"
+            )
+        if (self._well_formed(inputs, self._in_specs, True)
+                and self._well_formed(outputs, self._out_specs, not self._has_aliases)
+                and (not self._has_aliases or outputs.keys() >= self._required_outputs)):
+            bound = self._bind_outputs(inputs, outputs) if self._has_aliases else outputs
+        else:
+            self._validate_io(inputs, outputs)
+            bound = self._bind_outputs(inputs, outputs)
+        return self._spike.execute_async(
+            self.model_ref,
+            {k: v.tensor_ref for k, v in inputs.items()},
+            {k: v.tensor_ref for k, v in bound.items()},
+        )
 
     def _default_ntff_name(self) -> str:
         stem = os.path.splitext(os.path.basename(self.neff_path))[0] or self.name

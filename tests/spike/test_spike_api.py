@@ -16,12 +16,13 @@ def test_all_exports():
     assert set(spike.__all__) == {
         "SpikeModel", "SpikeTensor", "configure", "reset", "get_spike_singleton", "NrtError",
         "SpikeError", "SpikeRuntimeError", "SystemTraceSession", "BenchmarkResult",
-        "ModelTensorInfo", "NrtModel", "NrtTensor", "TensorMetadata"}
+        "ModelTensorInfo", "NrtModel", "NrtTensor", "TensorMetadata", "ExecutionEvent"}
     for name in spike.__all__:
         assert getattr(spike, name) is not None
     import spike._spike as low
     for name in ("Spike", "NrtTensor", "NrtModel", "SystemTraceSession", "TensorMetadata",
-                 "ModelTensorInfo", "SpikeError", "NrtError", "SpikeRuntimeError"):
+                 "ModelTensorInfo", "SpikeError", "NrtError", "SpikeRuntimeError",
+                 "ExecutionEvent"):
         assert hasattr(low, name)
     assert low.TOTAL_CORES == 32 and low.NEFF_ABI_VERSION >= 1
 
@@ -31,13 +32,17 @@ def test_public_api_documented():
     for obj in (spike.SpikeModel, spike.SpikeTensor, spike.configure, spike.reset,
                 spike.get_spike_singleton, spike.get_include, spike.BenchmarkResult,
                 spike_model.SpikeModel.__call__, spike_model.SpikeModel.benchmark,
-                spike_model.SpikeModel.load_from_neff, spike_tensor.SpikeTensor.from_numpy,
+                spike_model.SpikeModel.load_from_neff, spike_model.SpikeModel.submit,
+                spike.ExecutionEvent, spike.ExecutionEvent.wait, spike.ExecutionEvent.done,
+                spike_tensor.SpikeTensor.from_numpy,
                 spike_tensor.SpikeTensor.numpy, spike_tensor.SpikeTensor.write_from_numpy,
                 spike_singleton.get_spike_singleton):
         assert obj.__doc__, obj
     from spike._spike import Spike
     for name in ("load_model", "execute", "benchmark", "tensor_read_to_pybuffer",
-                 "memory_stats", "allocate_tensor"):
+                 "memory_stats", "allocate_tensor", "execute_async", "tensor_copy",
+                 "tensor_memset", "tensor_write_2d", "tensor_read_2d", "tensor_copy_2d",
+                 "tensor_memset_2d"):
         assert getattr(Spike, name).__doc__.startswith(name)
 
 
