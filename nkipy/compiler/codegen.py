@@ -38,6 +38,11 @@ from nkipy.core.ir import (BINARY, COLLECTIVES, ELEMENTWISE, PREDICATES, REDUCTI
 VIEW_OPS = frozenset({"reshape", "transpose", "slice", "broadcast_to"})
 #: Elements below which a loop runs on one thread.
 PARALLEL_GRAIN = 1 << 14
+#: Cheap elementwise ops that are recomputed in their readers' loop rather
+#: than stored, when several readers share that loop (Generator.plan_inline).
+SHARED_INLINE_OPS = frozenset({"add", "sub", "mul", "neg", "abs", "cast", "maximum", "minimum",
+                               "square", "copy"})
+SHARED_INLINE_MAX_COPIES = 4
 
 
 class CodegenError(NotImplementedError):
@@ -164,6 +169,41 @@ def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+def reshape_strides(old_shape: tuple[int, ...], old_strides: tuple[int, ...],
+                    new_shape: tuple[int, ...]) -> list[int] | None:
+    """Strides of a reshape of a strided array without copying, or None when it
+    needs a copy (NumPy's _attempt_nocopy_reshape, C order)."""
+    if 0 in old_shape or 0 in new_shape:
+        return None
+    old = [(s, st) for s, st in zip(old_shape, old_strides) if s != 1]
+    new = list(new_shape)
+    out = [0] * len(new)
+    oi, oj, ni, nj = 0, 1, 0, 1
+    while ni < len(new) and oi < len(old):
+        np_, op = new[ni], old[oi][0]
+        while np_ != op:
+            if np_ < op:
+                if nj >= len(new):
+                    return None
+                np_ *= new[nj]
+                nj += 1
+            else:
+                if oj >= len(old):
+                    return None
+                op *= old[oj][0]
+                oj += 1
+        for ok in range(oi, oj - 1):
+            if old[ok][1] != old[ok + 1][0] * old[ok + 1][1]:
+                return None
+        out[nj - 1] = old[oj - 1][1]
+        for nk in range(nj - 1, ni, -1):
+            out[nk - 1] = out[nk] * new[nk]
+        ni, nj, oi, oj = nj, nj + 1, oj, oj + 1
+    if oi < len(old) or any(s != 1 for s in new[ni:]):
+        return None
+    return out
+
+
 def view_map(node: Node) -> tuple[Dim, ...] | None:
     """Map from the view's index space onto its operand, or None when the
     view is not affine per dimension (a general reshape)."""
@@ -211,6 +251,7 @@ class Buffer:
     nbytes: int = 0
     data: np.ndarray | None = None
     stride_override: tuple[int, ...] | None = None
+    base: int = 0      # element offset of index 0 (a strided view of another buffer)
 
     @property
     def strides(self) -> tuple[int, ...]:
@@ -230,7 +271,7 @@ class Access:
 
 def access_of(buffer: Buffer, dmap: tuple[Dim, ...], iter_ndim: int) -> Access:
     strides = [0] * iter_ndim
-    offset = 0
+    offset = buffer.base
     for bstride, d in zip(buffer.strides, dmap):
         offset += bstride * d.start
         if d.src is not None:
@@ -256,6 +297,8 @@ class Generator:
         self.body: list[str] = []                 # statements of the kernel function
         self.inline: set[int] = set()             # value ids computed inside readers
         self.rowbufs: list[tuple[str, int]] = []  # (kctx field, floats per worker)
+        self.gemm_alpha: dict[int, tuple[float, Node]] = {}  # id(matmul) -> (alpha, scaling node)
+        self.scaled_by_gemm: set[int] = set()     # id() of nodes a GEMM's alpha computes
         self.counter = 0
 
     # -- analysis --
@@ -295,6 +338,100 @@ class Generator:
         u = users[0]
         return (u.op in ELEMENTWISE or u.op in REDUCTIONS) and self.view_chain_affine(v)
 
+    def plan_inline(self) -> None:
+        """Chooses the elementwise nodes computed inside their readers' loops.
+        Besides a node with a single reader (can_inline), a cheap node whose
+        readers all end up in the same loop (``x`` in ``0.5 * x * (1 +
+        erf(x / sqrt 2))``, say: a bias add before GELU) is inlined too and
+        recomputed per use, which costs an add where a materialised buffer
+        costs a pass over memory. Decided from the last node back, so readers
+        are settled first; ``copies`` bounds how often an expression repeats."""
+        roots: dict[int, int] = {}    # inlined value id -> id() of the group node
+        copies: dict[int, int] = {}   # inlined value id -> instances in that group
+        for n in reversed(self.g.nodes):
+            if len(n.outputs) != 1:
+                continue
+            v = n.output
+            if self.can_inline(n):
+                users = self.effective_users(v)
+                if n.op in ("iota", "constant") or not users:
+                    self.inline.add(v.id)
+                    continue
+                u = users[0]
+                uid = u.output.id if len(u.outputs) == 1 else None
+                c = copies.get(uid, 1) if uid in self.inline else 1
+                if c > 1 and n.op not in SHARED_INLINE_OPS:
+                    continue
+                self.inline.add(v.id)
+                roots[v.id] = roots.get(uid, id(u)) if uid in self.inline else id(u)
+                copies[v.id] = c
+                continue
+            if n.op not in SHARED_INLINE_OPS or v.id in self.out_ids or \
+                    not self.view_chain_affine(v):
+                continue
+            users = self.effective_users(v)
+            if len(users) < 2 or not all(u.op in ELEMENTWISE and len(u.outputs) == 1
+                                         for u in users):
+                continue
+            rs, total = set(), 0
+            for u in users:
+                uid = u.output.id
+                if uid in self.inline:
+                    rs.add(roots[uid])
+                    total += copies[uid]
+                else:
+                    rs.add(id(u))
+                    total += 1
+            if len(rs) == 1 and total <= SHARED_INLINE_MAX_COPIES:
+                self.inline.add(v.id)
+                roots[v.id] = rs.pop()
+                copies[v.id] = total
+
+    def plan_gemm_scaling(self) -> None:
+        """``matmul(a, b) * c`` (or ``/ c`` with c a power of two) for a scalar
+        constant c, where the product has no other reader: the GEMM computes
+        it with alpha = c, writing the scaled result directly (attention
+        scores times 1/sqrt(d), say), instead of a pass over the product."""
+        for n in self.g.nodes:
+            if n.op not in ("mul", "div") or len(n.outputs) != 1 or \
+                    n.output.id in self.inline:
+                continue
+            for pos in ((0, 1) if n.op == "mul" else (0,)):
+                x, c = n.inputs[pos], n.inputs[1 - pos]
+                p = x.node
+                if p is None or p.op != "matmul" or x.id in self.out_ids or \
+                        not is_float(x.dtype) or x.dtype != n.output.dtype or \
+                        x.shape != n.output.shape or id(p) in self.gemm_alpha:
+                    continue
+                readers = self.users.get(x.id, [])
+                if len(readers) != 1 or readers[0] is not n:
+                    continue
+                value = self.scalar_constant(c)
+                if value is None or not math.isfinite(value):
+                    continue
+                if n.op == "div":
+                    if value == 0.0 or math.frexp(abs(value))[0] != 0.5:
+                        continue  # 1/c inexact: x / c and x * (1/c) could differ
+                    value = 1.0 / value
+                if float(np.float32(value)) != value:
+                    continue
+                self.gemm_alpha[id(p)] = (value, n)
+                self.scaled_by_gemm.add(id(n))
+                break
+
+    @staticmethod
+    def scalar_constant(v: Value) -> float | None:
+        """The value of a one-element constant (through views), else None."""
+        while v.node is not None and v.node.op in VIEW_OPS and v.size == 1:
+            v = v.node.inputs[0]
+        if v.node is None or v.node.op != "constant" or v.size != 1:
+            return None
+        val = np.asarray(v.node.attrs["value"]).reshape(-1)[0]
+        if not np.issubdtype(np.asarray(val).dtype, np.floating) and \
+                not np.issubdtype(np.asarray(val).dtype, np.integer):
+            return None
+        return float(np.float32(val)) if v.dtype == np.float32 else float(val)
+
     # -- helpers --
 
     def fresh(self, prefix: str) -> str:
@@ -329,6 +466,9 @@ class Generator:
                     alias = Buffer(buf.name, buf.dtype, v.shape, buf.kind, buf.index, buf.offset,
                                    buf.nbytes, buf.data)
                     return alias, identity_map(v.ndim)
+                strided = self.strided_reshape(buf, m, n)
+                if strided is not None:
+                    return strided, identity_map(v.ndim)
                 self.materialize_reshape(n)
                 return self.buffers[v.id], identity_map(v.ndim)
             return buf, compose(m, dmap)
@@ -370,6 +510,21 @@ class Generator:
             bmap = compose(broadcast_map(operand.shape, v.ndim), dmap)
             args.append(self.expr(operand, bmap, leaves, iter_ndim, idx))
         return elementwise_c(n, args)
+
+    @staticmethod
+    def strided_reshape(buf: Buffer, m: tuple[Dim, ...], n: Node) -> Buffer | None:
+        """A reshape of a strided view (a slice of the last axis split into
+        heads, say) that NumPy could make without a copy: an alias of buf with
+        the view's own strides, or None."""
+        if buf.kind not in ("in", "out", "scratch", "const"):
+            return None
+        src = n.inputs[0]
+        a = access_of(buf, m, src.ndim)
+        strides = reshape_strides(src.shape, a.strides, n.output.shape)
+        if strides is None:
+            return None
+        return Buffer(buf.name, buf.dtype, n.output.shape, buf.kind, buf.index, buf.offset,
+                      buf.nbytes, buf.data, stride_override=tuple(strides), base=a.offset)
 
     def materialize_reshape(self, n: Node) -> None:
         """Makes a general reshape readable: its operand is copied into a
@@ -696,7 +851,13 @@ class Generator:
             return
         ab, aoff, abat, ars, acs = self.matrix_operand(a_v)
         bb, boff, bbat, brs, bcs = self.matrix_operand(b_v)
-        out = self.new_output_buffer(v)
+        alpha, scaled = self.gemm_alpha.get(id(n), (1.0, None))
+        if scaled is not None:  # the GEMM writes the scaled product itself
+            out = self.new_output_buffer(scaled.output)
+            self.buffers[v.id] = out
+        else:
+            out = self.transposed_gemm_output(n) or self.new_output_buffer(v)
+        alpha_c = c_literal(np.float32(alpha), np.dtype(np.float32))
         m, kdim = a_v.shape[-2], a_v.shape[-1]
         ncol = b_v.shape[-1]
         batch = v.shape[:-2]
@@ -711,6 +872,7 @@ class Generator:
         asb = bstrides(a_v.shape, abat)
         bsb = bstrides(b_v.shape, bbat)
         csb = list(out.strides[:-2])
+        ldc = out.strides[-2] if v.ndim >= 2 else ncol
         ta, lda = (0, ars) if acs == 1 else (1, acs)
         tb, ldb = (0, brs) if bcs == 1 else (1, bcs)
         dt = dtype_name(v.dtype)
@@ -730,21 +892,60 @@ class Generator:
             depth += "  "
         aoffe = " + ".join([str(aoff)] + [f"{asb[d]} * u{d}" for d in range(len(outer)) if asb[d]])
         boffe = " + ".join([str(boff)] + [f"{bsb[d]} * u{d}" for d in range(len(outer)) if bsb[d]])
-        coffe = " + ".join(["0"] + [f"{csb[d]} * u{d}" for d in range(len(outer)) if csb[d]])
+        coffe = " + ".join([str(out.base)] +
+                           [f"{csb[d]} * u{d}" for d in range(len(outer)) if csb[d]])
         if dt == "float32":
             lines.append(f"{depth}env->lib->sgemm_batched(env->ctx, {inner_b}, {ta}, {tb}, {m}, "
-                         f"{ncol}, {kdim}, 1.0f, kc.{ab.name} + {aoffe}, {lda}, {sa}, "
+                         f"{ncol}, {kdim}, {alpha_c}, kc.{ab.name} + {aoffe}, {lda}, {sa}, "
                          f"kc.{bb.name} + {boffe}, {ldb}, {sb}, 0.0f, kc.{out.name} + {coffe}, "
-                         f"{ncol}, {sc});")
+                         f"{ldc}, {sc});")
         else:
             lines.append(f"{depth}env->lib->gemm_batched_lowp(env->ctx, {_NKRT_DTYPE[dt]}, "
-                         f"{inner_b}, {ta}, {tb}, {m}, {ncol}, {kdim}, 1.0f, "
+                         f"{inner_b}, {ta}, {tb}, {m}, {ncol}, {kdim}, {alpha_c}, "
                          f"kc.{ab.name} + {aoffe}, {lda}, {sa}, kc.{bb.name} + {boffe}, {ldb}, "
-                         f"{sb}, 0.0f, kc.{out.name} + {coffe}, {ncol}, {sc});")
+                         f"{sb}, 0.0f, kc.{out.name} + {coffe}, {ldc}, {sc});")
         for _ in outer:
             depth = depth[:-2]
             lines.append(f"{depth}}}")
         self.body.extend(lines)
+
+    def transposed_gemm_output(self, n: Node) -> Buffer | None:
+        """A product read only through one transpose that keeps its last axis
+        (attention's ``swapaxes(softmax(s) @ v, -2, -3)`` before the heads are
+        merged) is written by the GEMM straight into the transposed layout
+        (ldc and batch strides of the transposed buffer), saving the copy the
+        reshape after it would need. Returns the product's strided buffer."""
+        v = n.output
+        if v.ndim < 3 or v.id in self.out_ids or not is_float(v.dtype):
+            return None
+        readers = self.users.get(v.id, [])
+        if len(readers) != 1 or readers[0].op != "transpose":
+            return None
+        t = readers[0]
+        perm = list(t.attrs["perm"])
+        if perm[-1] != v.ndim - 1 or perm == list(range(v.ndim)) or \
+                t.output.id in self.buffers:
+            return None
+        tstrides = contiguous_strides(t.output.shape)
+        strides = [0] * v.ndim
+        for d, p in enumerate(perm):
+            strides[p] = tstrides[d]
+        if strides[-2] < v.shape[-1]:
+            return None
+        after = self.users.get(t.output.id, [])
+        r = after[0] if len(after) == 1 else None
+        if t.output.id not in self.out_ids and r is not None and r.op == "reshape" and \
+                r.output.id in self.out_ids and r.output.id not in self.buffers:
+            j = self.out_ids[r.output.id][0]  # merged heads returned: write the output
+            tbuf = Buffer(f"o{j}", t.output.dtype, t.output.shape, "out", j)
+            self.buffers[t.output.id] = tbuf
+            self.buffers[r.output.id] = Buffer(f"o{j}", r.output.dtype, r.output.shape, "out", j)
+        else:
+            tbuf = self.new_output_buffer(t.output)
+        alias = Buffer(tbuf.name, tbuf.dtype, v.shape, tbuf.kind, tbuf.index, tbuf.offset,
+                       tbuf.nbytes, tbuf.data, stride_override=tuple(strides))
+        self.buffers[v.id] = alias
+        return alias
 
     def _int_matmul(self, ab, aoff, asb, ars, acs, bb, boff, bsb, brs, bcs, out, csb, batch, m,
                     kdim, ncol) -> None:
@@ -780,7 +981,7 @@ class Generator:
             src = self.buffers[v.id], identity_map(v.ndim)
         buf, m = src
         terms = []
-        off = 0
+        off = buf.base
         for bstride, d in zip(buf.strides, m):
             off += bstride * d.start
             if d.src is not None and bstride * d.step:
@@ -927,7 +1128,8 @@ class Generator:
         x = n.inputs[0]
         # start from a copy of x (skipped when x already lives in the output)
         xsrc = self.materialized_source(x)
-        same = xsrc is not None and xsrc[1] == identity_map(x.ndim) and (
+        same = xsrc is not None and xsrc[1] == identity_map(x.ndim) and \
+            xsrc[0].base == 0 and xsrc[0].stride_override is None and (
             xsrc[0].name == out.name or (xsrc[0].kind == "in" and out.kind == "out"
                                          and self.g.aliases.get(out.index) == xsrc[0].index))
         if not same and x.size:
@@ -1083,22 +1285,40 @@ class Generator:
         g = self.g
         for i, v in enumerate(g.inputs):
             self.buffers[v.id] = Buffer(f"i{i}", v.dtype, v.shape, "in", i)
-        for n in g.nodes:
-            if self.can_inline(n):
-                self.inline.add(n.output.id)
+        self.plan_inline()
+        self.plan_gemm_scaling()
         self.snapshot_aliased_inputs()
-        emit = [n for n in g.nodes if n.op not in VIEW_OPS and n.output.id not in self.inline]
+        emit = [n for n in g.nodes if n.op not in VIEW_OPS and n.output.id not in self.inline
+                and id(n) not in self.scaled_by_gemm]
         i = 0
         while i < len(emit):
             n = emit[i]
+            lead = []
+            if n.op in ELEMENTWISE and i + 1 < len(emit) and \
+                    self.is_row_reduction(emit[i + 1]) and \
+                    emit[i + 1].inputs[0].shape == n.output.shape and \
+                    self.member_kind(n, n.output.shape) == "full" and \
+                    n.output.id not in self.out_ids:
+                lead = [n]  # may join the row group that starts next (below)
+                i += 1
+                n = emit[i]
             if self.is_row_reduction(n):
                 S = n.inputs[0].shape
                 members = [n]
                 j = i + 1
                 while j < len(emit) and self.member_kind(emit[j], S) and \
-                        self.reads_any(emit[j], members):
+                        self.reads_any(emit[j], members + lead):
                     members.append(emit[j])
                     j += 1
+                # an elementwise producer read only inside the group (the residual
+                # sum before a layer norm) is computed in it, into a row buffer
+                ids = set(map(id, members))
+                if lead and all(id(u) in ids for u in self.group_readers(lead[0].output)):
+                    members = lead + members
+                    lead = []
+                if lead:
+                    self.gen_node(lead[0])
+                    self.body.append("")
                 if len(members) > 1:
                     self.gen_row_group(members, S)
                     self.body.append("")
@@ -1195,6 +1415,20 @@ class Generator:
             walk(o)
         return hoisted
 
+    def group_readers(self, v: Value) -> list[Node]:
+        """The groups that read v: its readers, with elementwise readers
+        inlined (directly, not through a view) replaced by their own readers,
+        so ``x - mean`` read by the inlined square of a variance counts as
+        read by the variance's reduction."""
+        result: list[Node] = []
+        for u in self.effective_users(v):
+            if u.op not in VIEW_OPS and len(u.outputs) == 1 and u.output.id in self.inline \
+                    and any(o is v for o in u.inputs):
+                result.extend(self.group_readers(u.output))
+            else:
+                result.append(u)
+        return result
+
     def gen_row_group(self, members: list[Node], S: tuple[int, ...]) -> None:
         ordered: list[Node] = []
         for m in members:
@@ -1214,7 +1448,7 @@ class Generator:
             v = m.output
             kind = "row" if m.op in REDUCTIONS else self.row_kind(v, S)
             local = v.id not in self.out_ids and all(
-                id(u) in member_set for u in self.effective_users(v))
+                id(u) in member_set for u in self.group_readers(v))
             if local and kind == "full":
                 buf = Buffer(f"rb{slots}", v.dtype, v.shape, "row",
                              stride_override=(0,) * (v.ndim - 1) + (1,))

@@ -193,3 +193,140 @@ def test_device_tensor_torch_round_trip():
     d = DeviceTensor.from_torch(t)
     assert d.numpy().dtype.name == "bfloat16"
     assert torch.equal(d.torch(), t)
+
+
+# ---- fusion around matrix products (what torch.compile's MLP and attention need) ----
+
+def linear_gelu_erf(x, w, b):
+    """Linear + exact GELU as the torch backend lowers it: the bias add has two
+    readers inside the GELU expression."""
+    h = x @ w.T + b
+    return 0.5 * h * (1.0 + ops.erf(h * 0.7071067811865476))
+
+
+def test_bias_add_and_gelu_are_one_pass_after_the_gemm(cache):
+    x, w, b = f32(32, 96), f32(80, 96) * 0.1, f32(80)
+    k, (out,) = run_kernel(linear_gelu_erf, x, w, b, cache_dir=cache, name="linear_gelu")
+    np.testing.assert_allclose(out, linear_gelu_erf(x, w, b), rtol=1e-4, atol=1e-5)
+    c = k.c_source
+    assert c.count("sgemm_batched(") == 1
+    assert c.count("env->parallel_for(") == 1   # bias add recomputed inside the GELU loop
+
+
+def test_shared_inline_keeps_expensive_values_materialised(cache):
+    def fn(x):
+        e = np.exp(x)            # two readers in one loop: exp is not recomputed
+        return e * e + e
+
+    x = f32(16, 40)
+    k, (out,) = run_kernel(fn, x, cache_dir=cache, name="shared_exp")
+    np.testing.assert_allclose(out, fn(x), rtol=1e-5, atol=1e-6)
+    assert k.c_source.count("env->parallel_for(") == 2
+
+
+def test_scaled_matmul_uses_gemm_alpha(cache):
+    def scaled(a, b):
+        return (a @ b) * 0.125, (np.swapaxes(b, 1, 2) @ np.swapaxes(a, 1, 2)) / 4.0
+
+    a, b = f32(2, 24, 40), f32(2, 40, 24)
+    k, outs = run_kernel(scaled, a, b, cache_dir=cache, name="gemm_alpha")
+    for got, ref in zip(outs, scaled(a, b)):
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+    c = k.c_source
+    assert "0.125f" in c and "0.25f" in c and "env->parallel_for(" not in c
+
+
+def test_scaled_matmul_with_other_readers_is_not_folded(cache):
+    def fn(a, b):
+        p = a @ b
+        return p * 3.0, p + 1.0
+
+    a, b = f32(8, 16), f32(16, 8)
+    k, outs = run_kernel(fn, a, b, cache_dir=cache, name="gemm_alpha_shared")
+    for got, ref in zip(outs, fn(a, b)):
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+    assert "1.0f, kc." in k.c_source  # alpha stays 1
+
+
+def multi_head_attention(qkv):
+    """Heads sliced out of a fused QKV projection (nn.MultiheadAttention's layout)."""
+    s, e3 = qkv.shape
+    e, h = e3 // 3, 4
+    q, kk, v = (np.swapaxes(np.reshape(qkv[:, i * e:(i + 1) * e], (s, h, e // h)), 0, 1)
+                for i in range(3))
+    out = softmax(q @ np.swapaxes(kk, -1, -2) * 0.25) @ v
+    return np.reshape(np.swapaxes(out, 0, 1), (s, e))
+
+
+def test_heads_of_a_fused_qkv_are_read_in_place(cache):
+    qkv = f32(24, 3 * 64)
+    k, (out,) = run_kernel(multi_head_attention, qkv, cache_dir=cache, name="mha_views")
+    np.testing.assert_allclose(out, multi_head_attention(qkv), rtol=1e-4, atol=1e-5)
+    c = k.c_source
+    # q, k and v go to the GEMMs as strided views of the input (lda = 192): no copies
+    assert c.count("kc.i0 + 0, 192, 16") == 1 and c.count("kc.i0 + 64, 192, 16") == 1
+    assert c.count("kc.i0 + 128, 192, 16") == 1
+    # P @ v is written straight into the merged-heads layout (ldc 64, head stride 16)
+    assert ", 64, 16);" in c
+    assert c.count("env->parallel_for(") == 1 and "static void rows" in c
+
+
+def test_transposed_product_layouts(cache):
+    def fn(a, b):
+        p = a @ b                                   # (2, 3, 8, 5)
+        return np.transpose(p, (1, 2, 0, 3)) + 0.0, np.swapaxes(a @ b, 0, 1)
+
+    a, b = f32(2, 3, 8, 6), f32(2, 3, 6, 5)
+    k, outs = run_kernel(fn, a, b, cache_dir=cache, name="gemm_transposed_out")
+    for got, ref in zip(outs, fn(a, b)):
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_reshape_strides_agrees_with_numpy():
+    from nkipy.compiler.codegen import reshape_strides
+
+    rng = np.random.default_rng(3)
+    for _ in range(500):
+        base = np.empty(tuple(rng.integers(1, 5, size=rng.integers(1, 5))), np.float32)
+        v = base
+        if rng.random() < 0.5:
+            v = v.transpose(rng.permutation(v.ndim))
+        ax = int(rng.integers(v.ndim))
+        if v.shape[ax] > 1 and rng.random() < 0.6:
+            v = v[(slice(None),) * ax + (slice(0, v.shape[ax] - 1),)]
+        new = [int(d) for d in rng.permutation([s for s in v.shape] + [1])]
+        if rng.random() < 0.5 and len(new) > 1:
+            new = [new[0] * new[1]] + new[2:]
+        got = reshape_strides(v.shape, tuple(s // 4 for s in v.strides), tuple(new))
+        try:
+            w = v.view()
+            w.shape = tuple(new)
+        except AttributeError:
+            assert got is None, (v.shape, v.strides, new)
+            continue
+        if got is not None:
+            assert all(g == s // 4 for g, s, n in zip(got, w.strides, new) if n != 1)
+
+
+def residual_layer_norm(x, y, b, w, c):
+    return layer_norm(x + (y + b), w, c)
+
+
+def test_residual_add_joins_the_layer_norm_row_group(cache):
+    args = (f32(40, 96), f32(40, 96), f32(96), f32(96), f32(96))
+    k, (out,) = run_kernel(residual_layer_norm, *args, cache_dir=cache, name="res_ln")
+    np.testing.assert_allclose(out, residual_layer_norm(*args), rtol=1e-4, atol=1e-5)
+    c = k.c_source
+    # one pass over rows; x + y + b and x - mean stay in row buffers (only o0 written)
+    assert c.count("env->parallel_for(") == 1 and "static void rows" in c
+    assert "scratch(env->ctx, " in c and "k->t" not in c
+
+
+def test_residual_read_after_the_row_group_stays_in_memory(cache):
+    def fn(x, y, w, c):
+        h = x + y
+        return layer_norm(h, w, c) + h
+
+    args = (f32(8, 32), f32(8, 32), f32(32), f32(32))
+    k, (out,) = run_kernel(fn, *args, cache_dir=cache, name="res_ln_reused")
+    np.testing.assert_allclose(out, fn(*args), rtol=1e-4, atol=1e-5)
