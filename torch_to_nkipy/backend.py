@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Callable, Dict, List, Sequence, Set, Tuple
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import torch
 import torch.fx
@@ -13,8 +14,16 @@ from torch._functorch.aot_autograd import aot_module_simplified
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupport
 
+from spiky.buckets import infer_buckets, next_pow2, select_bucket
+from spiky.padding import get_metadata
+from spiky.profiling import ExecutionProfile, ntff_path
+from spiky.stats import record_compile
+
 from . import kernel as kernel_mod
 from .config import get_nkipy_backend_config, is_nkipy_backend_initialized
+from .dynamic import dynamic_signature
+from .kernel import DEFAULT_OPTIONS, PadCall
+from .options import OPTION_TYPES, ExecOptions, resolve_options, validate_options  # noqa: F401
 from .lowering.codegen import is_supported_node
 from .lowering.registry import target_name
 
@@ -35,31 +44,94 @@ class _Support(OperatorSupport):
 
 
 class CompiledGraph:
-    """A graph compiled lazily, one kernel per concrete input signature."""
+    """A graph compiled lazily on first call.
 
-    def __init__(self, gm: torch.fx.GraphModule, role: str = "forward") -> None:
+    Static graphs get one kernel per concrete input signature. Graphs with
+    dynamic sizes (``dynamic=True``, ``maybe_mark_dynamic``) get one kernel per
+    bucket of their primary dynamic size, inputs padded and outputs unpadded on
+    the device (torch_to_nkipy.dynamic); when padding could change results the
+    graph is compiled for each exact size instead (logged once).
+    """
+
+    def __init__(self, gm: torch.fx.GraphModule, role: str = "forward",
+                 opts: ExecOptions = DEFAULT_OPTIONS) -> None:
         self.gm = gm
         self.role = role
+        self.opts = opts
         self._kernels: Dict[Tuple, Tuple[int, kernel_mod.NKIPyKernel]] = {}
         self._lock = threading.Lock()
+        self.calls = 0
+        self._static: Optional[kernel_mod.NKIPyKernel] = None
+        self.sig = dynamic_signature(gm)
+        self.buckets: Optional[List[int]] = None
+        if self.sig is not None:
+            if self.sig.hazard:
+                log.warning("%s graph: not padding the dynamic size %s (%s); compiling each "
+                            "size exactly", role, self.sig.primary, self.sig.hazard)
+            else:
+                cfg = get_nkipy_backend_config()
+                self.buckets = list(opts.buckets) if opts.buckets else \
+                    infer_buckets(cfg.max_bucket_size, cfg.bucket_strategy)
 
-    def kernel_for(self, args: Sequence[Any]) -> kernel_mod.NKIPyKernel:
-        sig = kernel_mod.signature_of(args)
+    def _build(self, key: Tuple, args: Sequence[Any], what: str) -> kernel_mod.NKIPyKernel:
         gen = kernel_mod._GENERATION[0]
-        entry = self._kernels.get(sig)
+        entry = self._kernels.get(key)
         if entry is not None and entry[0] == gen:
             return entry[1]
         with self._lock:
+            entry = self._kernels.get(key)
+            if entry is not None and entry[0] == gen:
+                return entry[1]
             cfg = get_nkipy_backend_config()
-            if self._kernels and sig not in self._kernels:
-                log.info("recompiling %s graph for new input shapes %s", self.role,
-                         [tuple(a.shape) for a in args if isinstance(a, torch.Tensor)])
+            if self._kernels:
+                log.info("compiling %s graph for %s", self.role, what)
+            start = time.monotonic_ns()
             k = kernel_mod.build_kernel(self.gm, args, cfg.nkipy_cache,
                                        compiler_args=self._compiler_args(cfg),
                                        core_id=cfg.visible_core, rank=cfg.rank,
                                        world_size=cfg.world_size)
-            self._kernels[sig] = (gen, k)
+            self._compile_span = (start, time.monotonic_ns())
+            record_compile()
+            self._kernels[key] = (gen, k)
             return k
+
+    def kernel_for(self, args: Sequence[Any]) -> kernel_mod.NKIPyKernel:
+        """The kernel of one concrete input signature."""
+        sig = kernel_mod.signature_of(args)
+        return self._build(sig, args, "new input shapes " + str(
+            [tuple(a.shape) for a in args if isinstance(a, torch.Tensor)]))
+
+    def bucket_for(self, args: Sequence[Any]) -> Tuple[kernel_mod.NKIPyKernel, PadCall]:
+        """The bucket kernel for a call and how the call maps onto it."""
+        assert self.sig is not None and self.buckets is not None
+        env = self.sig.bind(args)
+        s = self.sig.primary
+        if self.opts.input_layout == "padded":   # padded inputs: the real size is recorded
+            for i in self.sig.in_pad:
+                meta = get_metadata(args[i])
+                if meta is not None:
+                    env[s] = meta.original_size
+                    break
+        n = env[s]
+        b = select_bucket(self.buckets, n)
+        if b is None:
+            if not self.opts.jit:
+                raise ValueError(f"dynamic size {n} exceeds the largest bucket "
+                                 f"{self.buckets[-1]} of this compiled function and its "
+                                 f"option jit is off")
+            with self._lock:
+                b = select_bucket(self.buckets, n)
+                if b is None:
+                    b = next_pow2(n)
+                    self.buckets = sorted(set(self.buckets) | {b})
+                    log.info("%s graph: new bucket %d for dynamic size %d", self.role, b, n)
+        benv = dict(env)
+        benv[s] = b
+        key = ("bucket", b) + tuple(env[x] for x in self.sig.symbols[1:])
+        k = self._build(key, self.sig.concrete(benv), f"bucket {b}")
+        pad = PadCall(b, n, self.sig.in_pad, self.sig.out_pad,
+                      {pos: self.sig.eval(e, env) for pos, e in self.sig.out_symint.items()})
+        return k, pad
 
     def _compiler_args(self, cfg: Any) -> str:
         from .custom_ops import custom_kernel_for
@@ -72,11 +144,45 @@ class CompiledGraph:
                     extra.append(ck.compiler_args)
         return " ".join([cfg.additional_compiler_args] + extra).strip()
 
+    def _profile(self, exe_idx: int) -> Optional[ExecutionProfile]:
+        o = self.opts
+        if not o.save_ntff or (o.save_ntff_exe_idx is not None and exe_idx not in
+                               o.save_ntff_exe_idx):
+            return None
+        cfg = get_nkipy_backend_config()
+        return ExecutionProfile(cfg.visible_core) if cfg.rank == 0 else None
+
     def __call__(self, *args: Any) -> List[Any]:
-        return self.kernel_for(args)(args)
+        exe_idx = self.calls
+        self.calls += 1
+        profile = self._profile(exe_idx)
+        self._compile_span = None
+        if self.sig is None and profile is None:
+            # static graph: Dynamo's guards fix every input, so there is one kernel
+            k = self._static
+            if k is None or k.generation != kernel_mod._GENERATION[0]:
+                k = self._static = self.kernel_for(args)
+            return k.executor.run(args, None, self.opts, None)
+        if self.buckets is None:
+            k, pad = self.kernel_for(args), None
+        else:
+            k, pad = self.bucket_for(args)
+        if profile is not None and self._compile_span is not None:
+            profile.span(f"compile kernel_{k.hash}", *self._compile_span)
+        res = k(args, pad, self.opts, profile)
+        if profile is not None:
+            path = profile.save(ntff_path(self.opts.save_ntff_dir, k.hash, exe_idx),
+                                k.device_kernel.neff_path)
+            log.info("profile of execution %d written to %s", exe_idx, path)
+        return res
+
+    def flush(self) -> None:
+        """Waits for every pipelined execution of this graph."""
+        for _, k in list(self._kernels.values()):
+            k.executor.flush()
 
 
-def _partition(gm: torch.fx.GraphModule, role: str) -> torch.fx.GraphModule:
+def _partition(gm: torch.fx.GraphModule, role: str, opts: ExecOptions) -> torch.fx.GraphModule:
     """Supported regions become compiled submodules; the rest stays eager."""
     partitioner = CapabilityBasedPartitioner(gm, _Support(), allows_single_node_partition=True)
     parts = partitioner.propose_partitions()
@@ -87,22 +193,23 @@ def _partition(gm: torch.fx.GraphModule, role: str) -> torch.fx.GraphModule:
                        and target_name(n.target) != "_operator.getitem"]
             if not compute:
                 continue
-            wrapper = _CompiledSubmodule(sub, f"{role}.{name}")
+            wrapper = _CompiledSubmodule(sub, f"{role}.{name}", opts)
             setattr(fused, name, wrapper)
     fused.recompile()
     return fused
 
 
 class _CompiledSubmodule(torch.nn.Module):
-    def __init__(self, sub: torch.fx.GraphModule, role: str, allow_partition: bool = False) -> None:
+    def __init__(self, sub: torch.fx.GraphModule, role: str, opts: ExecOptions,
+                 allow_partition: bool = False) -> None:
         super().__init__()
         self.sub = sub
         out = next(n for n in sub.graph.nodes if n.op == "output")
         self.single = not isinstance(out.args[0], (list, tuple))
         if allow_partition:
-            self.compiled = compile_fx_graph(sub, role, split_markers=False)
+            self.compiled = compile_fx_graph(sub, role, opts, split_markers=False)
         else:
-            self.compiled = CompiledGraph(sub, role)
+            self.compiled = CompiledGraph(sub, role, opts)
             self.compiled._boxed_call = False  # type: ignore[attr-defined]
 
     def forward(self, *args: Any) -> Any:
@@ -118,7 +225,8 @@ class _CompiledSubmodule(torch.nn.Module):
 _MARKER = "nkipy.mark_subgraph_identity.default"
 
 
-def _split_on_markers(gm: torch.fx.GraphModule, role: str) -> torch.fx.GraphModule:
+def _split_on_markers(gm: torch.fx.GraphModule, role: str,
+                      opts: ExecOptions) -> torch.fx.GraphModule:
     """One partition per region ending at a ``mark_subgraph_identity``; each
     compiled separately (identical regions generate identical source and share
     one kernel)."""
@@ -135,17 +243,19 @@ def _split_on_markers(gm: torch.fx.GraphModule, role: str) -> torch.fx.GraphModu
     split = split_module(gm, None, lambda n: assignment[n], keep_original_order=True)
     for name, sub in list(split.named_children()):
         if name.startswith("submod_") and isinstance(sub, torch.fx.GraphModule):
-            setattr(split, name, _CompiledSubmodule(sub, f"{role}.{name}", allow_partition=True))
+            setattr(split, name, _CompiledSubmodule(sub, f"{role}.{name}", opts,
+                                                    allow_partition=True))
     split.recompile()
     return split
 
 
 def compile_fx_graph(gm: torch.fx.GraphModule, role: str = "forward",
+                     opts: ExecOptions = DEFAULT_OPTIONS,
                      split_markers: bool = True) -> Callable[..., Any]:
     """A callable running ``gm`` (boxed: takes the list of inputs)."""
     if split_markers and sum(1 for n in gm.graph.nodes if n.op == "call_function"
                              and target_name(n.target) == _MARKER) > 0:
-        split = _split_on_markers(gm, role)
+        split = _split_on_markers(gm, role, opts)
 
         def run_split(args: List[Any]) -> Any:
             return split(*args)
@@ -153,60 +263,19 @@ def compile_fx_graph(gm: torch.fx.GraphModule, role: str = "forward",
         return run_split
     unsupported = [n for n in gm.graph.nodes if n.op == "call_function" and not is_supported_node(n)]
     if not unsupported:
-        compiled: Any = CompiledGraph(gm, role)
+        compiled: Any = CompiledGraph(gm, role, opts)
 
         def run(args: List[Any]) -> Any:
             return compiled(*args)
     else:
         for n in unsupported:
             _log_unsupported_once(target_name(n.target))
-        part = _partition(gm, role)
+        part = _partition(gm, role, opts)
 
         def run(args: List[Any]) -> Any:
             return part(*args)
     run._boxed_call = True  # type: ignore[attr-defined]
     return run
-
-
-def _fw_compiler(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
-    return compile_fx_graph(gm, "forward")
-
-
-def _bw_compiler(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
-    return compile_fx_graph(gm, "backward")
-
-
-#: ``torch.compile(backend="nkipy", options={...})`` keys (spiky's) and their types.
-OPTION_TYPES: Dict[str, Any] = {
-    "buckets": (list, tuple), "jit": bool, "pipelined": bool, "pad_on_device": bool,
-    "keep_outputs_on_device": bool, "input_layout": str, "output_layout": str,
-    "unpad_outputs": bool, "save_ntff": bool, "save_ntff_dir": str,
-    "save_ntff_exe_idx": (list, tuple),
-}
-
-
-def validate_options(options: Any) -> Dict[str, Any]:
-    """Checks per-function options; unknown keys and wrong types raise ValueError."""
-    if options is None:
-        return {}
-    if not isinstance(options, dict):
-        raise ValueError(f"options must be a dict, not {type(options).__name__}")
-    for key, value in options.items():
-        if key not in OPTION_TYPES:
-            raise ValueError(f"unknown nkipy backend option {key!r} "
-                             f"(known: {', '.join(sorted(OPTION_TYPES))})")
-        if not isinstance(value, OPTION_TYPES[key]):
-            raise ValueError(f"nkipy backend option {key!r} has the wrong type "
-                             f"{type(value).__name__}")
-    if options.get("input_layout", "auto") not in ("auto", "padded"):
-        raise ValueError("option input_layout must be 'auto' or 'padded'")
-    if options.get("output_layout", "unpad") not in ("unpad", "padded"):
-        raise ValueError("option output_layout must be 'unpad' or 'padded'")
-    buckets = options.get("buckets")
-    if buckets is not None and (not buckets or any(not isinstance(b, int) or b <= 0
-                                                   for b in buckets)):
-        raise ValueError("option buckets must be a non-empty list of positive ints")
-    return dict(options)
 
 
 #: Ops lowered directly although core ATen decomposes them (their decompositions
@@ -225,15 +294,20 @@ def decompositions() -> Dict[Any, Any]:
 
 def nkipy_backend_fn(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
                      options: Any = None, **kwargs: Any) -> Callable[..., Any]:
-    """The dynamo backend: AOTAutograd with core ATen decompositions.
-
-    ``options`` (spiky's per-function options) are validated and recorded; the
-    current executor runs every graph synchronously, unpadded."""
+    """The dynamo backend: AOTAutograd with core ATen decompositions; forward and
+    backward graphs compiled by :func:`compile_fx_graph` with the per-function
+    ``options`` (torch_to_nkipy.options) over the backend defaults."""
     if not is_nkipy_backend_initialized():
         raise RuntimeError("torch.compile(backend='nkipy') needs init_nkipy_backend() first")
-    validate_options(options)
-    return aot_module_simplified(gm, example_inputs, fw_compiler=_fw_compiler,
-                                 bw_compiler=_bw_compiler,
+    opts = resolve_options(options, get_nkipy_backend_config())
+
+    def fw(g: torch.fx.GraphModule, ex: Sequence[Any]) -> Callable[..., Any]:
+        return compile_fx_graph(g, "forward", opts)
+
+    def bw(g: torch.fx.GraphModule, ex: Sequence[Any]) -> Callable[..., Any]:
+        return compile_fx_graph(g, "backward", opts)
+
+    return aot_module_simplified(gm, example_inputs, fw_compiler=fw, bw_compiler=bw,
                                  decompositions=decompositions(),
                                  keep_inference_input_mutations=True)
 

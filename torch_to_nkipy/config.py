@@ -37,8 +37,8 @@ class NKIPyBackendConfig:
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in (
             "nkipy_cache", "rank", "world_size", "core_offset", "log_level",
-            "additional_compiler_args", "pad_on_device", "keep_outputs_on_device", "pipelined",
-            "input_layout", "output_layout"))
+            "additional_compiler_args", "max_bucket_size", "bucket_strategy", "pad_on_device",
+            "keep_outputs_on_device", "pipelined", "input_layout", "output_layout"))
         return f"NKIPyBackendConfig({fields})"
 
 
@@ -78,13 +78,17 @@ def init_nkipy_backend(nkipy_cache: str = "./nkipy_cache", log_level: int = logg
                        core_offset: int = 0, additional_compiler_args: str = "",
                        pad_on_device: bool = True, keep_outputs_on_device: bool = False,
                        pipelined: bool = True, input_layout: str = "auto",
-                       output_layout: str = "unpad") -> None:
+                       output_layout: str = "unpad", max_bucket_size: int = 2048,
+                       bucket_strategy: str = "power_of_2") -> None:
     """Initialises the nkipy ``torch.compile`` backend (once per process).
 
     ``rank``/``world_size`` default to ``torch.distributed`` when it is
     initialised, else ``LOCAL_RANK``/``RANK`` and ``WORLD_SIZE``, else 0 and 1.
     Kernels are cached under ``<nkipy_cache>/rank_<rank>/``; the device core is
-    ``rank + core_offset``. Raises RuntimeError when already initialised.
+    ``rank + core_offset``. The other arguments are the defaults of the
+    per-function options (docs/spiky.md); ``max_bucket_size`` and
+    ``bucket_strategy`` (``"power_of_2"`` or ``"linear"``) shape the buckets of
+    dynamic graphs. Raises RuntimeError when already initialised.
     """
     global _CONFIG
     if _CONFIG is not None:
@@ -97,6 +101,14 @@ def init_nkipy_backend(nkipy_cache: str = "./nkipy_cache", log_level: int = logg
         raise ValueError(f"input_layout must be 'auto' or 'padded', not {input_layout!r}")
     if output_layout not in ("unpad", "padded"):
         raise ValueError(f"output_layout must be 'unpad' or 'padded', not {output_layout!r}")
+    from spiky.buckets import STRATEGIES
+
+    if bucket_strategy not in STRATEGIES:
+        raise ValueError(f"bucket_strategy must be one of {', '.join(STRATEGIES)}, "
+                         f"not {bucket_strategy!r}")
+    if isinstance(max_bucket_size, bool) or not isinstance(max_bucket_size, int) \
+            or max_bucket_size < 1:
+        raise ValueError(f"max_bucket_size must be a positive int, not {max_bucket_size!r}")
     if core_offset < 0:
         raise ValueError(f"core_offset must be >= 0, not {core_offset}")
     prefix = os.fspath(nkipy_cache)
@@ -105,7 +117,8 @@ def init_nkipy_backend(nkipy_cache: str = "./nkipy_cache", log_level: int = logg
         log_level=log_level, rank=r, world_size=ws, core_offset=core_offset,
         additional_compiler_args=additional_compiler_args, pad_on_device=pad_on_device,
         keep_outputs_on_device=keep_outputs_on_device, pipelined=pipelined,
-        input_layout=input_layout, output_layout=output_layout)
+        input_layout=input_layout, output_layout=output_layout,
+        max_bucket_size=max_bucket_size, bucket_strategy=bucket_strategy)
     os.makedirs(cfg.nkipy_cache, exist_ok=True)
     log.setLevel(log_level)
     if not log.handlers and not logging.getLogger().handlers:

@@ -69,10 +69,16 @@ def is_nkipy(x: Any) -> bool:
     return isinstance(dev, torch.device) and dev.type == DEVICE_TYPE
 
 
+_NP_DTYPES = {torch.float32: np.dtype(np.float32), torch.float16: np.dtype(np.float16),
+              torch.bfloat16: np.dtype(bfloat16), torch.int32: np.dtype(np.int32),
+              torch.int16: np.dtype(np.int16), torch.int8: np.dtype(np.int8),
+              torch.uint8: np.dtype(np.uint8), torch.bool: np.dtype(np.bool_),
+              torch.int64: np.dtype(np.int64), torch.float64: np.dtype(np.float64)}
+
+
 def _np_dtype(dtype: torch.dtype) -> np.dtype:
-    if dtype == torch.bfloat16:
-        return np.dtype(bfloat16)
-    return torch.empty(0, dtype=dtype).numpy().dtype
+    np_dtype = _NP_DTYPES.get(dtype)
+    return np_dtype if np_dtype is not None else torch.empty(0, dtype=dtype).numpy().dtype
 
 
 def _torch_dtype(np_dtype: Any) -> torch.dtype:
@@ -96,37 +102,27 @@ def _wrap_nkipy(t: torch.Tensor, name: Optional[str] = None) -> DeviceTensor:
 def to_device(t: torch.Tensor, core_id: int = 0) -> DeviceTensor:
     """A device tensor holding ``t``'s values: for a tensor on the nkipy device,
     its own memory (a device-side copy only when it is non-contiguous, on
-    another core or 64-bit); for a CPU tensor, a host-to-device copy."""
-    if is_nkipy(t):
-        src = t.detach()
-        if src.device.index not in (None, core_id):
-            src = src.to(torch.device(DEVICE_TYPE, core_id))
-        if src.dtype in _NARROW:
-            src = src.to(_NARROW[src.dtype])
-        if not src.is_contiguous():
-            src = src.contiguous()
-        return _wrap_nkipy(src)
-    return DeviceTensor.from_numpy(torch_to_numpy(t), core_id=core_id)
+    another core or 64-bit); for a CPU tensor, a host-to-device copy.
 
-
-class HostStaging:
-    """Persistent device buffers for a kernel called with CPU tensors: inputs are
-    written into the same device tensors every call (no allocation per call)."""
-
-    def __init__(self, core_id: int) -> None:
-        self.core_id = core_id
-        self.inputs: dict = {}
-        self.outputs: Optional[dict] = None
-
-    def input(self, name: str, t: torch.Tensor) -> DeviceTensor:
-        arr = torch_to_numpy(t)
-        buf = self.inputs.get(name)
-        if buf is None or buf.shape != arr.shape or buf.dtype != arr.dtype:
-            buf = DeviceTensor.from_numpy(arr, name=name, core_id=self.core_id)
-            self.inputs[name] = buf
-        else:
-            buf.write_from_numpy(arr)
-        return buf
+    The wrapper of an nkipy tensor's own memory is kept on the tensor and reused
+    while the tensor still has the same memory, shape, strides and dtype (weights
+    and caches passed to every call are wrapped once)."""
+    if t.is_cpu:
+        return DeviceTensor.from_numpy(torch_to_numpy(t), core_id=core_id)
+    key = (t.data_ptr(), t.shape, t.stride(), t.dtype, core_id)
+    cached = t.__dict__.get("_nkipy_wrapper")
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    if t.device.index in (None, core_id) and t.dtype not in _NARROW and t.is_contiguous():
+        d = _wrap_nkipy(t.detach())
+        t.__dict__["_nkipy_wrapper"] = (key, d)
+        return d
+    src = t.detach()
+    if src.device.index not in (None, core_id):
+        src = src.to(torch.device(DEVICE_TYPE, core_id))
+    if src.dtype in _NARROW:
+        src = src.to(_NARROW[src.dtype])
+    return _wrap_nkipy(src.contiguous())
 
 
 def empty_for_output(shape: Any, np_dtype: Any, like: torch.device) -> Optional[DeviceTensor]:
@@ -137,11 +133,6 @@ def empty_for_output(shape: Any, np_dtype: Any, like: torch.device) -> Optional[
         return None
     t = torch.empty(tuple(shape), dtype=_torch_dtype(np_dtype), device=like)
     return _wrap_nkipy(t)
-
-
-def empty_device(shape: Any, dtype: torch.dtype, core_id: int = 0) -> DeviceTensor:
-    a = np.empty(tuple(shape), dtype=torch_to_numpy(torch.empty(0, dtype=dtype)).dtype)
-    return DeviceTensor.from_numpy(a, core_id=core_id)
 
 
 def from_device(d: DeviceTensor, like_dtype: Optional[torch.dtype],

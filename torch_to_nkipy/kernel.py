@@ -24,18 +24,28 @@ import os
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 import torch.fx
 
+from nkipy.runtime import DeviceTensor
+from spiky.padding import (PadGeometry, PaddingMetadata, attach_metadata, copy_padded,
+                           copy_unpadded, get_metadata, read_unpadded, write_padded)
+from spiky.profiling import now_ns
+from spiky.stats import record_execution
+
 from . import device
+from .options import ExecOptions
 from .lowering.codegen import GeneratedSource, generate_source, side_by_side
 
 log = logging.getLogger("torch_to_nkipy")
 
 _GENERATION = [0]
+
+DEFAULT_OPTIONS = ExecOptions()
 
 #: Process-wide counters: kernels built by the C compiler vs served by the cache.
 STATS = {"kernels": 0, "compiled": 0, "cache_hits": 0, "shared": 0}
@@ -170,8 +180,6 @@ class NKIPyKernel:
             additional_compiler_args=compiler_args, core_id=core_id,
             cc_enabled=world_size > 1, rank_id=rank, world_size=world_size)
         self.compiled_now = not self.device_kernel.compiled.cache_hit
-        self._staging = device.HostStaging(self.device_kernel.core_id)
-        self._staging_lock = threading.Lock()
         STATS["kernels"] += 1
         STATS["compiled" if self.compiled_now else "cache_hits"] += 1
         out_info = list(self.device_kernel.output_tensors_info.items())
@@ -205,47 +213,331 @@ class NKIPyKernel:
         arrays = [device.torch_to_numpy(args[i]).copy() for i in self.tensor_arg_idx]
         return list(self.func(*arrays))
 
-    def __call__(self, args: Sequence[Any]) -> List[Any]:
-        idx = self.tensor_arg_idx
-        dev = args[idx[0]].device if idx else torch.device("cpu")
-        if all(args[i].device.type == "cpu" for i in idx):
-            with self._staging_lock:   # CPU tensors: persistent staging buffers
-                return self._call(args, dev, staged=True)
-        return self._call(args, dev, staged=False)
+    def __call__(self, args: Sequence[Any], pad: Optional["PadCall"] = None,
+                 opts: ExecOptions = DEFAULT_OPTIONS,
+                 profile: Optional[Any] = None) -> List[Any]:
+        """Runs the kernel on torch tensors (see :class:`Executor`)."""
+        return self.executor.run(args, pad, opts, profile)
 
-    def _call(self, args: Sequence[Any], dev: torch.device, staged: bool) -> List[Any]:
-        core = self.device_kernel.core_id
-        if staged:
-            st = self._staging
-            inputs = {p: st.input(p, args[i]) for p, i in self.param_index.items()}
-            if st.outputs is None:
-                names = [n for n, m in self.device_kernel.output_tensors_info.items()
-                         if m.alias_of is None]
-                st.outputs = dict(zip(names, self.device_kernel.allocate_output_tensors()))
-            outs = st.outputs
-            self.device_kernel(inputs=inputs, outputs=outs)
+    @property
+    def executor(self) -> "Executor":
+        ex = self.__dict__.get("_executor")
+        if ex is None:
+            ex = self._executor = Executor(self)
+        return ex
+
+
+@dataclass
+class PadCall:
+    """One call of a bucket kernel: actual size ``actual`` of the dynamic dimension
+    run at ``bucket``; which inputs (by argument index) and outputs (by position)
+    carry that dimension; values of SymInt outputs at the actual size."""
+
+    bucket: int
+    actual: int
+    in_pad: Dict[int, Any]
+    out_pad: Dict[int, Any]
+    symint_outputs: Dict[int, int]
+
+
+class _BufferSet:
+    """Device buffers for a kernel called with CPU tensors: inputs are written
+    into the same device tensors every call (no allocation per call). With
+    pipelining, two sets alternate and each remembers the execution using it."""
+
+    def __init__(self, core_id: int) -> None:
+        self.core_id = core_id
+        self.inputs: Dict[str, DeviceTensor] = {}
+        self.outputs: Optional[Dict[str, DeviceTensor]] = None
+        self.event: Any = None
+
+    def buffer(self, name: str, shape: Tuple[int, ...], dtype: Any) -> DeviceTensor:
+        buf = self.inputs.get(name)
+        if buf is None or buf.shape != tuple(shape) or buf.dtype != dtype:
+            buf = DeviceTensor.from_numpy(np.empty(shape, dtype), name=name, core_id=self.core_id)
+            self.inputs[name] = buf
+        return buf
+
+    def wait(self) -> None:
+        ev, self.event = self.event, None
+        if ev is not None:
+            ev.wait()
+
+
+class Executor:
+    """Runs one kernel on torch tensors: inputs in (copied, padded or passed
+    through), the kernel, outputs out (read back, unpadded, or left on the
+    device), in-place mutations written back, statistics and profiles recorded.
+
+    Inputs on the ``nkipy`` device are passed to the kernel without copies (a
+    padded copy is made on the device when padding is needed); CPU inputs are
+    written into persistent device buffers. Outputs are ``nkipy`` tensors when
+    the inputs are, or with ``keep_outputs_on_device``; CPU tensors otherwise.
+    With ``pipelined`` and device outputs the execution is submitted without
+    waiting: the call returns while the kernel runs and the next call's input
+    copies overlap it (two buffer sets alternate). Any later use of the outputs
+    waits for the kernel (the runtime orders copies and executions touching
+    the same memory), so no stale data can be read.
+    """
+
+    def __init__(self, kernel: "NKIPyKernel") -> None:
+        self.k = kernel
+        self.core = kernel.device_kernel.core_id
+        self.sets = [_BufferSet(self.core), _BufferSet(self.core)]
+        self.turn = 0
+        self.lock = threading.Lock()
+        dk = kernel.device_kernel
+        self.out_specs = [(n, tuple(m.shape), m.dtype) for n, m in dk.output_tensors_info.items()
+                          if m.alias_of is None]
+        self.in_specs = {n: (tuple(m.shape), np.dtype(m.dtype) if m.dtype != "bfloat16"
+                             else np.dtype(device.bfloat16))
+                         for n, m in dk.input_tensors_info.items()}
+        import spike
+        import spike_torch  # noqa: F401  (the "nkipy" torch device outputs may live on)
+
+        self.out_dev = torch.device(device.DEVICE_TYPE, self.core)
+        self.rt = spike.get_spike_singleton()
+
+    # -- inputs --------------------------------------------------------------
+
+    def _input(self, p: str, a: torch.Tensor, pd: Any, pad: Optional[PadCall],
+               opts: ExecOptions, bufs: _BufferSet) -> Tuple[DeviceTensor, Any]:
+        """The device tensor for parameter ``p`` and, when padded, its geometry."""
+        if pd is not None and opts.input_layout == "padded":
+            meta = get_metadata(a)
+            if meta is not None:
+                if a.shape[pd.dim] == pd.mult * pad.bucket:
+                    pd = None                               # already padded to the bucket
+                else:
+                    a = a.narrow(pd.dim, 0, pd.mult * meta.original_size)
+        if pd is None:
+            if not a.is_cpu:
+                return device.to_device(a, self.core), None
+            arr = device.torch_to_numpy(a)
+            buf = bufs.buffer(p, arr.shape, arr.dtype)
+            buf.write_from_numpy(arr)
+            return buf, None
+        shape, np_dtype = self.in_specs[p]
+        geo = PadGeometry.of(tuple(a.shape), pd.dim, pd.mult * pad.bucket, np_dtype.itemsize)
+        if not a.is_cpu:
+            src = device.to_device(a, self.core)
+            dst = device.empty_for_output(shape, np_dtype, self.out_dev)
+            if opts.pad_on_device:
+                copy_padded(self.rt, src.tensor_ref, 0, dst.tensor_ref, 0, geo)
+            else:
+                dst.write_from_numpy(_host_pad(src.numpy(), pd.dim, shape))
+            return dst, geo
+        arr = device.torch_to_numpy(a)
+        buf = bufs.buffer(p, shape, np_dtype)
+        if opts.pad_on_device:
+            write_padded(self.rt, buf.tensor_ref, 0, arr, geo)
         else:
-            inputs = {p: device.to_device(args[i], core) for p, i in self.param_index.items()}
-            outs = None
-        if not staged and device.is_nkipy(dev):
-            outs = {}
-            for name, meta in self.device_kernel.output_tensors_info.items():
-                if meta.alias_of is None:
-                    outs[name] = device.empty_for_output(meta.shape, meta.dtype, dev)
-            self.device_kernel(inputs=inputs, outputs=outs)
-        elif not staged:
-            outs = self.device_kernel(inputs=inputs)
-        assert outs is not None
-        for name, src in self.aliases.items():
-            device.write_back(args[self.param_index[src]], inputs[src])
-        results: List[Any] = [None] * self.n_outputs
-        for pos, name in zip(self.tensor_out_pos, self.out_names):
-            dt = self.out_dtypes[pos] if pos < len(self.out_dtypes) else None
-            d = outs[name] if name in outs else inputs[self.aliases[name]]
-            results[pos] = device.from_device(d, dt, dev)
-        for pos, val in self.static_outputs.items():
-            if isinstance(val, np.ndarray):   # a constant tensor returned as is
-                dt = self.out_dtypes[pos] if pos < len(self.out_dtypes) else None
+            buf.write_from_numpy(_host_pad(arr, pd.dim, shape))
+        return buf, geo
+
+    # -- outputs -------------------------------------------------------------
+
+    def _unpad(self, d: DeviceTensor, pd: Any, pad: PadCall, dt: Optional[torch.dtype],
+               out_dev: torch.device) -> torch.Tensor:
+        shape = list(d.shape)
+        shape[pd.dim] = pd.mult * pad.actual
+        geo = PadGeometry.of(shape, pd.dim, d.shape[pd.dim], d.dtype.itemsize)
+        ddt = device._torch_dtype(d.dtype)
+        r = torch.empty(shape, dtype=ddt, device=out_dev)
+        if device.is_nkipy(out_dev):
+            copy_unpadded(self.rt, d.tensor_ref, 0, device.to_device(r, self.core).tensor_ref, 0,
+                          geo)
+        else:
+            read_unpadded(self.rt, d.tensor_ref, 0, device.torch_to_numpy(r), geo)
+        return r if dt is None or r.dtype == dt else r.to(dt)
+
+    def _write_back_unpadded(self, dst: torch.Tensor, d: DeviceTensor, pd: Any,
+                             pad: PadCall) -> None:
+        real = self._unpad(d, pd, pad, dst.dtype, dst.device)
+        with torch.no_grad():
+            dst.copy_(real.reshape(dst.shape))
+
+    # -- a call ----------------------------------------------------------------
+
+    def _fast_plan(self) -> Optional[Tuple[Any, ...]]:
+        """Precomputed bindings for the common call: CPU tensors in and out, no
+        padding, no aliasing, no constant outputs (None when the kernel is not
+        like that)."""
+        k = self.k
+        if k.aliases or k.static_outputs or len(k.out_names) != k.n_outputs:
+            return None
+        ins = []
+        for p, i in k.param_index.items():
+            shape, np_dtype = self.in_specs[p]
+            if np_dtype.name not in _FAST_DTYPES:
+                return None
+            ins.append((i, p, tuple(shape), np_dtype))
+        outs = []
+        for pos, name in zip(k.tensor_out_pos, k.out_names):
+            shape, dt = next((sh, d) for n, sh, d in self.out_specs if n == name)
+            want = k.out_dtypes[pos] if pos < len(k.out_dtypes) else None
+            if dt not in _FAST_DTYPES or (want is not None and want != _FAST_DTYPES[dt]):
+                return None
+            outs.append((name, torch.Size(shape), _FAST_DTYPES[dt]))
+        bufs = self.sets[0]
+        refs = {}
+        for i, p, shape, dt in ins:
+            refs[p] = bufs.buffer(p, shape, dt)
+        if bufs.outputs is None:
+            bufs.outputs = dict(zip([n for n, _, _ in self.out_specs],
+                                    k.device_kernel.allocate_output_tensors()))
+        in_set = {p: t.tensor_ref for p, t in refs.items()}
+        out_set = {n: t.tensor_ref for n, t in bufs.outputs.items()}
+        return (tuple((i, in_set[p], shape, dt) for i, p, shape, dt in ins),
+                tuple((out_set[n], shape, dt) for n, shape, dt in outs),
+                in_set, out_set, k.device_kernel.model_ref)
+
+    def _run_fast(self, args: Sequence[Any], plan: Tuple[Any, ...]) -> Optional[List[Any]]:
+        ins, outs, in_set, out_set, model = plan
+        arrays = []
+        try:
+            for i, _, shape, np_dtype in ins:
+                a = args[i]
+                if not a.is_cpu:
+                    return None
+                arr = (a.detach() if a.requires_grad else a).numpy()
+                if arr.dtype != np_dtype or arr.shape != shape or not arr.flags.c_contiguous:
+                    return None
+                arrays.append(arr)
+        except (TypeError, RuntimeError):   # not a CPU tensor: the general path
+            return None
+        if self.sets[0].event is not None or self.sets[1].event is not None:
+            return None
+        rt = self.rt
+        t0 = time.perf_counter()
+        for (_, ref, _, _), arr in zip(ins, arrays):
+            rt.tensor_write_from_pybuffer(ref, arr)
+        t1 = time.perf_counter()
+        rt.execute(model, in_set, out_set)
+        t2 = time.perf_counter()
+        results: List[Any] = []
+        for ref, shape, dt in outs:
+            r = torch.empty(shape, dtype=dt)
+            rt.tensor_read_to_pybuffer(ref, r.numpy())
+            results.append(r)
+        t3 = time.perf_counter()
+        record_execution(None, 1.0, (t3 - t0) * 1e3, (t1 - t0) * 1e3, (t2 - t1) * 1e3,
+                         (t3 - t2) * 1e3)
+        return results
+
+    def run(self, args: Sequence[Any], pad: Optional[PadCall], opts: ExecOptions,
+            profile: Optional[Any]) -> List[Any]:
+        k = self.k
+        if pad is None and profile is None and not opts.keep_outputs_on_device:
+            plan = self.__dict__.get("_plan", False)
+            if plan is False:
+                plan = self._plan = self._fast_plan()
+            if plan is not None:
+                with self.lock:
+                    res = self._run_fast(args, plan)
+                if res is not None:
+                    return res
+        t0 = time.perf_counter()
+        p0 = profile and now_ns()
+        idx = k.tensor_arg_idx
+        on_dev = any(not args[i].is_cpu for i in idx)
+        keep = on_dev or opts.keep_outputs_on_device
+        out_dev = self.out_dev if keep else torch.device("cpu")
+        asynchronous = opts.pipelined and keep
+        with self.lock:
+            bufs = self.sets[self.turn]
+            if asynchronous:
+                self.turn ^= 1
+                bufs.wait()          # the execution that last read this buffer set
+            else:
+                for s in self.sets:
+                    s.wait()
+            inputs: Dict[str, DeviceTensor] = {}
+            padded: Dict[str, Any] = {}
+            for p, i in k.param_index.items():
+                pd = pad.in_pad.get(i) if pad is not None else None
+                inputs[p], geo = self._input(p, args[i], pd, pad, opts, bufs)
+                if geo is not None:
+                    padded[p] = pd
+            if keep:
+                outs = {n: device.empty_for_output(shape, dt, self.out_dev)
+                        for n, shape, dt in self.out_specs}
+            else:
+                if bufs.outputs is None:
+                    bufs.outputs = dict(zip([n for n, _, _ in self.out_specs],
+                                            k.device_kernel.allocate_output_tensors()))
+                outs = bufs.outputs
+            t1 = time.perf_counter()
+            p1 = profile and now_ns()
+            if asynchronous:
+                bufs.event = k.device_kernel.submit(inputs, outs)
+            else:
+                k.device_kernel(inputs=inputs, outputs=outs)
+            t2 = time.perf_counter()
+            p2 = profile and now_ns()
+            results: List[Any] = [None] * k.n_outputs
+            for pos, name in zip(k.tensor_out_pos, k.out_names):
+                dt = k.out_dtypes[pos] if pos < len(k.out_dtypes) else None
+                d = outs[name] if name in outs else inputs[k.aliases[name]]
+                pd = pad.out_pad.get(pos) if pad is not None else None
+                if pd is not None and opts.output_layout == "unpad":
+                    results[pos] = self._unpad(d, pd, pad, dt, out_dev)
+                    continue
+                r = device.from_device(d, dt, out_dev)
+                if pd is not None:
+                    attach_metadata(r, PaddingMetadata(pad.actual, pad.bucket, pd.dim, (pos,)))
+                results[pos] = r
+            for name, src in k.aliases.items():
+                i = k.param_index[src]
+                if src in padded:
+                    self._write_back_unpadded(args[i], inputs[src], padded[src], pad)
+                else:
+                    device.write_back(args[i], inputs[src])
+        for pos, val in k.static_outputs.items():
+            if pad is not None and pos in pad.symint_outputs:
+                val = pad.symint_outputs[pos]
+            elif isinstance(val, np.ndarray):   # a constant tensor returned as is
+                dt = k.out_dtypes[pos] if pos < len(k.out_dtypes) else None
                 val = device.numpy_to_torch(val.copy(), dt)
             results[pos] = val
+        t3 = time.perf_counter()
+        if pad is not None:
+            record_execution(pad.bucket, pad.bucket / max(pad.actual, 1), (t3 - t0) * 1e3,
+                             (t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2) * 1e3)
+        else:
+            record_execution(None, 1.0, (t3 - t0) * 1e3, (t1 - t0) * 1e3, (t2 - t1) * 1e3,
+                             (t3 - t2) * 1e3)
+        if profile:
+            p3 = now_ns()
+            what = f"bucket {pad.bucket} (actual {pad.actual})" if pad is not None else "static"
+            profile.span("inputs" + (" (pad)" if pad is not None else ""), p0, p1)
+            profile.span(f"execute kernel_{k.hash}" + (" (submitted)" if asynchronous else ""),
+                         p1, p2, shape=what)
+            profile.span("outputs" + (" (unpad)" if pad is not None else ""), p2, p3)
         return results
+
+    def flush(self) -> None:
+        """Waits for every execution this executor submitted (raises its error)."""
+        with self.lock:
+            for s in self.sets:
+                s.wait()
+
+
+_FAST_DTYPES = {"float32": torch.float32, "float16": torch.float16, "int32": torch.int32,
+                "int16": torch.int16, "int8": torch.int8, "uint8": torch.uint8,
+                "bool": torch.bool}
+
+
+def _host_pad(arr: np.ndarray, dim: int, shape: Sequence[int]) -> np.ndarray:
+    """``arr`` zero-padded along ``dim`` to ``shape`` on the host (pad_on_device=False)."""
+    out = np.zeros(shape, arr.dtype)
+    out[tuple(slice(0, n) for n in arr.shape)] = arr
+    return out
+
+
+def flush_all() -> None:
+    """Waits for every pipelined execution of every loaded kernel."""
+    for k in list(_BY_HASH.values()):
+        ex = k.__dict__.get("_executor")
+        if ex is not None:
+            ex.flush()

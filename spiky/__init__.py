@@ -1,0 +1,73 @@
+"""spiky: the runtime for graphs compiled with ``torch.compile(backend="nkipy")``.
+
+Dynamic-shape buckets with padding done by the device, pipelined execution,
+per-function options, execution statistics, the device memory pool and
+execution profiles. The backend itself is ``spiky.torch.init_nkipy_backend``
+(the same one as ``torch_to_nkipy.init_nkipy_backend``)::
+
+    import spiky
+    from spiky.torch import init_nkipy_backend
+
+    init_nkipy_backend()
+    compiled = torch.compile(model, backend="nkipy", dynamic=True)
+    ...
+    print(spiky.get_stats().bucket_hits, spiky.get_memory_stats()["used_bytes"])
+
+This package is torch-graph agnostic: torch_to_nkipy's executor uses its
+pieces (buckets, padding, stats, profiles); ``spiky.torch`` is the facade
+over the backend.
+"""
+from .buckets import check_buckets, infer_buckets, next_pow2, select_bucket
+from .memory import (MEMORY_STAT_KEYS, clear_memory_pool, empty_cache, get_cached_blocks,
+                     get_memory_stats, trim_memory_pool)
+from .padding import PaddingMetadata, attach_metadata, get_metadata
+from .profiling import ExecutionProfile
+from .stats import RuntimeStats, get_stats, reset_stats
+
+
+def init(device_id: int = 0) -> None:
+    """Starts the device runtime (the spike singleton) and the ``nkipy`` torch device;
+    ``device_id`` becomes the current device."""
+    import spike_torch
+
+    spike_torch.set_device(device_id)
+
+
+def is_initialized() -> bool:
+    """Whether the device runtime is running."""
+    from spike.spike_singleton import is_active
+
+    return is_active()
+
+
+def close() -> None:
+    """Waits for pipelined work, then shuts the device runtime down (live device
+    tensors become unusable; the next use starts a new runtime)."""
+    flush()
+    import spike_torch
+
+    spike_torch.reset()
+
+
+def device_count() -> int:
+    """Device cores visible to this process."""
+    import spike_torch
+
+    return spike_torch.device_count()
+
+
+def flush() -> None:
+    """Waits until every execution submitted by pipelined compiled functions is
+    done; raises the first error one of them hit."""
+    import sys
+
+    kernel = sys.modules.get("torch_to_nkipy.kernel")
+    if kernel is not None:
+        kernel.flush_all()
+
+
+__all__ = ["init", "close", "is_initialized", "device_count", "flush", "get_stats",
+           "reset_stats", "RuntimeStats", "get_memory_stats", "trim_memory_pool",
+           "clear_memory_pool", "empty_cache", "get_cached_blocks", "MEMORY_STAT_KEYS",
+           "PaddingMetadata", "attach_metadata", "get_metadata", "ExecutionProfile",
+           "infer_buckets", "select_bucket", "next_pow2", "check_buckets"]

@@ -1,0 +1,128 @@
+"""The usage examples of the spiky seed README, run as written (cache in a temp dir)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import torch
+import torch.nn as nn
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_quickstart(nkipy_cache):
+    from spiky.torch import init_nkipy_backend, reset_nkipy_backend
+
+    reset_nkipy_backend()
+    init_nkipy_backend(nkipy_cache=nkipy_cache)
+    try:
+        torch.manual_seed(0)
+        model = nn.Linear(32, 64, bias=False)
+        compiled = torch.compile(model, backend="nkipy")
+        x = torch.randn(1, 32)
+        with torch.no_grad():
+            out = compiled(x)
+            torch.testing.assert_close(out, model(x), rtol=1e-5, atol=1e-5)
+    finally:
+        reset_nkipy_backend()
+        torch._dynamo.reset()
+
+
+def test_dynamic_shapes(backend):
+    import spiky
+
+    torch.manual_seed(0)
+    model = nn.Linear(32, 64, bias=False)
+    compiled = torch.compile(model, backend="nkipy", dynamic=True)
+
+    x = torch.randn(4, 32)
+    torch._dynamo.maybe_mark_dynamic(x, 0)  # mark batch dim as dynamic
+
+    with torch.no_grad():
+        out1 = compiled(x)
+        x2 = torch.randn(16, 32)
+        out2 = compiled(x2)  # different size, bucket auto-selected
+        torch.testing.assert_close(out1, model(x), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(out2, model(x2), rtol=1e-5, atol=1e-5)
+    stats = spiky.get_stats()
+    assert stats.bucket_hits == {4: 1, 16: 1}
+
+
+def test_per_function_options(backend):
+    torch.manual_seed(0)
+    model = nn.Linear(32, 64, bias=False)
+    x = torch.randn(4, 32)
+    compiled = torch.compile(model, backend="nkipy", options={
+        "pipelined": True,
+        "pad_on_device": True,
+        "output_layout": "padded",
+        "input_layout": "padded",
+        "keep_outputs_on_device": True,
+    })
+
+    with torch.no_grad():
+        out = compiled(x)
+    assert out.device.type == "nkipy"
+    torch.testing.assert_close(out.cpu(), model(x).detach(), rtol=1e-5, atol=1e-5)
+
+
+def test_memory_and_stats(backend):
+    import spiky
+
+    compiled = torch.compile(nn.Linear(8, 8), backend="nkipy")
+    with torch.no_grad():
+        compiled(torch.randn(2, 8))
+    stats = spiky.get_stats()
+    print(stats.total_executions, stats.bucket_hits)
+    assert stats.total_executions == 1
+
+    mem = spiky.get_memory_stats()
+    print(f"Used: {mem['used_bytes']}, Cached: {mem['cached_bytes']}")
+    assert set(mem) == set(spiky.MEMORY_STAT_KEYS)
+
+    spiky.trim_memory_pool(target_bytes=0)
+    spiky.reset_stats()
+    assert spiky.get_stats().total_executions == 0
+    assert spiky.get_memory_stats()["cached_bytes"] == 0 or \
+        spiky.get_memory_stats()["used_bytes"] > 0   # only segments with live tensors stay
+
+
+def test_distributed_example_single_process(tmp_path):
+    """dist.init_process_group("gloo") then init_nkipy_backend(): rank and world size
+    come from torch.distributed (here a one-process group)."""
+    script = textwrap.dedent(f"""
+        import os, torch, torch.nn as nn
+        import torch.distributed as dist
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29531", RANK="0", WORLD_SIZE="1")
+        from spiky.torch import init_nkipy_backend, get_nkipy_backend_config
+
+        dist.init_process_group("gloo")
+        init_nkipy_backend(nkipy_cache={str(tmp_path)!r})  # rank, world_size auto-detected from dist
+
+        model = nn.Linear(32, 64, bias=False)
+        compiled = torch.compile(model, backend="nkipy", fullgraph=True)
+
+        x = torch.randn(1, 32)
+        with torch.no_grad():
+            out = compiled(x)
+            assert torch.allclose(out, model(x), atol=1e-5)
+        cfg = get_nkipy_backend_config()
+        assert (cfg.rank, cfg.world_size) == (0, 1), cfg
+        assert cfg.nkipy_cache.endswith("rank_0")
+        dist.destroy_process_group()
+        print("OK")
+    """)
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       env=env, timeout=300)
+    assert r.returncode == 0 and "OK" in r.stdout, r.stderr[-3000:]
+
+
+def test_same_backend_from_both_packages():
+    import spiky.torch
+    import torch_to_nkipy
+
+    assert spiky.torch.init_nkipy_backend is torch_to_nkipy.init_nkipy_backend
+    assert spiky.torch.get_nkipy_backend_config is torch_to_nkipy.get_nkipy_backend_config

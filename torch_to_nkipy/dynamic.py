@@ -1,0 +1,360 @@
+"""Dynamic shapes: how a symbolic FX graph runs in fixed-size buckets.
+
+With ``dynamic=True`` (or ``torch._dynamo.maybe_mark_dynamic``) AOTAutograd hands
+the backend graphs whose sizes are symbols (``s0``). One symbol, the *primary*
+one (the first found in the inputs, in order), is bucketed: a call with
+``s0 = n`` runs the kernel compiled for the smallest bucket ``B >= n``, with
+every input dimension of size ``k*s0`` padded on the device to ``k*B`` and every
+output dimension of size ``k*s0`` cut back to ``k*n``. Other symbols are
+specialised: each value is its own kernel.
+
+Padding is only correct when padded entries never reach real ones. Before
+using buckets, :func:`padding_hazard` walks the graph and looks for what could
+mix them: reductions, softmax, norms, cumulative ops, sorting and contractions
+over the padded dimension, concatenation, slicing, indexing along it, views
+that interleave it with other dimensions. A graph with such a hazard is not
+padded (its kernels are compiled for each exact size, logged once), so results
+are always eager's.
+"""
+from __future__ import annotations
+
+import math
+import operator
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import sympy
+import torch
+import torch.fx
+
+from .lowering.registry import target_name
+
+# ---------------------------------------------------------------------------
+# symbolic sizes
+
+
+def _expr(d: Any) -> sympy.Expr:
+    if isinstance(d, torch.SymInt):
+        return sympy.sympify(d.node.expr)
+    return sympy.Integer(int(d))
+
+
+def _meta(node: Any) -> Any:
+    if isinstance(node, torch.fx.Node):
+        return node.meta.get("val", node.meta.get("example_value"))
+    return node
+
+
+def shape_exprs(val: Any) -> Optional[List[sympy.Expr]]:
+    """The sizes of a FakeTensor as sympy expressions (None for a non-tensor)."""
+    if isinstance(val, torch.Tensor):
+        return [_expr(d) for d in val.shape]
+    return None
+
+
+def _multiple(e: sympy.Expr, s: sympy.Symbol) -> Optional[int]:
+    """k when ``e == k*s`` (k a positive integer), else None."""
+    if e == s:
+        return 1
+    k = sympy.simplify(e / s)
+    if k.is_Integer and int(k) > 0:
+        return int(k)
+    return None
+
+
+@dataclass(frozen=True)
+class PadDim:
+    """A dimension of size ``mult * s0``: padded to ``mult * B``."""
+
+    dim: int
+    mult: int
+
+
+def pad_dim_of(val: Any, s: sympy.Symbol) -> Tuple[Optional[PadDim], Optional[str]]:
+    """Where the primary symbol sits in a tensor's shape: (PadDim or None, problem)."""
+    exprs = shape_exprs(val)
+    if exprs is None:
+        return None, None
+    found = [(i, e) for i, e in enumerate(exprs) if s in e.free_symbols]
+    if not found:
+        return None, None
+    if len(found) > 1:
+        return None, f"shape {tuple(exprs)} uses the dynamic size in several dimensions"
+    i, e = found[0]
+    k = _multiple(e, s)
+    if k is None:
+        return None, f"dimension {e} is not a multiple of the dynamic size {s}"
+    return PadDim(i, k), None
+
+
+# ---------------------------------------------------------------------------
+# padding hazards
+
+
+_SHAPE_ONLY = {
+    "aten.permute.default", "aten.transpose.int", "aten.t.default", "aten.unsqueeze.default",
+    "aten.squeeze.dim", "aten.squeeze.dims", "aten.squeeze.default", "aten.expand.default",
+    "aten.clone.default", "aten._to_copy.default", "aten.alias.default", "aten.detach.default",
+    "aten.lift_fresh_copy.default", "prims.convert_element_type.default", "aten.copy.default",
+    "aten.copy_.default", "_operator.getitem", "nkipy.mark_subgraph_identity.default",
+    "_c10d_functional.wait_tensor.default", "_c10d_functional.all_reduce.default",
+    "aten.embedding.default", "aten.full.default", "aten.full_like.default",
+    "aten.zeros.default", "aten.ones.default", "aten.empty.memory_format",
+    "aten.empty_permuted.default", "aten.arange.start_step", "aten.arange.default",
+    "aten.arange.start", "aten.scalar_tensor.default", "aten.where.self",
+    "aten.masked_fill.Scalar", "aten.masked_fill.Tensor", "aten.clamp.default",
+    "aten.clamp.Tensor", "aten.sym_size.int",
+}
+
+_VIEWS = {"aten.view.default", "aten.reshape.default", "aten._unsafe_view.default"}
+
+# op -> (index of the tensor argument, index of the dim argument, keepdim-style default
+# of "all dims" when the dim argument is absent/None/empty)
+_REDUCE_DIM_ARG = {
+    "aten.sum.dim_IntList": 1, "aten.mean.dim": 1, "aten.amax.default": 1,
+    "aten.amin.default": 1, "aten.prod.dim_int": 1, "aten.var.correction": 1,
+    "aten.var.dim": 1, "aten.std.correction": 1, "aten.any.dim": 1, "aten.any.dims": 1,
+    "aten.all.dim": 1, "aten.argmax.default": 1, "aten.argmin.default": 1,
+    "aten.max.dim": 1, "aten.min.dim": 1, "aten.logsumexp.default": 1,
+    "aten.cumsum.default": 1, "aten.cumprod.default": 1, "aten._softmax.default": 1,
+    "aten._log_softmax.default": 1, "aten.sort.default": 1, "aten.topk.default": 2,
+    "aten.linalg_vector_norm.default": 2, "aten.var_mean.correction": 1,
+    "aten.flip.default": 1, "aten.roll.default": 2,
+}
+_REDUCE_ALL = {"aten.sum.default", "aten.mean.default", "aten.amax.default",
+               "aten.any.default", "aten.all.default", "aten.max.default", "aten.min.default",
+               "aten.prod.default"}
+# op -> (tensor arg, dim arg): indexing, joining and splitting along `dim`
+_ALONG_DIM = {
+    "aten.cat.default": (0, 1), "aten.split_with_sizes.default": (0, 2),
+    "aten.split.Tensor": (0, 2), "aten.slice.Tensor": (0, 1), "aten.select.int": (0, 1),
+    "aten.index_select.default": (0, 1), "aten.gather.default": (0, 1),
+    "aten.scatter.value": (0, 1), "aten.scatter.src": (0, 1), "aten.scatter_add.default": (0, 1),
+    "aten.narrow.default": (0, 1), "aten.slice_scatter.default": (0, 2),
+    "aten.select_scatter.default": (0, 2), "aten.unbind.int": (0, 1),
+}
+
+
+def _arg(node: torch.fx.Node, i: int, name: str, default: Any = None) -> Any:
+    if len(node.args) > i:
+        return node.args[i]
+    return node.kwargs.get(name, default)
+
+
+def _norm_dims(dims: Any, ndim: int) -> List[int]:
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        return list(range(ndim))
+    if not isinstance(dims, (list, tuple)):
+        dims = [dims]
+    return [int(d) % max(ndim, 1) for d in dims]
+
+
+def _has(val: Any, s: sympy.Symbol) -> bool:
+    exprs = shape_exprs(val)
+    return bool(exprs) and any(s in e.free_symbols for e in exprs)
+
+
+def _dim_has(val: Any, d: int, s: sympy.Symbol) -> bool:
+    exprs = shape_exprs(val)
+    return exprs is not None and len(exprs) > d and s in exprs[d].free_symbols
+
+
+def _node_hazard(node: torch.fx.Node, s: sympy.Symbol) -> Optional[str]:
+    qual = target_name(node.target)
+    ins = [a for a in node.all_input_nodes]
+    in_vals = [_meta(a) for a in ins]
+    out_val = _meta(node)
+    outs = list(out_val) if isinstance(out_val, (list, tuple)) else [out_val]
+    touched = any(_has(v, s) for v in in_vals + outs)
+    if not touched:
+        return None
+    for v in in_vals + outs:
+        _, problem = pad_dim_of(v, s)
+        if problem:
+            return f"{qual}: {problem}"
+    what = f"{qual} over the dynamic dimension"
+    if qual in _SHAPE_ONLY:
+        return None
+    tags = getattr(node.target, "tags", ())
+    if torch.Tag.pointwise in tags:
+        return None
+    x = _meta(node.args[0]) if node.args and isinstance(node.args[0], torch.fx.Node) else None
+    if qual in _VIEWS:
+        pi, _ = pad_dim_of(x, s)
+        po, _ = pad_dim_of(out_val, s)
+        if pi is None or po is None:
+            return f"{qual} moves the dynamic dimension"
+        xe, oe = shape_exprs(x), shape_exprs(out_val)
+        assert xe is not None and oe is not None
+        if math.prod(int(e) for e in xe[:pi.dim]) != math.prod(int(e) for e in oe[:po.dim]):
+            return f"{qual} interleaves the dynamic dimension with others"
+        return None
+    if qual in ("aten.mm.default", "aten.bmm.default", "aten.addmm.default",
+                "aten.baddbmm.default"):
+        a = _meta(node.args[1] if qual in ("aten.addmm.default", "aten.baddbmm.default")
+                  else node.args[0])
+        return what if _dim_has(a, a.dim() - 1, s) else None
+    if qual in _REDUCE_ALL:
+        return what
+    if qual in _REDUCE_DIM_ARG:
+        dims = _norm_dims(_arg(node, _REDUCE_DIM_ARG[qual], "dim"), x.dim() if x is not None else 0)
+        return what if any(_dim_has(x, d, s) for d in dims) else None
+    if qual == "aten.native_layer_norm.default":
+        nshape = _arg(node, 1, "normalized_shape")
+        nd = len(nshape)
+        return what if any(_dim_has(x, d, s) for d in range(x.dim() - nd, x.dim())) else None
+    if qual in ("aten.native_group_norm.default", "aten.native_batch_norm.default",
+                "aten._native_batch_norm_legit_no_training.default"):
+        return what
+    if qual in _ALONG_DIM:
+        ti, di = _ALONG_DIM[qual]
+        t = node.args[ti]
+        vals = [_meta(v) for v in t] if isinstance(t, (list, tuple)) else [_meta(t)]
+        ndim = vals[0].dim() if vals and isinstance(vals[0], torch.Tensor) else 0
+        d = int(_arg(node, di, "dim", 0)) % max(ndim, 1)
+        if any(_dim_has(v, d, s) for v in vals if isinstance(v, torch.Tensor)):
+            if qual == "aten.slice.Tensor" and shape_exprs(out_val) == shape_exprs(vals[0]):
+                return None   # a slice of the whole dimension
+            return f"{qual} along the dynamic dimension"
+        return None
+    if qual == "aten.index.Tensor":
+        return what if _has(x, s) else None
+    if qual == "aten.constant_pad_nd.default":
+        pads = list(_arg(node, 1, "pad"))
+        for j in range(0, len(pads), 2):
+            d = x.dim() - 1 - j // 2
+            if (pads[j] or pads[j + 1]) and _dim_has(x, d, s):
+                return what
+        return None
+    if qual == "aten._transformer_encoder_layer_fwd.default":
+        # batch-first (B, L, E): batches are independent, positions attend to each other
+        mask = _arg(node, 18, "mask")
+        return what if mask is not None or any(_dim_has(x, d, s) for d in (1, 2)) else None
+    if qual in ("aten._scaled_dot_product_flash_attention_for_cpu.default",
+                "aten._scaled_dot_product_flash_attention.default"):
+        k = _meta(node.args[1])
+        q = _meta(node.args[0])
+        causal = bool(_arg(node, 4, "is_causal", False))
+        if _dim_has(k, k.dim() - 2, s) or (causal and _dim_has(q, q.dim() - 2, s)):
+            return what
+        return None
+    return f"{qual} is not known to be safe to pad"
+
+
+def padding_hazard(gm: torch.fx.GraphModule, s: sympy.Symbol) -> Optional[str]:
+    """Why padding the dimension ``s`` could change results (None: it cannot)."""
+    for node in gm.graph.nodes:
+        if node.op == "call_function":
+            if node.target in (operator.mul, operator.add, operator.sub, operator.floordiv,
+                               operator.mod, operator.neg, operator.truediv):
+                continue     # size arithmetic (SymInt)
+            why = _node_hazard(node, s)
+            if why:
+                return why
+        elif node.op == "output":
+            outs = node.args[0] if isinstance(node.args[0], (list, tuple)) else [node.args[0]]
+            for o in outs:
+                _, problem = pad_dim_of(_meta(o), s)
+                if problem:
+                    return f"output: {problem}"
+    return None
+
+
+# ---------------------------------------------------------------------------
+# the graph's dynamic signature
+
+
+@dataclass
+class DynamicSignature:
+    """What varies between calls of a symbolic graph and how to read it from args."""
+
+    primary: sympy.Symbol
+    symbols: List[sympy.Symbol]                     # every symbol, primary first
+    placeholders: List[Any]                         # meta values, per input
+    in_pad: Dict[int, PadDim] = field(default_factory=dict)      # tensor input -> padded dim
+    out_pad: Dict[int, PadDim] = field(default_factory=dict)     # tensor output -> padded dim
+    out_symint: Dict[int, sympy.Expr] = field(default_factory=dict)  # SymInt outputs
+    hazard: Optional[str] = None
+
+    def bind(self, args: Sequence[Any]) -> Dict[sympy.Symbol, int]:
+        """The value of every symbol in a call's concrete arguments."""
+        env: Dict[sympy.Symbol, int] = {}
+        pending: List[Tuple[sympy.Expr, int]] = []
+        for val, a in zip(self.placeholders, args):
+            if isinstance(val, torch.SymInt):
+                pending.append((_expr(val), int(a)))
+            elif isinstance(val, torch.Tensor) and isinstance(a, torch.Tensor):
+                for e, n in zip(shape_exprs(val) or [], a.shape):
+                    if e.free_symbols:
+                        pending.append((e, int(n)))
+        for e, n in pending:
+            if isinstance(e, sympy.Symbol):
+                env.setdefault(e, n)
+        for e, n in pending:
+            free = [x for x in e.free_symbols if x not in env]
+            if len(free) == 1:
+                sol = sympy.solve(sympy.Eq(e, n), free[0])
+                if sol:
+                    env[free[0]] = int(sol[0])
+        missing = [x for x in self.symbols if x not in env]
+        if missing:
+            raise RuntimeError(f"cannot infer the dynamic sizes {missing} from the inputs")
+        return env
+
+    def concrete(self, env: Dict[sympy.Symbol, int]) -> List[Any]:
+        """Stand-in arguments (meta tensors, ints) for compiling at ``env``'s sizes."""
+        out: List[Any] = []
+        for val in self.placeholders:
+            if isinstance(val, torch.SymInt):
+                out.append(int(_expr(val).subs(env)))
+            elif isinstance(val, torch.Tensor):
+                shape = [int(e.subs(env)) for e in shape_exprs(val) or []]
+                out.append(torch.empty(shape, dtype=val.dtype, device="meta"))
+            else:
+                out.append(val)
+        return out
+
+    def eval(self, e: sympy.Expr, env: Dict[sympy.Symbol, int]) -> int:
+        return int(e.subs(env))
+
+
+def dynamic_signature(gm: torch.fx.GraphModule) -> Optional[DynamicSignature]:
+    """The dynamic signature of a symbolic graph, or None for a static one."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    vals = [_meta(n) for n in placeholders]
+    symbols: List[sympy.Symbol] = []
+
+    def note(e: sympy.Expr) -> None:
+        for x in sorted(e.free_symbols, key=str):
+            if x not in symbols:
+                symbols.append(x)
+
+    for v in vals:
+        if isinstance(v, torch.Tensor):
+            for e in shape_exprs(v) or []:
+                note(e)
+    for v in vals:
+        if isinstance(v, torch.SymInt):
+            note(_expr(v))
+    if not symbols:
+        return None
+    s = symbols[0]
+    sig = DynamicSignature(primary=s, symbols=symbols, placeholders=vals)
+    for i, v in enumerate(vals):
+        pd, problem = pad_dim_of(v, s)
+        if problem and not sig.hazard:
+            sig.hazard = f"input {placeholders[i].name}: {problem}"
+        if pd is not None:
+            sig.in_pad[i] = pd
+    out = next(n for n in gm.graph.nodes if n.op == "output")
+    outs = out.args[0] if isinstance(out.args[0], (list, tuple)) else [out.args[0]]
+    for i, o in enumerate(outs):
+        v = _meta(o)
+        if isinstance(v, torch.SymInt):
+            sig.out_symint[i] = _expr(v)
+        pd, _ = pad_dim_of(v, s)
+        if pd is not None:
+            sig.out_pad[i] = pd
+    if sig.hazard is None:
+        sig.hazard = padding_hazard(gm, s)
+    return sig
