@@ -67,6 +67,19 @@ class SpikeTensor:
         self.name: str = name if name is not None else tensor_ref.name
 
     @classmethod
+    def _unchecked(cls, tensor_ref: NrtTensor, shape: Tuple[int, ...], dtype: np.dtype,
+                   name: str, spike: Any) -> "SpikeTensor":
+        """Wraps ``tensor_ref`` without the constructor's checks, for callers that
+        derived shape, dtype and size from the same tensor (hot paths)."""
+        self = cls.__new__(cls)
+        self.tensor_ref = tensor_ref
+        self._spike = spike
+        self.shape = shape
+        self.dtype = dtype
+        self.name = name
+        return self
+
+    @classmethod
     def from_numpy(
         cls, array: np.ndarray, name: Optional[str] = None, core_id: int = 0
     ) -> "SpikeTensor":

@@ -91,10 +91,13 @@ def _torch_dtype(np_dtype: Any) -> torch.dtype:
 
 
 def _wrap_nkipy(t: torch.Tensor, name: Optional[str] = None) -> DeviceTensor:
-    """A device tensor over an nkipy torch tensor's own memory (no copy)."""
-    import spike_torch
+    """A device tensor over a contiguous nkipy torch tensor's own memory (no copy)."""
+    import spike
 
-    d = DeviceTensor(spike_torch.get_nrt_tensor(t), tuple(t.shape), _np_dtype(t.dtype), name)
+    rt = spike.get_spike_singleton()
+    ref = rt.slice_from_address(t.data_ptr(), t.numel() * t.element_size())
+    d = DeviceTensor._unchecked(ref, tuple(t.shape), _np_dtype(t.dtype),
+                                name if name is not None else ref.name, rt)
     d._torch_backing = t  # type: ignore[attr-defined]  (keeps the memory alive)
     return d
 
