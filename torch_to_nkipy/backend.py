@@ -88,7 +88,7 @@ class CompiledGraph:
             start = time.monotonic_ns()
             k = kernel_mod.build_kernel(self.gm, args, cfg.nkipy_cache,
                                        compiler_args=self._compiler_args(cfg),
-                                       core_id=cfg.visible_core, rank=cfg.rank,
+                                       core_id=cfg.device_core, rank=cfg.rank,
                                        world_size=cfg.world_size)
             self._compile_span = (start, time.monotonic_ns())
             record_compile()
@@ -150,7 +150,7 @@ class CompiledGraph:
                                o.save_ntff_exe_idx):
             return None
         cfg = get_nkipy_backend_config()
-        return ExecutionProfile(cfg.visible_core) if cfg.rank == 0 else None
+        return ExecutionProfile(cfg.device_core) if cfg.rank == 0 else None
 
     def __call__(self, *args: Any) -> List[Any]:
         exe_idx = self.calls

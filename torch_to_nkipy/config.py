@@ -32,7 +32,23 @@ class NKIPyBackendConfig:
 
     @property
     def visible_core(self) -> int:
+        """The NeuronCore this process uses: ``rank + core_offset`` (a physical id)."""
         return self.rank + self.core_offset
+
+    @property
+    def device_core(self) -> int:
+        """``visible_core`` as the runtime numbers it (its index among the cores
+        ``NEURON_RT_VISIBLE_CORES`` makes visible: a process started with
+        ``LOCAL_RANK=1`` sees core 1 as its core 0)."""
+        ids = visible_core_ids()
+        if self.visible_core in ids:
+            return ids.index(self.visible_core)
+        if len(ids) == 1 and self.world_size == 1 and self.core_offset == 0:
+            return 0        # one process, one visible core: that is its core
+        raise RuntimeError(
+            f"NeuronCore {self.visible_core} (rank {self.rank} + core_offset "
+            f"{self.core_offset}) is not visible to this process (NEURON_RT_VISIBLE_CORES="
+            f"{os.environ.get('NEURON_RT_VISIBLE_CORES', '')!r})")
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in (
@@ -40,6 +56,19 @@ class NKIPyBackendConfig:
             "additional_compiler_args", "max_bucket_size", "bucket_strategy", "pad_on_device",
             "keep_outputs_on_device", "pipelined", "input_layout", "output_layout"))
         return f"NKIPyBackendConfig({fields})"
+
+
+def visible_core_ids() -> list:
+    """Physical ids of the cores the runtime sees, in its order
+    (``NEURON_RT_VISIBLE_CORES`` like ``"0,1"`` or ``"2-3"``; unset: all 32)."""
+    spec = os.environ.get("NEURON_RT_VISIBLE_CORES", "").strip()
+    if not spec:
+        return list(range(32))
+    ids: list = []
+    for part in spec.split(","):
+        lo, _, hi = part.strip().partition("-")
+        ids.extend(range(int(lo), int(hi or lo) + 1))
+    return ids
 
 
 def _detect_rank(rank: Optional[int]) -> int:
@@ -124,6 +153,7 @@ def init_nkipy_backend(nkipy_cache: str = "./nkipy_cache", log_level: int = logg
     if not log.handlers and not logging.getLogger().handlers:
         logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")
     from . import backend  # noqa: F401  (registers the dynamo backend)
+    import spike_torch  # noqa: F401  (the nkipy device; LOCAL_RANK picks its core)
 
     _CONFIG = cfg
     log.debug("nkipy backend initialized: %r", cfg)

@@ -93,7 +93,7 @@ class NKIKernelWrapper:
         core, build_dir = 0, None
         if is_nkipy_backend_initialized():
             cfg = get_nkipy_backend_config()
-            core, build_dir = cfg.visible_core, f"{cfg.nkipy_cache}/custom_kernels"
+            core, build_dir = cfg.device_core, f"{cfg.nkipy_cache}/custom_kernels"
         with self._lock:
             k = self._loaded.get(sig)
             if k is None:

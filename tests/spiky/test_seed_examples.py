@@ -126,3 +126,61 @@ def test_same_backend_from_both_packages():
 
     assert spiky.torch.init_nkipy_backend is torch_to_nkipy.init_nkipy_backend
     assert spiky.torch.get_nkipy_backend_config is torch_to_nkipy.get_nkipy_backend_config
+
+
+def test_two_ranks_with_gloo(tmp_path):
+    """Two processes (torchrun-style env), gloo process group: each detects its
+    rank, compiles into <cache>/rank_<r> and runs on core rank."""
+    script = textwrap.dedent(f"""
+        import os, sys, torch, torch.nn as nn
+        import torch.distributed as dist
+        from spiky.torch import init_nkipy_backend, get_nkipy_backend_config
+
+        dist.init_process_group("gloo")
+        init_nkipy_backend(nkipy_cache={str(tmp_path)!r})
+        torch.manual_seed(0)
+        model = nn.Linear(32, 64, bias=False)
+        compiled = torch.compile(model, backend="nkipy", fullgraph=True)
+        x = torch.randn(1, 32) + dist.get_rank()
+        with torch.no_grad():
+            assert torch.allclose(compiled(x), model(x), atol=1e-5)
+        cfg = get_nkipy_backend_config()
+        assert (cfg.rank, cfg.world_size, cfg.visible_core) == (dist.get_rank(), 2, dist.get_rank())
+        assert cfg.device_core == 0      # LOCAL_RANK=r: this process sees core r as its core 0
+        assert cfg.nkipy_cache.endswith(f"rank_{{dist.get_rank()}}")
+        dist.barrier()
+        dist.destroy_process_group()
+        print("OK", cfg.rank)
+    """)
+    procs = []
+    for rank in range(2):
+        env = dict(os.environ, PYTHONPATH=ROOT, MASTER_ADDR="127.0.0.1", MASTER_PORT="29533",
+                   RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2")
+        procs.append(subprocess.Popen([sys.executable, "-c", script], env=env, text=True,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    outs = [p.communicate(timeout=300) for p in procs]
+    for rank, (p, (out, err)) in enumerate(zip(procs, outs)):
+        assert p.returncode == 0 and f"OK {rank}" in out, err[-3000:]
+    assert sorted(d.name for d in tmp_path.iterdir()) == ["rank_0", "rank_1"]
+
+
+def test_close_then_use_again():
+    """spiky.close() shuts the runtime down; the next use starts a new one."""
+    script = textwrap.dedent("""
+        import torch, spiky, tempfile
+        from spiky.torch import init_nkipy_backend
+        init_nkipy_backend(nkipy_cache=tempfile.mkdtemp())
+        spiky.init(0)
+        assert spiky.is_initialized()
+        c = torch.compile(torch.nn.Linear(4, 4), backend="nkipy")
+        with torch.no_grad():
+            c(torch.randn(2, 4))
+        spiky.close()
+        assert not spiky.is_initialized()
+        t = torch.ones(3, device="nkipy")
+        assert spiky.is_initialized() and t.cpu().sum().item() == 3
+        print("OK")
+    """)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=ROOT), timeout=300)
+    assert r.returncode == 0 and "OK" in r.stdout, r.stderr[-3000:]

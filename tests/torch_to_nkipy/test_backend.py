@@ -572,3 +572,23 @@ def test_nkipy_device_partitioned_graph(backend):
         got = torch.compile(f, backend="nkipy")(x.to("nkipy"), w.to("nkipy"))
     assert got.device.type == "nkipy"
     torch.testing.assert_close(got.cpu(), f(x, w), rtol=1e-5, atol=1e-5)
+
+
+def test_device_core_maps_the_visible_core(monkeypatch, nkipy_cache):
+    from torch_to_nkipy.config import NKIPyBackendConfig, visible_core_ids
+
+    def cfg(rank, world, offset=0):
+        return NKIPyBackendConfig(nkipy_cache_prefix=nkipy_cache, nkipy_cache=nkipy_cache,
+                                  log_level=logging.INFO, rank=rank, world_size=world,
+                                  core_offset=offset)
+
+    monkeypatch.delenv("NEURON_RT_VISIBLE_CORES", raising=False)
+    assert visible_core_ids() == list(range(32)) and cfg(3, 4).device_core == 3
+    monkeypatch.setenv("NEURON_RT_VISIBLE_CORES", "4-5,8")
+    assert visible_core_ids() == [4, 5, 8]
+    assert cfg(1, 2, offset=4).device_core == 1 and cfg(4, 8, offset=4).device_core == 2
+    monkeypatch.setenv("NEURON_RT_VISIBLE_CORES", "7")
+    assert cfg(0, 1).device_core == 0          # one process, one visible core
+    with pytest.raises(RuntimeError, match=r"NeuronCore 1 \(rank 1 \+ core_offset 0\) is not "
+                                           r"visible to this process"):
+        cfg(1, 2).device_core
