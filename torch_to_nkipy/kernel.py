@@ -360,9 +360,9 @@ class Executor:
     # -- a call ----------------------------------------------------------------
 
     def _fast_plan(self) -> Optional[Tuple[Any, ...]]:
-        """Precomputed bindings for the common call: CPU tensors in and out, no
-        padding, no aliasing, no constant outputs (None when the kernel is not
-        like that)."""
+        """Precomputed bindings for the common calls: all inputs on the CPU or all
+        on the nkipy device, no padding, no aliasing, no constant outputs (None
+        when the kernel is not like that): (inputs, outputs, model)."""
         k = self.k
         if k.aliases or k.static_outputs or len(k.out_names) != k.n_outputs:
             return None
@@ -371,7 +371,7 @@ class Executor:
             shape, np_dtype = self.in_specs[p]
             if np_dtype.name not in _FAST_DTYPES:
                 return None
-            ins.append((i, p, tuple(shape), np_dtype))
+            ins.append((i, p, tuple(shape), np_dtype, _FAST_DTYPES[np_dtype.name]))
         outs = []
         for pos, name in zip(k.tensor_out_pos, k.out_names):
             shape, dt = next((sh, d) for n, sh, d in self.out_specs if n == name)
@@ -379,24 +379,30 @@ class Executor:
             if dt not in _FAST_DTYPES or (want is not None and want != _FAST_DTYPES[dt]):
                 return None
             outs.append((name, torch.Size(shape), _FAST_DTYPES[dt]))
-        bufs = self.sets[0]
-        refs = {}
-        for i, p, shape, dt in ins:
-            refs[p] = bufs.buffer(p, shape, dt)
-        if bufs.outputs is None:
-            bufs.outputs = dict(zip([n for n, _, _ in self.out_specs],
-                                    k.device_kernel.allocate_output_tensors()))
-        in_set = {p: t.tensor_ref for p, t in refs.items()}
-        out_set = {n: t.tensor_ref for n, t in bufs.outputs.items()}
-        return (tuple((i, in_set[p], shape, dt) for i, p, shape, dt in ins),
-                tuple((out_set[n], shape, dt) for n, shape, dt in outs),
-                in_set, out_set, k.device_kernel.model_ref)
+        return tuple(ins), tuple(outs), k.device_kernel.model_ref
+
+    def _cpu_bindings(self) -> Tuple[Any, ...]:
+        """The persistent device buffers CPU calls write into (made on first use)."""
+        bind = self.__dict__.get("_cpu_bind")
+        if bind is None:
+            ins, outs, _ = self._plan
+            bufs = self.sets[0]
+            in_set = {p: bufs.buffer(p, shape, np_dt).tensor_ref for _, p, shape, np_dt, _ in ins}
+            if bufs.outputs is None:
+                bufs.outputs = dict(zip([n for n, _, _ in self.out_specs],
+                                        self.k.device_kernel.allocate_output_tensors()))
+            out_set = {n: t.tensor_ref for n, t in bufs.outputs.items()}
+            bind = self._cpu_bind = (
+                tuple((i, in_set[p], shape, np_dt) for i, p, shape, np_dt, _ in ins),
+                tuple((out_set[n], shape, dt) for n, shape, dt in outs), in_set, out_set)
+        return bind
 
     def _run_fast(self, args: Sequence[Any], plan: Tuple[Any, ...]) -> Optional[List[Any]]:
-        ins, outs, in_set, out_set, model = plan
+        """The common call on CPU tensors: one write per input into persistent
+        buffers, one execute, one read per output into a fresh tensor."""
         arrays = []
         try:
-            for i, _, shape, np_dtype in ins:
+            for i, _, shape, np_dtype, _ in plan[0]:
                 a = args[i]
                 if not a.is_cpu:
                     return None
@@ -404,16 +410,17 @@ class Executor:
                 if arr.dtype != np_dtype or arr.shape != shape or not arr.flags.c_contiguous:
                     return None
                 arrays.append(arr)
-        except (TypeError, RuntimeError):   # not a CPU tensor: the general path
+        except (TypeError, RuntimeError):   # not a plain CPU tensor: the general path
             return None
         if self.sets[0].event is not None or self.sets[1].event is not None:
             return None
+        ins, outs, in_set, out_set = self._cpu_bindings()
         rt = self.rt
         t0 = time.perf_counter()
         for (_, ref, _, _), arr in zip(ins, arrays):
             rt.tensor_write_from_pybuffer(ref, arr)
         t1 = time.perf_counter()
-        rt.execute(model, in_set, out_set)
+        rt.execute(plan[2], in_set, out_set)
         t2 = time.perf_counter()
         results: List[Any] = []
         for ref, shape, dt in outs:
@@ -425,16 +432,55 @@ class Executor:
                          (t3 - t2) * 1e3)
         return results
 
+    def _run_fast_device(self, args: Sequence[Any], plan: Tuple[Any, ...],
+                         pipelined: bool) -> Optional[List[Any]]:
+        """The common call on nkipy tensors: each input's own memory (wrapped once
+        per tensor), fresh nkipy outputs, one execute (or submit)."""
+        ins, outs, model = plan
+        core = self.core
+        in_set = {}
+        for i, p, shape, _, dt in ins:
+            a = args[i]
+            if a.is_cpu or a.dtype is not dt or a.shape != shape or not a.is_contiguous():
+                return None
+            in_set[p] = device.to_device(a, core).tensor_ref
+        t0 = time.perf_counter()
+        out_dev = self.out_dev
+        results = []
+        out_set = {}
+        for name, shape, dt in outs:
+            r = torch.empty(shape, dtype=dt, device=out_dev)
+            results.append(r)
+            out_set[name] = self.rt.slice_from_address(r.data_ptr(), r.numel() * r.element_size())
+        t1 = time.perf_counter()
+        bufs = self.sets[self.turn]
+        if pipelined:
+            self.turn ^= 1
+            bufs.wait()
+            bufs.event = self.rt.execute_async(model, in_set, out_set)
+        else:
+            for b in self.sets:
+                b.wait()
+            self.rt.execute(model, in_set, out_set)
+        t2 = time.perf_counter()
+        record_execution(None, 1.0, (t2 - t0) * 1e3, (t1 - t0) * 1e3, (t2 - t1) * 1e3, 0.0)
+        return results
+
     def run(self, args: Sequence[Any], pad: Optional[PadCall], opts: ExecOptions,
             profile: Optional[Any]) -> List[Any]:
         k = self.k
-        if pad is None and profile is None and not opts.keep_outputs_on_device:
+        if pad is None and profile is None:
             plan = self.__dict__.get("_plan", False)
             if plan is False:
                 plan = self._plan = self._fast_plan()
             if plan is not None:
                 with self.lock:
-                    res = self._run_fast(args, plan)
+                    if plan[0] and not args[plan[0][0][0]].is_cpu:
+                        res = self._run_fast_device(args, plan, opts.pipelined)
+                    elif not opts.keep_outputs_on_device:
+                        res = self._run_fast(args, plan)
+                    else:
+                        res = None
                 if res is not None:
                     return res
         t0 = time.perf_counter()
