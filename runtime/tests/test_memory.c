@@ -240,3 +240,36 @@ TEST(worker_pool_parallel_for) {
   free(data);
   nkrt_pool_destroy(pool);
 }
+
+/* Workers poll for a while after a job before sleeping: jobs that come back to
+ * back (joined while polling), after a pause (workers asleep, woken), and a
+ * pool destroyed while its workers poll or sleep. */
+TEST(worker_pool_polls_then_sleeps) {
+  enum { N = 200003 };
+  int32_t *data = malloc(N * sizeof(int32_t));
+  int64_t expect = 0;
+  for (int i = 0; i < N; i++) expect += (data[i] = i % 5);
+  for (int round = 0; round < 2; round++) {
+    nkrt_pool_t *pool = NULL;
+    CHECK_OK(nkrt_pool_create(3, &pool));
+    for (int rep = 0; rep < 60; rep++) {
+      sum_arg_t a = {.data = data};
+      atomic_init(&a.calls, 0);
+      nkrt_pool_parallel_for(pool, N, 1000, sum_range, &a);
+      int64_t total = 0;
+      for (int w = 0; w < 64; w++) total += a.partial[w];
+      CHECK(total == expect);
+      CHECK(atomic_load(&a.calls) == 12);
+      if (rep % 20 == 19) { /* long enough for the workers to go to sleep */
+        struct timespec ts = {0, 3000000};
+        nanosleep(&ts, NULL);
+      }
+    }
+    if (round == 1) { /* destroyed while the workers sleep */
+      struct timespec ts = {0, 3000000};
+      nanosleep(&ts, NULL);
+    }
+    nkrt_pool_destroy(pool); /* round 0: while they poll */
+  }
+  free(data);
+}
