@@ -72,13 +72,28 @@ static inline float nk_tanh(float x) {
   return ax < 0.0625f ? small : r;
 }
 static inline float nk_sigmoid(float x) { return 1.0f / (1.0f + nk_exp(-x)); }
-/* erf: Abramowitz & Stegun 7.1.26 refined; absolute error < 1.5e-7. */
+/* erf: x P(x^2) / Q(x^2) on x clamped to [-4, 4] (beyond, erf is +-1 in
+ * float32), the rational approximation of Eigen and XLA; absolute error
+ * below 5e-7 everywhere, relative error below 5e-7 near 0. One division and
+ * no exp, so the GELU loops after a Linear are about twice as fast as with
+ * the former 1 - t P(t) exp(-x^2). NaN stays NaN (the clamps compare false). */
 static inline float nk_erf(float x) {
-  float ax = x < 0.0f ? -x : x;
-  float t = 1.0f / (1.0f + 0.3275911f * ax);
-  float y = 1.0f - (((((1.061405429f * t - 1.453152027f) * t) + 1.421413741f) * t -
-            0.284496736f) * t + 0.254829592f) * t * nk_exp(-ax * ax);
-  return x < 0.0f ? -y : y;
+  x = x > 4.0f ? 4.0f : x;
+  x = x < -4.0f ? -4.0f : x;
+  float x2 = x * x;
+  float p = -2.72614225801306e-10f;
+  p = p * x2 + 2.77068142495902e-08f;
+  p = p * x2 + -2.10102402082508e-06f;
+  p = p * x2 + -5.69250639462346e-05f;
+  p = p * x2 + -7.34990630326855e-04f;
+  p = p * x2 + -2.95459980854025e-03f;
+  p = p * x2 + -1.60960333262415e-02f;
+  float q = -1.45660718464996e-05f;
+  q = q * x2 + -2.13374055278905e-04f;
+  q = q * x2 + -1.68282697438203e-03f;
+  q = q * x2 + -7.37332916720468e-03f;
+  q = q * x2 + -1.42647390514189e-02f;
+  return x * p / q;
 }
 static inline float nk_sign(float x) { return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : x); }
 static inline float nk_rint(float x) { return __builtin_rintf(x); }
