@@ -61,6 +61,7 @@ class CompiledGraph:
         self._kernels: Dict[Tuple, Tuple[int, kernel_mod.NKIPyKernel]] = {}
         self._lock = threading.Lock()
         self.calls = 0
+        self._compile_span: Optional[Tuple[int, int]] = None
         self._static: Optional[kernel_mod.NKIPyKernel] = None
         self.sig = dynamic_signature(gm)
         self.buckets: Optional[List[int]] = None
@@ -129,8 +130,7 @@ class CompiledGraph:
         benv[s] = b
         key = ("bucket", b) + tuple(env[x] for x in self.sig.symbols[1:])
         k = self._build(key, self.sig.concrete(benv), f"bucket {b}")
-        pad = PadCall(b, n, self.sig.in_pad, self.sig.out_pad,
-                      {pos: self.sig.eval(e, env) for pos, e in self.sig.out_symint.items()})
+        pad = PadCall(b, n, self.sig.in_pad, self.sig.out_pad, self.sig.symint_outputs(env))
         return k, pad
 
     def _compiler_args(self, cfg: Any) -> str:

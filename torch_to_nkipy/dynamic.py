@@ -276,30 +276,52 @@ class DynamicSignature:
     out_symint: Dict[int, sympy.Expr] = field(default_factory=dict)  # SymInt outputs
     hazard: Optional[str] = None
 
+    def _probes(self) -> List[Tuple[int, Optional[int], sympy.Expr]]:
+        """(input index, dimension or None for a SymInt input, size expression) of
+        every symbolic size in the inputs, plain symbols first."""
+        probes = self.__dict__.get("_probe_list")
+        if probes is None:
+            probes = []
+            for i, val in enumerate(self.placeholders):
+                if isinstance(val, torch.SymInt):
+                    probes.append((i, None, _expr(val)))
+                elif isinstance(val, torch.Tensor):
+                    for d, e in enumerate(shape_exprs(val) or []):
+                        if e.free_symbols:
+                            probes.append((i, d, e))
+            probes.sort(key=lambda p: not isinstance(p[2], sympy.Symbol))
+            self._probe_list = probes
+        return probes
+
     def bind(self, args: Sequence[Any]) -> Dict[sympy.Symbol, int]:
         """The value of every symbol in a call's concrete arguments."""
         env: Dict[sympy.Symbol, int] = {}
-        pending: List[Tuple[sympy.Expr, int]] = []
-        for val, a in zip(self.placeholders, args):
-            if isinstance(val, torch.SymInt):
-                pending.append((_expr(val), int(a)))
-            elif isinstance(val, torch.Tensor) and isinstance(a, torch.Tensor):
-                for e, n in zip(shape_exprs(val) or [], a.shape):
-                    if e.free_symbols:
-                        pending.append((e, int(n)))
-        for e, n in pending:
+        for i, d, e in self._probes():
+            a = args[i]
+            n = int(a) if d is None else int(a.shape[d])
             if isinstance(e, sympy.Symbol):
                 env.setdefault(e, n)
-        for e, n in pending:
-            free = [x for x in e.free_symbols if x not in env]
-            if len(free) == 1:
-                sol = sympy.solve(sympy.Eq(e, n), free[0])
-                if sol:
-                    env[free[0]] = int(sol[0])
+            else:
+                free = [x for x in e.free_symbols if x not in env]
+                if len(free) == 1:
+                    sol = sympy.solve(sympy.Eq(e.subs(env), n), free[0])
+                    if sol:
+                        env[free[0]] = int(sol[0])
+            if len(env) == len(self.symbols):
+                break
         missing = [x for x in self.symbols if x not in env]
         if missing:
             raise RuntimeError(f"cannot infer the dynamic sizes {missing} from the inputs")
         return env
+
+    def symint_outputs(self, env: Dict[sympy.Symbol, int]) -> Dict[int, int]:
+        """Values of the SymInt outputs at ``env`` (cached per sizes)."""
+        cache = self.__dict__.setdefault("_symint_cache", {})
+        key = tuple(env[x] for x in self.symbols)
+        vals = cache.get(key)
+        if vals is None:
+            vals = cache[key] = {pos: int(e.subs(env)) for pos, e in self.out_symint.items()}
+        return vals
 
     def concrete(self, env: Dict[sympy.Symbol, int]) -> List[Any]:
         """Stand-in arguments (meta tensors, ints) for compiling at ``env``'s sizes."""
@@ -313,9 +335,6 @@ class DynamicSignature:
             else:
                 out.append(val)
         return out
-
-    def eval(self, e: sympy.Expr, env: Dict[sympy.Symbol, int]) -> int:
-        return int(e.subs(env))
 
 
 def dynamic_signature(gm: torch.fx.GraphModule) -> Optional[DynamicSignature]:

@@ -12,6 +12,23 @@ import torch.nn as nn
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+def free_port() -> str:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return str(sock.getsockname()[1])
+
+
+def child_env(**extra: str) -> dict:
+    """The environment of a fresh process: this repo importable, no core selection
+    left behind by earlier tests (spike.configure sets NEURON_RT_VISIBLE_CORES)."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("NEURON_RT_VISIBLE_CORES", "LOCAL_RANK", "RANK", "WORLD_SIZE")}
+    env.update(PYTHONPATH=ROOT, **extra)
+    return env
+
+
 def test_quickstart(nkipy_cache):
     from spiky.torch import init_nkipy_backend, reset_nkipy_backend
 
@@ -95,7 +112,8 @@ def test_distributed_example_single_process(tmp_path):
     script = textwrap.dedent(f"""
         import os, torch, torch.nn as nn
         import torch.distributed as dist
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29531", RANK="0", WORLD_SIZE="1")
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT={free_port()!r}, RANK="0",
+                          WORLD_SIZE="1")
         from spiky.torch import init_nkipy_backend, get_nkipy_backend_config
 
         dist.init_process_group("gloo")
@@ -114,9 +132,8 @@ def test_distributed_example_single_process(tmp_path):
         dist.destroy_process_group()
         print("OK")
     """)
-    env = dict(os.environ, PYTHONPATH=ROOT)
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                       env=env, timeout=300)
+                       env=child_env(), timeout=300)
     assert r.returncode == 0 and "OK" in r.stdout, r.stderr[-3000:]
 
 
@@ -153,14 +170,16 @@ def test_two_ranks_with_gloo(tmp_path):
         print("OK", cfg.rank)
     """)
     procs = []
+    port = free_port()
     for rank in range(2):
-        env = dict(os.environ, PYTHONPATH=ROOT, MASTER_ADDR="127.0.0.1", MASTER_PORT="29533",
-                   RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2")
+        env = child_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(rank),
+                        LOCAL_RANK=str(rank), WORLD_SIZE="2")
         procs.append(subprocess.Popen([sys.executable, "-c", script], env=env, text=True,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE))
     outs = [p.communicate(timeout=300) for p in procs]
+    report = "\n".join(f"rank {r}: {err[-2000:]}" for r, (_, err) in enumerate(outs))
     for rank, (p, (out, err)) in enumerate(zip(procs, outs)):
-        assert p.returncode == 0 and f"OK {rank}" in out, err[-3000:]
+        assert p.returncode == 0 and f"OK {rank}" in out, report
     assert sorted(d.name for d in tmp_path.iterdir()) == ["rank_0", "rank_1"]
 
 
@@ -182,5 +201,5 @@ def test_close_then_use_again():
         print("OK")
     """)
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                       env=dict(os.environ, PYTHONPATH=ROOT), timeout=300)
+                       env=child_env(), timeout=300)
     assert r.returncode == 0 and "OK" in r.stdout, r.stderr[-3000:]
