@@ -74,7 +74,10 @@ class CompiledGraph:
                 self.buckets = list(opts.buckets) if opts.buckets else \
                     infer_buckets(cfg.max_bucket_size, cfg.bucket_strategy)
 
-    def _build(self, key: Tuple, args: Sequence[Any], what: str) -> kernel_mod.NKIPyKernel:
+    def _build(self, key: Tuple, make_args: Callable[[], Sequence[Any]],
+               what: str) -> kernel_mod.NKIPyKernel:
+        """The kernel cached under ``key``, built (once, thread-safely) from the
+        example arguments ``make_args()`` gives."""
         gen = kernel_mod._GENERATION[0]
         entry = self._kernels.get(key)
         if entry is not None and entry[0] == gen:
@@ -87,7 +90,7 @@ class CompiledGraph:
             if self._kernels:
                 log.info("compiling %s graph for %s", self.role, what)
             start = time.monotonic_ns()
-            k = kernel_mod.build_kernel(self.gm, args, cfg.nkipy_cache,
+            k = kernel_mod.build_kernel(self.gm, make_args(), cfg.nkipy_cache,
                                        compiler_args=self._compiler_args(cfg),
                                        core_id=cfg.device_core, rank=cfg.rank,
                                        world_size=cfg.world_size)
@@ -99,7 +102,7 @@ class CompiledGraph:
     def kernel_for(self, args: Sequence[Any]) -> kernel_mod.NKIPyKernel:
         """The kernel of one concrete input signature."""
         sig = kernel_mod.signature_of(args)
-        return self._build(sig, args, "new input shapes " + str(
+        return self._build(sig, lambda: args, "new input shapes " + str(
             [tuple(a.shape) for a in args if isinstance(a, torch.Tensor)]))
 
     def bucket_for(self, args: Sequence[Any]) -> Tuple[kernel_mod.NKIPyKernel, PadCall]:
@@ -129,7 +132,7 @@ class CompiledGraph:
         benv = dict(env)
         benv[s] = b
         key = ("bucket", b) + tuple(env[x] for x in self.sig.symbols[1:])
-        k = self._build(key, self.sig.concrete(benv), f"bucket {b}")
+        k = self._build(key, lambda: self.sig.concrete(benv), f"bucket {b}")
         pad = PadCall(b, n, self.sig.in_pad, self.sig.out_pad, self.sig.symint_outputs(env))
         return k, pad
 

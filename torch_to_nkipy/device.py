@@ -81,7 +81,15 @@ def _np_dtype(dtype: torch.dtype) -> np.dtype:
     return np_dtype if np_dtype is not None else torch.empty(0, dtype=dtype).numpy().dtype
 
 
+_TORCH_DTYPES = {**{d: t for t, d in _NP_DTYPES.items()},
+                 **{d.name: t for t, d in _NP_DTYPES.items()}}
+
+
 def _torch_dtype(np_dtype: Any) -> torch.dtype:
+    """The torch dtype of a NumPy dtype (or its name; bfloat16 included)."""
+    t = _TORCH_DTYPES.get(np_dtype)
+    if t is not None:
+        return t
     if str(np_dtype) == "bfloat16":
         return torch.bfloat16
     np_dtype = np.dtype(np_dtype)
