@@ -23,7 +23,7 @@ from . import kernel as kernel_mod
 from .config import get_nkipy_backend_config, is_nkipy_backend_initialized
 from .dynamic import dynamic_signature
 from .kernel import DEFAULT_OPTIONS, PadCall
-from .options import OPTION_TYPES, ExecOptions, resolve_options, validate_options  # noqa: F401
+from .options import ExecOptions, resolve_options
 from .lowering.codegen import is_supported_node
 from .lowering.registry import target_name
 
@@ -178,11 +178,6 @@ class CompiledGraph:
                                 k.device_kernel.neff_path)
             log.info("profile of execution %d written to %s", exe_idx, path)
         return res
-
-    def flush(self) -> None:
-        """Waits for every pipelined execution of this graph."""
-        for _, k in list(self._kernels.values()):
-            k.executor.flush()
 
 
 def _partition(gm: torch.fx.GraphModule, role: str, opts: ExecOptions) -> torch.fx.GraphModule:
