@@ -64,6 +64,8 @@ sys.path.insert(0, str(REPO / "examples" / "torch_to_nkipy"))
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 
+import spiky  # noqa: E402
+
 VARIANTS = ("eager", "nkipy", "nkipy_cpu", "inductor")
 LABELS = {"eager": "eager (CPU)", "nkipy": "nkipy, nkipy tensors",
           "nkipy_cpu": "nkipy, CPU tensors", "inductor": "inductor (CPU)"}
@@ -236,6 +238,7 @@ def bench_case(case: Case, rounds: int, batch_s: float, max_wait: float) -> Dict
             case.reset(args)
             t = time.perf_counter()
             out = compiled(*args)
+            spiky.flush()
             cold[variant] = time.perf_counter() - t
             if variant == "nkipy":
                 assert out.device.type == "nkipy", out.device
@@ -255,6 +258,7 @@ def bench_case(case: Case, rounds: int, batch_s: float, max_wait: float) -> Dict
             calls[v]()
             t = time.perf_counter()
             calls[v]()
+            spiky.flush()
             per[v] = time.perf_counter() - t
         n = max(1, min(case.max_batch, int(batch_s / max(max(per.values()), 1e-7))))
         res["calls_per_batch"] = n
@@ -273,6 +277,9 @@ def bench_case(case: Case, rounds: int, batch_s: float, max_wait: float) -> Dict
                 t = time.perf_counter()
                 for _ in range(n):
                     f()
+                # pipelined calls return before their kernel ends: a batch is done
+                # when its last execution is (spiky.flush waits for it)
+                spiky.flush()
                 samples[v].append((time.perf_counter() - t) / n)
         wall = time.perf_counter() - w0
         b1, o1 = _busy_and_own()
