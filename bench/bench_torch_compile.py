@@ -35,9 +35,12 @@ from __future__ import annotations
 import os
 import tempfile
 
-# torch's OpenMP threads busy-wait after each parallel region by default, on the
-# same CPUs the nkrt worker pool then needs (see bench/bench_nkipy.py).
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# Every variant runs with the process's defaults (torch's OpenMP threads spin a
+# little after each parallel region, the nkrt pool polls 100 us): forcing
+# OMP_WAIT_POLICY=PASSIVE would slow eager's many small ops (MLP 2.39 -> 3.37 ms
+# measured) and flatter us. Instead each timed batch starts after a pause in
+# which the previous variant's idle threads stop spinning (SETTLE_S).
+SETTLE_S = 0.02
 # A fresh inductor cache: cold compiles are cold. Must precede importing torch.
 _INDUCTOR_CACHE = tempfile.mkdtemp(prefix="bench_inductor_cache_")
 os.environ["TORCHINDUCTOR_CACHE_DIR"] = _INDUCTOR_CACHE
@@ -274,6 +277,7 @@ def bench_case(case: Case, rounds: int, batch_s: float, max_wait: float) -> Dict
             for v in order:
                 case.reset(argsets[v])
                 f = calls[v]
+                time.sleep(SETTLE_S)
                 t = time.perf_counter()
                 for _ in range(n):
                     f()
@@ -375,7 +379,7 @@ def host_info() -> Dict[str, Any]:
             "numpy": numpy.__version__, "torch": torch.__version__, "transformers": tv,
             "torch_threads": torch.get_num_threads(),
             "nkrt_workers": spike.get_spike_singleton().num_workers,
-            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "commit": commit,
+            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY") or "unset (default)", "commit": commit,
             "date": time.strftime("%Y-%m-%dT%H:%M:%S")}
 
 
