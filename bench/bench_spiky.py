@@ -29,7 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")   # see bench_nkipy.py
+# Every run keeps its default thread policy (see bench_torch_compile.py); settle()
+# lets idle threads stop spinning before each timed pass.
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
