@@ -41,9 +41,15 @@ def is_initialized() -> bool:
 
 
 def close() -> None:
-    """Waits for pipelined work, then shuts the device runtime down (live device
-    tensors become unusable; the next use starts a new runtime)."""
+    """Waits for pipelined work, then shuts the device runtime down: live device
+    tensors become unusable; compiled functions reload their kernels and the next
+    use starts a new runtime."""
+    import sys
+
     flush()
+    kernel = sys.modules.get("torch_to_nkipy.kernel")
+    if kernel is not None:
+        kernel.clear_loaded_kernels()
     import spike_torch
 
     spike_torch.reset()

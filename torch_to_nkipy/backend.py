@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import itertools
 import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
@@ -60,7 +61,7 @@ class CompiledGraph:
         self.opts = opts
         self._kernels: Dict[Tuple, Tuple[int, kernel_mod.NKIPyKernel]] = {}
         self._lock = threading.Lock()
-        self.calls = 0
+        self._calls = itertools.count()
         self._compile_span: Optional[Tuple[int, int]] = None
         self._static: Optional[kernel_mod.NKIPyKernel] = None
         self.sig = dynamic_signature(gm)
@@ -90,12 +91,14 @@ class CompiledGraph:
             if self._kernels:
                 log.info("compiling %s graph for %s", self.role, what)
             start = time.monotonic_ns()
+            made = kernel_mod.STATS["kernels"]
             k = kernel_mod.build_kernel(self.gm, make_args(), cfg.nkipy_cache,
                                        compiler_args=self._compiler_args(cfg),
                                        core_id=cfg.device_core, rank=cfg.rank,
                                        world_size=cfg.world_size)
             self._compile_span = (start, time.monotonic_ns())
-            record_compile()
+            if kernel_mod.STATS["kernels"] != made:   # not a kernel shared with another graph
+                record_compile()
             self._kernels[key] = (gen, k)
             return k
 
@@ -105,7 +108,8 @@ class CompiledGraph:
         return self._build(sig, lambda: args, "new input shapes " + str(
             [tuple(a.shape) for a in args if isinstance(a, torch.Tensor)]))
 
-    def bucket_for(self, args: Sequence[Any]) -> Tuple[kernel_mod.NKIPyKernel, PadCall]:
+    def bucket_for(self, args: Sequence[Any]) -> Tuple[kernel_mod.NKIPyKernel,
+                                                         Optional[PadCall]]:
         """The bucket kernel for a call and how the call maps onto it."""
         assert self.sig is not None and self.buckets is not None
         env = self.sig.bind(args)
@@ -132,7 +136,13 @@ class CompiledGraph:
         benv = dict(env)
         benv[s] = b
         key = ("bucket", b) + tuple(env[x] for x in self.sig.symbols[1:])
-        k = self._build(key, lambda: self.sig.concrete(benv), f"bucket {b}")
+        try:
+            k = self._build(key, lambda: self.sig.concrete(benv), f"bucket {b}")
+        except Exception as exc:   # e.g. sizes the padding made inconsistent with each other
+            log.warning("%s graph: the kernel of bucket %d failed to build (%s: %s); "
+                        "compiling each size exactly", self.role, b, type(exc).__name__, exc)
+            self.buckets = None
+            return self.kernel_for(args), None
         pad = PadCall(b, n, self.sig.in_pad, self.sig.out_pad, self.sig.symint_outputs(env))
         return k, pad
 
@@ -156,8 +166,7 @@ class CompiledGraph:
         return ExecutionProfile(cfg.device_core) if cfg.rank == 0 else None
 
     def __call__(self, *args: Any) -> List[Any]:
-        exe_idx = self.calls
-        self.calls += 1
+        exe_idx = next(self._calls)
         profile = self._profile(exe_idx)
         self._compile_span = None
         if self.sig is None and profile is None:

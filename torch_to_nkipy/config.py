@@ -132,6 +132,12 @@ def init_nkipy_backend(nkipy_cache: str = "./nkipy_cache", log_level: int = logg
         raise ValueError(f"output_layout must be 'unpad' or 'padded', not {output_layout!r}")
     from spiky.buckets import STRATEGIES
 
+    for name, value in (("pad_on_device", pad_on_device),
+                        ("keep_outputs_on_device", keep_outputs_on_device),
+                        ("pipelined", pipelined)):
+        if not isinstance(value, bool):
+            raise TypeError(f"{name} must be a bool, not {type(value).__name__} {value!r}")
+
     if bucket_strategy not in STRATEGIES:
         raise ValueError(f"bucket_strategy must be one of {', '.join(STRATEGIES)}, "
                          f"not {bucket_strategy!r}")

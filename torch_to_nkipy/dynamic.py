@@ -18,7 +18,6 @@ are always eager's.
 """
 from __future__ import annotations
 
-import math
 import operator
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -159,8 +158,47 @@ def _dim_has(val: Any, d: int, s: sympy.Symbol) -> bool:
     return exprs is not None and len(exprs) > d and s in exprs[d].free_symbols
 
 
+# op -> argument positions (and keyword names) whose SymInts are sizes, not values
+_SIZE_ARGS = {
+    "aten.view.default": {1, "size"}, "aten.reshape.default": {1, "shape"},
+    "aten._unsafe_view.default": {1, "size"}, "aten.expand.default": {1, "size"},
+    "aten.full.default": {0, "size"}, "aten.zeros.default": {0, "size"},
+    "aten.ones.default": {0, "size"}, "aten.empty.memory_format": {0, "size"},
+    "aten.empty_permuted.default": {0, "size"}, "aten.empty_strided.default": {0, 1},
+    "aten.new_zeros.default": {1, "size"}, "aten.new_ones.default": {1, "size"},
+    "aten.new_empty.default": {1, "size"}, "aten.new_full.default": {1, "size"},
+    "aten.arange.default": {0, "end"}, "aten.arange.start": {0, 1, "start", "end"},
+    "aten.arange.start_step": {0, 1, "start", "end"}, "aten.slice.Tensor": {2, 3, "start", "end"},
+    "aten.narrow.default": {2, 3, "start", "length"},
+    "aten.as_strided.default": {1, 2, 3, "size", "stride", "storage_offset"},
+    "aten.sym_size.int": set(),
+}
+
+
+def _symint_value_use(node: torch.fx.Node, qual: str, s: sympy.Symbol) -> Optional[str]:
+    """A size that depends on ``s`` used as a value (``x * x.shape[0]``): padding
+    would give it the bucket's size instead of the real one."""
+    allowed = _SIZE_ARGS.get(qual, set())
+
+    def uses(a: Any) -> bool:
+        if isinstance(a, (list, tuple)):
+            return any(uses(b) for b in a)
+        if isinstance(a, torch.fx.Node):
+            v = _meta(a)
+            return isinstance(v, torch.SymInt) and s in _expr(v).free_symbols
+        return False
+
+    for key, a in list(enumerate(node.args)) + list(node.kwargs.items()):
+        if key not in allowed and uses(a):
+            return f"{qual} uses the dynamic size as a value"
+    return None
+
+
 def _node_hazard(node: torch.fx.Node, s: sympy.Symbol) -> Optional[str]:
     qual = target_name(node.target)
+    why = _symint_value_use(node, qual, s)
+    if why:
+        return why
     ins = [a for a in node.all_input_nodes]
     in_vals = [_meta(a) for a in ins]
     out_val = _meta(node)
@@ -173,6 +211,10 @@ def _node_hazard(node: torch.fx.Node, s: sympy.Symbol) -> Optional[str]:
         if problem:
             return f"{qual}: {problem}"
     what = f"{qual} over the dynamic dimension"
+    tensor_outs = [v for v in outs if isinstance(v, torch.Tensor)]
+    if tensor_outs and not any(_has(v, s) for v in tensor_outs):
+        # padded entries flow into a result without the dynamic dimension
+        return f"{qual} folds the dynamic dimension into a fixed-size result"
     if qual in _SHAPE_ONLY:
         return None
     tags = getattr(node.target, "tags", ())
@@ -186,7 +228,7 @@ def _node_hazard(node: torch.fx.Node, s: sympy.Symbol) -> Optional[str]:
             return f"{qual} moves the dynamic dimension"
         xe, oe = shape_exprs(x), shape_exprs(out_val)
         assert xe is not None and oe is not None
-        if math.prod(int(e) for e in xe[:pi.dim]) != math.prod(int(e) for e in oe[:po.dim]):
+        if sympy.simplify(sympy.Mul(*xe[:pi.dim]) - sympy.Mul(*oe[:po.dim])) != 0:
             return f"{qual} interleaves the dynamic dimension with others"
         return None
     if qual in ("aten.mm.default", "aten.bmm.default", "aten.addmm.default",
@@ -212,7 +254,9 @@ def _node_hazard(node: torch.fx.Node, s: sympy.Symbol) -> Optional[str]:
         vals = [_meta(v) for v in t] if isinstance(t, (list, tuple)) else [_meta(t)]
         ndim = vals[0].dim() if vals and isinstance(vals[0], torch.Tensor) else 0
         d = int(_arg(node, di, "dim", 0)) % max(ndim, 1)
-        if any(_dim_has(v, d, s) for v in vals if isinstance(v, torch.Tensor)):
+        every = [v for v in in_vals + tensor_outs if isinstance(v, torch.Tensor)
+                 and v.dim() == ndim]       # index, source and result along the same dim
+        if any(_dim_has(v, d, s) for v in every):
             if qual == "aten.slice.Tensor" and shape_exprs(out_val) == shape_exprs(vals[0]):
                 return None   # a slice of the whole dimension
             return f"{qual} along the dynamic dimension"

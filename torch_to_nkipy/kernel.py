@@ -46,13 +46,19 @@ log = logging.getLogger("torch_to_nkipy")
 _GENERATION = [0]
 
 DEFAULT_OPTIONS = ExecOptions()
+_EXECUTOR_LOCK = threading.Lock()
 
 #: Process-wide counters: kernels built by the C compiler vs served by the cache.
 STATS = {"kernels": 0, "compiled": 0, "cache_hits": 0, "shared": 0}
 
 
 def clear_loaded_kernels() -> None:
-    """Makes every compiled graph rebuild its kernels on next use."""
+    """Makes every compiled graph rebuild its kernels on next use (after waiting
+    for their pipelined executions; an error one of them hit is logged)."""
+    try:
+        flush_all()
+    except Exception as exc:  # the runtime may be closed already
+        log.warning("pending executions ended with an error: %s", exc)
     _GENERATION[0] += 1
     _BY_HASH.clear()
 
@@ -221,9 +227,13 @@ class NKIPyKernel:
 
     @property
     def executor(self) -> "Executor":
+        """How this kernel is called (one per kernel, made on first use)."""
         ex = self.__dict__.get("_executor")
         if ex is None:
-            ex = self._executor = Executor(self)
+            with _EXECUTOR_LOCK:
+                ex = self.__dict__.get("_executor")
+                if ex is None:
+                    ex = self._executor = Executor(self)
         return ex
 
 
@@ -310,6 +320,11 @@ class Executor:
                     pd = None                               # already padded to the bucket
                 else:
                     a = a.narrow(pd.dim, 0, pd.mult * meta.original_size)
+        if pd is not None and a.shape[pd.dim] > pd.mult * pad.bucket:
+            raise ValueError(
+                f"input {p} has {a.shape[pd.dim]} entries along its dynamic dimension {pd.dim} "
+                f"but the call's dynamic size is {pad.actual} (bucket {pad.bucket}): a padded "
+                f"input without PaddingMetadata? (input_layout={opts.input_layout!r})")
         if pd is None:
             if not a.is_cpu:
                 return device.to_device(a, self.core), None
@@ -354,6 +369,8 @@ class Executor:
     def _write_back_unpadded(self, dst: torch.Tensor, d: DeviceTensor, pd: Any,
                              pad: PadCall) -> None:
         real = self._unpad(d, pd, pad, dst.dtype, dst.device)
+        if dst.shape[pd.dim] != real.shape[pd.dim]:    # a padded input: its real rows
+            dst = dst.narrow(pd.dim, 0, real.shape[pd.dim])
         with torch.no_grad():
             dst.copy_(real.reshape(dst.shape))
 
@@ -438,13 +455,13 @@ class Executor:
         per tensor), fresh nkipy outputs, one execute (or submit)."""
         ins, outs, model = plan
         core = self.core
+        t0 = time.perf_counter()
         in_set = {}
         for i, p, shape, _, dt in ins:
             a = args[i]
             if a.is_cpu or a.dtype is not dt or a.shape != shape or not a.is_contiguous():
                 return None
             in_set[p] = device.to_device(a, core).tensor_ref
-        t0 = time.perf_counter()
         out_dev = self.out_dev
         results = []
         out_set = {}

@@ -68,7 +68,10 @@ def resolve_options(options: Any, config: Any) -> ExecOptions:
                        keep_outputs_on_device=config.keep_outputs_on_device,
                        input_layout=config.input_layout, output_layout=config.output_layout)
     if "unpad_outputs" in opts:   # the original's explicit override of output_layout
-        opts.setdefault("output_layout", "unpad" if opts.pop("unpad_outputs") else "padded")
+        layout = "unpad" if opts.pop("unpad_outputs") else "padded"
+        if opts.setdefault("output_layout", layout) != layout:
+            raise ValueError(f"options unpad_outputs and output_layout={opts['output_layout']!r} "
+                             "contradict each other")
     if "buckets" in opts:
         opts["buckets"] = tuple(sorted(set(opts["buckets"])))
     if "save_ntff_exe_idx" in opts:

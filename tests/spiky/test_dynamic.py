@@ -320,3 +320,112 @@ def test_bucket_helpers():
         spiky.check_buckets([0])
     with pytest.raises(ValueError, match="invalid bucket bounds"):
         spiky.infer_buckets(0)
+
+
+# ---- regressions found in review: padding must never change results --------------
+
+def _check_sizes(f, make, sizes, dims=((0, 0),)):
+    """f(*make(n)) compiled against eager for each n; inputs compared after the call
+    too (in-place updates). dims: (argument, dimension) pairs marked dynamic."""
+    c = torch.compile(f, backend="nkipy")
+    with torch.no_grad():
+        for n in sizes:
+            args = make(n)
+            ref_args = [a.clone() for a in args]
+            for i, d in dims:
+                torch._dynamo.maybe_mark_dynamic(args[i], d)
+            got, want = c(*args), f(*ref_args)
+            torch.testing.assert_close(got, want, **TOL)
+            for a, b in zip(args, ref_args):
+                torch.testing.assert_close(a, b, **TOL)
+
+
+def test_kv_cache_style_slice_update_of_a_static_buffer(backend):
+    def kv(x, cache):
+        cache[: x.shape[0]] = x
+        return cache + 0
+
+    _check_sizes(kv, lambda n: (torch.randn(n, 4), torch.arange(32.).reshape(8, 4)), [3, 5, 6])
+
+
+@pytest.mark.parametrize("kind", ["scatter", "scatter_add"])
+def test_scatter_from_a_dynamic_index_into_a_static_tensor(backend, kind):
+    if kind == "scatter":
+        def f(idx):
+            return torch.zeros(8).scatter(0, idx, 1.0)
+    else:
+        def f(idx):
+            return torch.zeros(8).scatter_add(0, idx, torch.ones(idx.shape[0]) * 2)
+    _check_sizes(f, lambda n: (torch.arange(n) % 7 + 1,), [3, 5, 6])
+
+
+@pytest.mark.parametrize("which", ["scale", "fill", "divide", "compare"])
+def test_the_dynamic_size_used_as_a_value(backend, which):
+    fs = {
+        "scale": lambda x: x * x.shape[0],
+        "fill": lambda x: x + torch.full((x.shape[0], 1), x.shape[0]),
+        "divide": lambda x: x + torch.arange(x.shape[0]).unsqueeze(1) / x.shape[0],
+        "compare": lambda x: torch.where((torch.arange(x.shape[0]) == x.shape[0] - 1)
+                                         .unsqueeze(1), x, 0.0),
+    }
+    _check_sizes(fs[which], lambda n: (torch.randn(n, 4),), [3, 5, 6])
+
+
+def test_two_dynamic_sizes_in_one_view(backend):
+    def f(x, y):
+        z = y.unsqueeze(2) * (x + 0).t().unsqueeze(0)
+        return z.reshape(y.shape[0], -1) * 2
+
+    _check_sizes(f, lambda n: (torch.randn(n, 4), torch.randn(n + 3, 4)), [3, 5],
+                 dims=((0, 0), (1, 0)))
+
+
+def test_related_sizes_that_padding_would_split(backend):
+    def f(idx, src):
+        return torch.zeros(8).scatter(0, idx, src)
+
+    _check_sizes(f, lambda n: (torch.arange(n) % 8, torch.randn(n + 1)), [3, 5],
+                 dims=((0, 0), (1, 0)))
+
+
+def test_padded_input_larger_than_its_bucket_is_an_error(backend):
+    f = torch.compile(lambda x, y: x + y, backend="nkipy", dynamic=True,
+                      options={"input_layout": "padded"})
+    with torch.no_grad():
+        x, y = torch.randn(8, 2), torch.randn(8, 2)
+        spiky.attach_metadata(x, spiky.PaddingMetadata(3, 4, 0))
+        torch._dynamo.maybe_mark_dynamic(x, 0)
+        with pytest.raises(Exception, match="has 8 entries along its dynamic dimension 0 but "
+                                            "the call's dynamic size is 3 .bucket 4."):
+            f(x, y)
+
+
+def test_option_and_config_type_errors(nkipy_cache, backend):
+    from spiky.torch import init_nkipy_backend, reset_nkipy_backend
+
+    with pytest.raises(Exception, match="unpad_outputs and output_layout='unpad' contradict"):
+        torch.compile(nn.Linear(2, 2), backend="nkipy",
+                      options={"unpad_outputs": False, "output_layout": "unpad"})(
+            torch.randn(1, 2))
+    reset_nkipy_backend()
+    with pytest.raises(TypeError, match="pipelined must be a bool, not str 'no'"):
+        init_nkipy_backend(nkipy_cache=nkipy_cache, pipelined="no")
+    with pytest.raises(ValueError, match="bucket_strategy must be one of power_of_2, linear"):
+        init_nkipy_backend(nkipy_cache=nkipy_cache, bucket_strategy="cubic")
+    with pytest.raises(ValueError, match="max_bucket_size must be a positive int"):
+        init_nkipy_backend(nkipy_cache=nkipy_cache, max_bucket_size=0)
+
+
+def test_a_bucket_kernel_that_fails_to_build_falls_back_to_exact_sizes(backend, monkeypatch,
+                                                                       caplog):
+    from torch_to_nkipy import dynamic
+
+    def broken(self, env):
+        raise ValueError("operands could not be broadcast together")
+
+    monkeypatch.setattr(dynamic.DynamicSignature, "concrete", broken)
+    with caplog.at_level(logging.WARNING, logger="torch_to_nkipy"):
+        _check_sizes(lambda x: x * 2 + 1, lambda n: (torch.randn(n, 3),), [3, 5])
+    assert any("failed to build (ValueError: operands could not be broadcast together); "
+               "compiling each size exactly" in r.getMessage() for r in caplog.records)
+    assert spiky.get_stats().bucket_hits == {}

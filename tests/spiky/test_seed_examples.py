@@ -198,6 +198,9 @@ def test_close_then_use_again():
         assert not spiky.is_initialized()
         t = torch.ones(3, device="nkipy")
         assert spiky.is_initialized() and t.cpu().sum().item() == 3
+        x = torch.randn(2, 4)
+        with torch.no_grad():               # compiled functions reload their kernels
+            assert torch.allclose(c(x), c._orig_mod(x), atol=1e-6)
         print("OK")
     """)
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,

@@ -705,6 +705,10 @@ def index_put(x, indices, values, accumulate=False):
 
 @reg("aten.scatter.value", "aten.scatter.src")
 def scatter(x, dim, index, value):
+    if hasattr(value, "shape") and _shape(value) != _shape(index) and \
+            len(_shape(value)) == len(_shape(index)):
+        # torch reads only the leading index.shape block of a larger src
+        value = value[tuple(slice(0, n) for n in _shape(index))]
     src = np.broadcast_to(cast(value, x.dtype), _shape(index)) if not hasattr(value, "shape") \
         or _shape(value) != _shape(index) else value
     return ops.scatter_along_axis(x, index, src, dim % x.ndim)
