@@ -1,20 +1,9 @@
-"""Shared set-up for the spiky tests: the backend on a session cache, stats reset."""
+"""The spiky tests' backend fixture: the backend on the session cache, stats reset."""
 from __future__ import annotations
 
 import logging
-import os
-import sys
 
 import pytest
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
-
-
-@pytest.fixture(scope="session")
-def nkipy_cache(tmp_path_factory) -> str:
-    return str(tmp_path_factory.mktemp("nkipy_cache"))
 
 
 @pytest.fixture
