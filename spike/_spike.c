@@ -1785,6 +1785,102 @@ static double ns_between(const struct timespec *a, const struct timespec *b) {
   return (double)(b->tv_sec - a->tv_sec) * 1e9 + (double)(b->tv_nsec - a->tv_nsec);
 }
 
+/* One host<->device copy of execute_staged: `size` bytes between the host
+ * address `host` and offset 0 of `tensor`. */
+typedef struct {
+  nkrt_tensor_t *tensor;
+  void *host;
+  uint64_t size;
+} StagedCopy;
+
+/* Parses a sequence of (NrtTensor, address, nbytes) into `out` (PyMem). */
+static Py_ssize_t staged_copies(PyObject *seq, const char *what, StagedCopy **out) {
+  *out = NULL;
+  PyObject *fast = PySequence_Fast(seq, "execute_staged: writes and reads must be sequences");
+  if (!fast) return -1;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+  StagedCopy *c = PyMem_Calloc((size_t)(n ? n : 1), sizeof(StagedCopy));
+  if (!c) {
+    Py_DECREF(fast);
+    PyErr_NoMemory();
+    return -1;
+  }
+  for (Py_ssize_t i = 0; i < n; i++) {
+    PyObject *item = PySequence_Fast_GET_ITEM(fast, i);
+    PyObject *tobj;
+    unsigned long long address, size;
+    if (!PyTuple_Check(item) ||
+        !PyArg_ParseTuple(item, "OKK", &tobj, &address, &size)) {
+      if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_TypeError)) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError,
+                     "execute_staged: %s[%zd] must be a tuple (NrtTensor, address, nbytes)",
+                     what, i);
+      }
+      goto fail;
+    }
+    NrtTensorObject *t;
+    if (tensor_arg(tobj, what, &t) < 0 || check_bounds(t, what, 0, size) < 0) goto fail;
+    if (size && !address) {
+      PyErr_Format(PyExc_ValueError, "execute_staged: %s[%zd] has a NULL host address", what, i);
+      goto fail;
+    }
+    c[i].tensor = t->tensor;
+    c[i].host = (void *)(uintptr_t)address;
+    c[i].size = size;
+  }
+  Py_DECREF(fast);
+  *out = c;
+  return n;
+fail:
+  Py_DECREF(fast);
+  PyMem_Free(c);
+  return -1;
+}
+
+static PyObject *spike_execute_staged(SpikeObject *self, PyObject *args, PyObject *kwds) {
+  static char *kwlist[] = {"model", "inputs", "outputs", "writes", "reads", NULL};
+  PyObject *model_obj, *inputs, *outputs, *writes_seq, *reads_seq;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO:execute_staged", kwlist, &model_obj,
+                                   &inputs, &outputs, &writes_seq, &reads_seq))
+    return NULL;
+  StagedCopy *writes = NULL, *reads = NULL;
+  Py_ssize_t nw = staged_copies(writes_seq, "writes", &writes);
+  if (nw < 0) return NULL;
+  Py_ssize_t nr = staged_copies(reads_seq, "reads", &reads);
+  if (nr < 0) {
+    PyMem_Free(writes);
+    return NULL;
+  }
+  ExecArgs a;
+  if (exec_begin(self, model_obj, inputs, outputs, &a) < 0) {
+    PyMem_Free(writes);
+    PyMem_Free(reads);
+    return NULL;
+  }
+  nkrt_status_t st = NULL;
+  struct timespec t0, t1, t2, t3;
+  Py_BEGIN_ALLOW_THREADS
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (Py_ssize_t i = 0; i < nw && !st; i++)
+    st = nkrt_tensor_write(writes[i].tensor, writes[i].host, 0, writes[i].size);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  if (!st) st = nkrt_execute(a.handle, a.inputs, a.outputs);
+  clock_gettime(CLOCK_MONOTONIC, &t2);
+  for (Py_ssize_t i = 0; i < nr && !st; i++)
+    st = nkrt_tensor_read(reads[i].tensor, reads[i].host, 0, reads[i].size);
+  clock_gettime(CLOCK_MONOTONIC, &t3);
+  exec_finish_nogil(&a);
+  Py_END_ALLOW_THREADS
+  exec_done(&a);
+  PyMem_Free(writes);
+  PyMem_Free(reads);
+  if (st) return nrt_error(st);
+  return Py_BuildValue("(ddd)", ns_between(&t0, &t1), ns_between(&t1, &t2),
+                       ns_between(&t2, &t3));
+}
+
+
 static PyObject *spike_benchmark(SpikeObject *self, PyObject *args, PyObject *kwds) {
   static char *kwlist[] = {"model", "inputs", "outputs", "warmup_iterations",
                            "benchmark_iterations", NULL};
@@ -2149,6 +2245,14 @@ static PyMethodDef spike_methods[] = {
     {"tensor_read_to_pybuffer", (PyCFunction)(void (*)(void))spike_tensor_read_to_pybuffer, KW,
      "tensor_read_to_pybuffer(tensor, buffer, offset=0, size=0) -> None\n\nCopies device bytes "
      "straight into a writable C-contiguous buffer, without the GIL; size 0 means to the end."},
+    {"execute_staged", (PyCFunction)(void (*)(void))spike_execute_staged, KW,
+     "execute_staged(model, inputs, outputs, writes, reads) -> (write_ns, execute_ns, "
+     "read_ns)\n\nOne call for the common host round trip, without the GIL: copies each "
+     "(NrtTensor, host_address, nbytes) of writes into its tensor, runs the model with the "
+     "name-keyed sets, then copies each (NrtTensor, host_address, nbytes) of reads out. The "
+     "addresses are raw host pointers: the caller keeps that memory alive and at least "
+     "nbytes long for the call (e.g. a CPU torch tensor's data_ptr()). Returns the time of "
+     "each phase in nanoseconds."},
     {"execute", (PyCFunction)(void (*)(void))spike_execute, KW,
      "execute(model, inputs, outputs, ntff_name=None, save_trace=False) -> None\n\nRuns the "
      "model once with name-keyed tensors, without the GIL. With save_trace, writes a Chrome "

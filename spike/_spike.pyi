@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ._types import BenchmarkResult
 
@@ -128,6 +128,10 @@ class Spike:
     def execute(self, model: NrtModel, inputs: Mapping[str, NrtTensor],
                 outputs: Mapping[str, NrtTensor], ntff_name: Optional[_Path] = None,
                 save_trace: bool = False) -> None: ...
+    def execute_staged(self, model: NrtModel, inputs: Mapping[str, NrtTensor],
+                       outputs: Mapping[str, NrtTensor],
+                       writes: Sequence[Tuple[NrtTensor, int, int]],
+                       reads: Sequence[Tuple[NrtTensor, int, int]]) -> Tuple[float, float, float]: ...
     def execute_async(self, model: NrtModel, inputs: Mapping[str, NrtTensor],
                       outputs: Mapping[str, NrtTensor]) -> ExecutionEvent: ...
     def tensor_copy(self, src: NrtTensor, src_offset: int, dst: NrtTensor, dst_offset: int,

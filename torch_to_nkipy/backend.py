@@ -167,7 +167,7 @@ class CompiledGraph:
 
     def __call__(self, *args: Any) -> List[Any]:
         exe_idx = next(self._calls)
-        profile = self._profile(exe_idx)
+        profile = self._profile(exe_idx) if self.opts.save_ntff else None
         self._compile_span = None
         if self.sig is None and profile is None:
             # static graph: Dynamo's guards fix every input, so there is one kernel

@@ -20,6 +20,7 @@ import hashlib
 import importlib.util
 import json
 import logging
+import math
 import os
 import tempfile
 import threading
@@ -283,9 +284,9 @@ class Executor:
     padded copy is made on the device when padding is needed); CPU inputs are
     written into persistent device buffers. Outputs are ``nkipy`` tensors when
     the inputs are, or with ``keep_outputs_on_device``; CPU tensors otherwise.
-    With ``pipelined`` and device outputs the execution is submitted without
-    waiting: the call returns while the kernel runs and the next call's input
-    copies overlap it (two buffer sets alternate). Any later use of the outputs
+    With ``pipelined``, device outputs and CPU inputs to copy in, the execution
+    is submitted without waiting: the call returns while the kernel runs and the
+    next call's input copies overlap it (two buffer sets alternate). Any later use of the outputs
     waits for the kernel (the runtime orders copies and executions touching
     the same memory), so no stale data can be read.
     """
@@ -410,49 +411,42 @@ class Executor:
                                         self.k.device_kernel.allocate_output_tensors()))
             out_set = {n: t.tensor_ref for n, t in bufs.outputs.items()}
             bind = self._cpu_bind = (
-                tuple((i, in_set[p], shape, np_dt) for i, p, shape, np_dt, _ in ins),
+                tuple((i, in_set[p], shape, dt, math.prod(shape) * np_dt.itemsize)
+                      for i, p, shape, np_dt, dt in ins),
                 tuple((out_set[n], shape, dt) for n, shape, dt in outs), in_set, out_set)
         return bind
 
     def _run_fast(self, args: Sequence[Any], plan: Tuple[Any, ...]) -> Optional[List[Any]]:
-        """The common call on CPU tensors: one write per input into persistent
-        buffers, one execute, one read per output into a fresh tensor."""
-        arrays = []
-        try:
-            for i, _, shape, np_dtype, _ in plan[0]:
-                a = args[i]
-                if not a.is_cpu:
-                    return None
-                arr = (a.detach() if a.requires_grad else a).numpy()
-                if arr.dtype != np_dtype or arr.shape != shape or not arr.flags.c_contiguous:
-                    return None
-                arrays.append(arr)
-        except (TypeError, RuntimeError):   # not a plain CPU tensor: the general path
-            return None
+        """The common call on CPU tensors, in one runtime call without the GIL
+        (``Spike.execute_staged``): each input copied from its tensor's memory into
+        a persistent device buffer, the kernel, each output copied into a fresh
+        tensor."""
         if self.sets[0].event is not None or self.sets[1].event is not None:
             return None
         ins, outs, in_set, out_set = self._cpu_bindings()
-        rt = self.rt
-        t0 = time.perf_counter()
-        for (_, ref, _, _), arr in zip(ins, arrays):
-            rt.tensor_write_from_pybuffer(ref, arr)
-        t1 = time.perf_counter()
-        rt.execute(plan[2], in_set, out_set)
-        t2 = time.perf_counter()
+        writes = []
+        for i, ref, shape, dt, nbytes in ins:
+            a = args[i]
+            if not a.is_cpu or a.dtype is not dt or a.shape != shape or not a.is_contiguous():
+                return None
+            writes.append((ref, a.data_ptr(), nbytes))
         results: List[Any] = []
+        reads = []
         for ref, shape, dt in outs:
             r = torch.empty(shape, dtype=dt)
-            rt.tensor_read_to_pybuffer(ref, r.numpy())
             results.append(r)
-        t3 = time.perf_counter()
-        record_execution(None, 1.0, (t3 - t0) * 1e3, (t1 - t0) * 1e3, (t2 - t1) * 1e3,
-                         (t3 - t2) * 1e3)
+            reads.append((ref, r.data_ptr(), ref.size))
+        t0 = time.perf_counter()
+        w_ns, e_ns, r_ns = self.rt.execute_staged(plan[2], in_set, out_set, writes, reads)
+        record_execution(None, 1.0, (time.perf_counter() - t0) * 1e3, w_ns / 1e6, e_ns / 1e6,
+                         r_ns / 1e6)
         return results
 
-    def _run_fast_device(self, args: Sequence[Any], plan: Tuple[Any, ...],
-                         pipelined: bool) -> Optional[List[Any]]:
+    def _run_fast_device(self, args: Sequence[Any], plan: Tuple[Any, ...]) -> Optional[List[Any]]:
         """The common call on nkipy tensors: each input's own memory (wrapped once
-        per tensor), fresh nkipy outputs, one execute (or submit)."""
+        per tensor), fresh nkipy outputs, one execute. Nothing is copied in, so
+        there is nothing to overlap: the kernel runs inline even when pipelined
+        (submitting to the core's queue thread costs more than it saves)."""
         ins, outs, model = plan
         core = self.core
         t0 = time.perf_counter()
@@ -470,15 +464,9 @@ class Executor:
             results.append(r)
             out_set[name] = self.rt.slice_from_address(r.data_ptr(), r.numel() * r.element_size())
         t1 = time.perf_counter()
-        bufs = self.sets[self.turn]
-        if pipelined:
-            self.turn ^= 1
-            bufs.wait()
-            bufs.event = self.rt.execute_async(model, in_set, out_set)
-        else:
-            for b in self.sets:
-                b.wait()
-            self.rt.execute(model, in_set, out_set)
+        for b in self.sets:
+            b.wait()
+        self.rt.execute(model, in_set, out_set)
         t2 = time.perf_counter()
         record_execution(None, 1.0, (t2 - t0) * 1e3, (t1 - t0) * 1e3, (t2 - t1) * 1e3, 0.0)
         return results
@@ -493,7 +481,7 @@ class Executor:
             if plan is not None:
                 with self.lock:
                     if plan[0] and not args[plan[0][0][0]].is_cpu:
-                        res = self._run_fast_device(args, plan, opts.pipelined)
+                        res = self._run_fast_device(args, plan)
                     elif not opts.keep_outputs_on_device:
                         res = self._run_fast(args, plan)
                     else:
@@ -503,10 +491,12 @@ class Executor:
         t0 = time.perf_counter()
         p0 = profile and now_ns()
         idx = k.tensor_arg_idx
-        on_dev = any(not args[i].is_cpu for i in idx)
-        keep = on_dev or opts.keep_outputs_on_device
+        on_dev = [not args[i].is_cpu for i in idx]
+        keep = any(on_dev) or opts.keep_outputs_on_device
         out_dev = self.out_dev if keep else torch.device("cpu")
-        asynchronous = opts.pipelined and keep
+        # submitted without waiting when outputs stay on the device and some input is
+        # copied in (the copy of the next call is what overlaps this kernel)
+        asynchronous = opts.pipelined and keep and not all(on_dev)
         with self.lock:
             bufs = self.sets[self.turn]
             if asynchronous:
