@@ -699,21 +699,18 @@ static nkrt_status_t execute_queued(nkrt_model_t *m, const nkrt_tensor_set_t *in
   return st;
 }
 
-nkrt_status_t nkrt_execute(nkrt_model_t *m, const nkrt_tensor_set_t *in,
-                           const nkrt_tensor_set_t *out) {
-  if (!m) return nkrt_status_make(NKRT_INVALID_HANDLE, "model is NULL");
+/* Inline path of nkrt_execute; `slots` and `ranges` hold n entries. */
+static nkrt_status_t execute_inline(nkrt_model_t *m, const nkrt_tensor_set_t *in,
+                                    const nkrt_tensor_set_t *out, nkrt_tensor_t **slots,
+                                    nkrt_range_t *ranges, uint32_t n) {
   nkrt_runtime_t *rt = m->runtime;
   nkrt_queue_t *q = &rt->cores[m->core].queue;
-  uint32_t n = m->desc->num_inputs + m->desc->num_outputs;
-  if (n > 32) return execute_queued(m, in, out);
-  nkrt_tensor_t *slots[32];
   nkrt_status_t st = bind(m, in, out, slots);
   if (st) return st;
   /* Queued work of this core is ordered by the queue (below); that of other
    * cores touching the same memory must finish first. Waiting happens before
    * the core is claimed, so no queue is held up meanwhile. */
   if (atomic_load_explicit(&rt->hazard_count, memory_order_acquire) != 0) {
-    nkrt_range_t ranges[32];
     for (uint32_t i = 0; i < n; i++) {
       uintptr_t lo = (uintptr_t)slots[i]->va;
       ranges[i] = (nkrt_range_t){lo, lo + (uintptr_t)slots[i]->size};
@@ -737,6 +734,28 @@ nkrt_status_t nkrt_execute(nkrt_model_t *m, const nkrt_tensor_set_t *in,
   if (q->head) pthread_cond_signal(&q->work_cv);
   pthread_cond_broadcast(&q->idle_cv);
   pthread_mutex_unlock(&q->mu);
+  return st;
+}
+
+nkrt_status_t nkrt_execute(nkrt_model_t *m, const nkrt_tensor_set_t *in,
+                           const nkrt_tensor_set_t *out) {
+  if (!m) return nkrt_status_make(NKRT_INVALID_HANDLE, "model is NULL");
+  uint32_t n = m->desc->num_inputs + m->desc->num_outputs;
+  if (n <= 32) {
+    nkrt_tensor_t *slots[32];
+    nkrt_range_t ranges[32];
+    return execute_inline(m, in, out, slots, ranges, n);
+  }
+  /* many tensors (a model with its weights as inputs): the same, heap-backed */
+  nkrt_tensor_t **slots = calloc(n, sizeof(*slots));
+  nkrt_range_t *ranges = calloc(n, sizeof(*ranges));
+  nkrt_status_t st;
+  if (!slots || !ranges)
+    st = nkrt_status_make(NKRT_RESOURCE, "out of host memory executing '%s'", m->name);
+  else
+    st = execute_inline(m, in, out, slots, ranges, n);
+  free(slots);
+  free(ranges);
   return st;
 }
 

@@ -144,6 +144,46 @@ TEST(execute_add) {
   nkrt_runtime_destroy(rt);
 }
 
+/* More tensors than nkrt_execute keeps on its stack: inline, inside a trace
+ * session (so the call is seen running on the caller), and queued behind work. */
+TEST(execute_wide_model) {
+  enum { W = 16, NIN = 40 };
+  nkrt_runtime_t *rt = nkrt_test_runtime("0", 1 << 20);
+  nkrt_model_t *m = load(rt, "wide", 0);
+  nkrt_tensor_t *t[NIN];
+  nkrt_tensor_set_t *in = NULL, *os = NULL;
+  CHECK_OK(nkrt_tensor_set_create(&in));
+  CHECK_OK(nkrt_tensor_set_create(&os));
+  for (int k = 0; k < NIN; k++) {
+    float v[W];
+    for (int i = 0; i < W; i++) v[i] = (float)(k + i);
+    char name[16];
+    snprintf(name, sizeof(name), "x%d", k);
+    t[k] = tensor_from(rt, 0, name, v, sizeof(v));
+    CHECK_OK(nkrt_tensor_set_add(in, name, t[k]));
+  }
+  nkrt_tensor_t *to = tensor_from(rt, 0, "out", NULL, W * 4);
+  CHECK_OK(nkrt_tensor_set_add(os, "output0", to));
+  CHECK_OK(nkrt_execute(m, in, os));
+  float out[W];
+  CHECK_OK(nkrt_tensor_read(to, out, 0, sizeof(out)));
+  int bad = 0;
+  for (int i = 0; i < W; i++) bad += out[i] != (float)(NIN * i + NIN * (NIN - 1) / 2);
+  CHECK(bad == 0);
+  /* a missing input is still reported with the names expected */
+  nkrt_tensor_set_t *partial = NULL;
+  CHECK_OK(nkrt_tensor_set_create(&partial));
+  CHECK_OK(nkrt_tensor_set_add(partial, "x0", t[0]));
+  CHECK_ERR(nkrt_execute(m, partial, os), NKRT_EXEC_BAD_INPUT, "missing input tensor 'x1'");
+  nkrt_tensor_set_destroy(partial);
+  nkrt_tensor_set_destroy(in);
+  nkrt_tensor_set_destroy(os);
+  for (int k = 0; k < NIN; k++) nkrt_tensor_free(&t[k]);
+  nkrt_tensor_free(&to);
+  nkrt_model_unload(m);
+  nkrt_runtime_destroy(rt);
+}
+
 TEST(execute_bad_inputs) {
   nkrt_runtime_t *rt = nkrt_test_runtime("0,1", 1 << 20);
   nkrt_model_t *m = load(rt, "add", 0);
