@@ -308,6 +308,7 @@ class Executor:
 
         self.out_dev = torch.device(device.DEVICE_TYPE, self.core)
         self.rt = spike.get_spike_singleton()
+        self._alias_srcs = set(kernel.aliases.values())
 
     # -- inputs --------------------------------------------------------------
 
@@ -378,9 +379,9 @@ class Executor:
     # -- a call ----------------------------------------------------------------
 
     def _fast_plan(self) -> Optional[Tuple[Any, ...]]:
-        """Precomputed bindings for the common calls: all inputs on the CPU or all
-        on the nkipy device, no padding, no aliasing, no constant outputs (None
-        when the kernel is not like that): (inputs, outputs, model)."""
+        """Precomputed bindings for calls on CPU tensors: no padding, no aliasing,
+        no constant outputs (None when the kernel is not like that):
+        (inputs, outputs, model)."""
         k = self.k
         if k.aliases or k.static_outputs or len(k.out_names) != k.n_outputs:
             return None
@@ -442,52 +443,115 @@ class Executor:
                          r_ns / 1e6)
         return results
 
+    def _device_plan(self) -> Optional[Tuple[Any, ...]]:
+        """Bindings for calls on nkipy tensors (None when the kernel needs the
+        general path): inputs, fresh outputs, outputs written into their input
+        (in-place updates: KV caches, buffers), which result is which, constants."""
+        k = self.k
+        if any(isinstance(v, np.ndarray) for v in k.static_outputs.values()):
+            return None
+        ins = []
+        for p, i in k.param_index.items():
+            shape, np_dtype = self.in_specs[p]
+            if np_dtype.name not in _FAST_DTYPES:
+                return None
+            ins.append((i, p, torch.Size(shape), _FAST_DTYPES[np_dtype.name]))
+        fresh = []
+        for name, shape, dt in self.out_specs:
+            if dt not in _FAST_DTYPES:
+                return None
+            fresh.append((name, torch.Size(shape), _FAST_DTYPES[dt]))
+        index = {name: j for j, (name, _, _) in enumerate(fresh)}
+        in_dtype = {p: dt for _, p, _, dt in ins}
+        picks = []
+        for pos, name in zip(k.tensor_out_pos, k.out_names):
+            want = k.out_dtypes[pos] if pos < len(k.out_dtypes) else None
+            if name in k.aliases:
+                src = k.aliases[name]
+                if want is not None and want != in_dtype[src]:
+                    return None
+                picks.append((pos, False, src))
+            else:
+                if want is not None and want != fresh[index[name]][2]:
+                    return None
+                picks.append((pos, True, index[name]))
+        return (tuple(ins), tuple(fresh), tuple(picks), tuple(k.aliases.items()),
+                tuple(k.static_outputs.items()), k.n_outputs, k.device_kernel.model_ref)
+
     def _run_fast_device(self, args: Sequence[Any], plan: Tuple[Any, ...]) -> Optional[List[Any]]:
         """The common call on nkipy tensors: each input's own memory (wrapped once
-        per tensor), fresh nkipy outputs, one execute. Nothing is copied in, so
-        there is nothing to overlap: the kernel runs inline even when pipelined
-        (submitting to the core's queue thread costs more than it saves)."""
-        ins, outs, model = plan
+        per tensor), fresh nkipy outputs, in-place outputs written straight into
+        their input, one execute. Nothing is copied in, so there is nothing to
+        overlap: the kernel runs inline even when pipelined (submitting to the
+        core's queue thread costs more than it saves)."""
+        ins, fresh, picks, aliases, statics, n_outputs, model = plan
         core = self.core
         t0 = time.perf_counter()
         in_set = {}
-        for i, p, shape, _, dt in ins:
+        wrapped = {}
+        widen = []
+        for i, p, shape, dt in ins:
             a = args[i]
-            if a.is_cpu or a.dtype is not dt or a.shape != shape or not a.is_contiguous():
+            if a.is_cpu or a.shape != shape or not a.is_contiguous():
                 return None
-            in_set[p] = device.to_device(a, core).tensor_ref
+            if a.dtype is not dt:
+                # int64 -> int32, the device's narrowing (a copy); one updated in place
+                # is widened back after the kernel
+                if not (a.dtype is torch.int64 and dt is torch.int32):
+                    return None
+                if p in self._alias_srcs:
+                    widen.append((a, p))
+            d = device.to_device(a, core)
+            in_set[p] = d.tensor_ref
+            wrapped[p] = d
         out_dev = self.out_dev
-        results = []
+        new = []
         out_set = {}
-        for name, shape, dt in outs:
+        for name, shape, dt in fresh:
             r = torch.empty(shape, dtype=dt, device=out_dev)
-            results.append(r)
+            new.append(r)
             out_set[name] = self.rt.slice_from_address(r.data_ptr(), r.numel() * r.element_size())
+        for name, src in aliases:       # the kernel updates the input's own memory
+            out_set[name] = in_set[src]
         t1 = time.perf_counter()
         for b in self.sets:
             b.wait()
         self.rt.execute(model, in_set, out_set)
+        if widen:
+            with torch.no_grad():
+                for a, p in widen:
+                    a.copy_(wrapped[p]._torch_backing)
         t2 = time.perf_counter()
+        results: List[Any] = [None] * n_outputs
+        for pos, is_new, x in picks:
+            results[pos] = new[x] if is_new else wrapped[x]._torch_backing
+        for pos, val in statics:
+            results[pos] = val
         record_execution(None, 1.0, (t2 - t0) * 1e3, (t1 - t0) * 1e3, (t2 - t1) * 1e3, 0.0)
         return results
 
     def run(self, args: Sequence[Any], pad: Optional[PadCall], opts: ExecOptions,
             profile: Optional[Any]) -> List[Any]:
         k = self.k
-        if pad is None and profile is None:
-            plan = self.__dict__.get("_plan", False)
-            if plan is False:
-                plan = self._plan = self._fast_plan()
-            if plan is not None:
-                with self.lock:
-                    if plan[0] and not args[plan[0][0][0]].is_cpu:
+        if pad is None and profile is None and k.tensor_arg_idx:
+            if not args[k.tensor_arg_idx[0]].is_cpu:
+                plan = self.__dict__.get("_dplan", False)
+                if plan is False:
+                    plan = self._dplan = self._device_plan()
+                if plan is not None:
+                    with self.lock:
                         res = self._run_fast_device(args, plan)
-                    elif not opts.keep_outputs_on_device:
+                    if res is not None:
+                        return res
+            elif not opts.keep_outputs_on_device:
+                plan = self.__dict__.get("_plan", False)
+                if plan is False:
+                    plan = self._plan = self._fast_plan()
+                if plan is not None:
+                    with self.lock:
                         res = self._run_fast(args, plan)
-                    else:
-                        res = None
-                if res is not None:
-                    return res
+                    if res is not None:
+                        return res
         t0 = time.perf_counter()
         p0 = profile and now_ns()
         idx = k.tensor_arg_idx
