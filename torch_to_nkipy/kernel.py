@@ -309,6 +309,9 @@ class Executor:
         self.out_dev = torch.device(device.DEVICE_TYPE, self.core)
         self.rt = spike.get_spike_singleton()
         self._alias_srcs = set(kernel.aliases.values())
+        # the fast paths' bindings (None: that kind of call takes the general path)
+        self._plan = self._fast_plan()          # CPU tensors
+        self._dplan = self._device_plan()       # nkipy tensors
 
     # -- inputs --------------------------------------------------------------
 
@@ -378,19 +381,25 @@ class Executor:
 
     # -- a call ----------------------------------------------------------------
 
+    def _fast_inputs(self) -> Optional[Tuple[Any, ...]]:
+        """(argument index, parameter, shape, NumPy dtype, torch dtype) of every
+        input, or None when one has a dtype the fast paths do not take."""
+        ins = []
+        for p, i in self.k.param_index.items():
+            shape, np_dtype = self.in_specs[p]
+            if np_dtype.name not in _FAST_DTYPES:
+                return None
+            ins.append((i, p, shape, np_dtype, _FAST_DTYPES[np_dtype.name]))
+        return tuple(ins)
+
     def _fast_plan(self) -> Optional[Tuple[Any, ...]]:
         """Precomputed bindings for calls on CPU tensors: no padding, no aliasing,
         no constant outputs (None when the kernel is not like that):
         (inputs, outputs, model)."""
         k = self.k
-        if k.aliases or k.static_outputs or len(k.out_names) != k.n_outputs:
+        ins = self._fast_inputs()
+        if ins is None or k.aliases or k.static_outputs or len(k.out_names) != k.n_outputs:
             return None
-        ins = []
-        for p, i in k.param_index.items():
-            shape, np_dtype = self.in_specs[p]
-            if np_dtype.name not in _FAST_DTYPES:
-                return None
-            ins.append((i, p, tuple(shape), np_dtype, _FAST_DTYPES[np_dtype.name]))
         outs = []
         for pos, name in zip(k.tensor_out_pos, k.out_names):
             shape, dt = next((sh, d) for n, sh, d in self.out_specs if n == name)
@@ -398,7 +407,7 @@ class Executor:
             if dt not in _FAST_DTYPES or (want is not None and want != _FAST_DTYPES[dt]):
                 return None
             outs.append((name, torch.Size(shape), _FAST_DTYPES[dt]))
-        return tuple(ins), tuple(outs), k.device_kernel.model_ref
+        return ins, tuple(outs), k.device_kernel.model_ref
 
     def _cpu_bindings(self) -> Tuple[Any, ...]:
         """The persistent device buffers CPU calls write into (made on first use)."""
@@ -448,21 +457,16 @@ class Executor:
         general path): inputs, fresh outputs, outputs written into their input
         (in-place updates: KV caches, buffers), which result is which, constants."""
         k = self.k
-        if any(isinstance(v, np.ndarray) for v in k.static_outputs.values()):
+        ins = self._fast_inputs()
+        if ins is None or any(isinstance(v, np.ndarray) for v in k.static_outputs.values()):
             return None
-        ins = []
-        for p, i in k.param_index.items():
-            shape, np_dtype = self.in_specs[p]
-            if np_dtype.name not in _FAST_DTYPES:
-                return None
-            ins.append((i, p, torch.Size(shape), _FAST_DTYPES[np_dtype.name]))
         fresh = []
         for name, shape, dt in self.out_specs:
             if dt not in _FAST_DTYPES:
                 return None
             fresh.append((name, torch.Size(shape), _FAST_DTYPES[dt]))
         index = {name: j for j, (name, _, _) in enumerate(fresh)}
-        in_dtype = {p: dt for _, p, _, dt in ins}
+        in_dtype = {p: dt for _, p, _, _, dt in ins}
         picks = []
         for pos, name in zip(k.tensor_out_pos, k.out_names):
             want = k.out_dtypes[pos] if pos < len(k.out_dtypes) else None
@@ -475,7 +479,7 @@ class Executor:
                 if want is not None and want != fresh[index[name]][2]:
                     return None
                 picks.append((pos, True, index[name]))
-        return (tuple(ins), tuple(fresh), tuple(picks), tuple(k.aliases.items()),
+        return (ins, tuple(fresh), tuple(picks), tuple(k.aliases.items()),
                 tuple(k.static_outputs.items()), k.n_outputs, k.device_kernel.model_ref)
 
     def _run_fast_device(self, args: Sequence[Any], plan: Tuple[Any, ...]) -> Optional[List[Any]]:
@@ -490,7 +494,7 @@ class Executor:
         in_set = {}
         wrapped = {}
         widen = []
-        for i, p, shape, dt in ins:
+        for i, p, shape, _, dt in ins:
             a = args[i]
             if a.is_cpu or a.shape != shape or not a.is_contiguous():
                 return None
@@ -535,23 +539,16 @@ class Executor:
         k = self.k
         if pad is None and profile is None and k.tensor_arg_idx:
             if not args[k.tensor_arg_idx[0]].is_cpu:
-                plan = self.__dict__.get("_dplan", False)
-                if plan is False:
-                    plan = self._dplan = self._device_plan()
-                if plan is not None:
-                    with self.lock:
-                        res = self._run_fast_device(args, plan)
-                    if res is not None:
-                        return res
+                fast, plan = self._run_fast_device, self._dplan
             elif not opts.keep_outputs_on_device:
-                plan = self.__dict__.get("_plan", False)
-                if plan is False:
-                    plan = self._plan = self._fast_plan()
-                if plan is not None:
-                    with self.lock:
-                        res = self._run_fast(args, plan)
-                    if res is not None:
-                        return res
+                fast, plan = self._run_fast, self._plan
+            else:
+                plan = None
+            if plan is not None:
+                with self.lock:
+                    res = fast(args, plan)
+                if res is not None:
+                    return res
         t0 = time.perf_counter()
         p0 = profile and now_ns()
         idx = k.tensor_arg_idx
