@@ -83,12 +83,17 @@ STAT_KEYS = tuple(
 )
 
 
+def _read_stats(fill, keys: tuple, device: int) -> dict:
+    """The figures a ``spike_torch_*_stats(device, out, capacity)`` call writes, by key
+    (zeros when it writes none)."""
+    buf = (ctypes.c_int64 * len(keys))()
+    if fill(device, buf, len(keys)) == 0:
+        return {key: 0 for key in keys}
+    return {key: int(buf[i]) for i, key in enumerate(keys)}
+
+
 def memory_stats(device: int) -> dict:
-    buf = (ctypes.c_int64 * len(STAT_KEYS))()
-    n = lib.spike_torch_memory_stats(device, buf, len(STAT_KEYS))
-    if n == 0:
-        return {key: 0 for key in STAT_KEYS}
-    return {key: int(buf[i]) for i, key in enumerate(STAT_KEYS)}
+    return _read_stats(lib.spike_torch_memory_stats, STAT_KEYS, device)
 
 
 # Order of the values spike_torch_pool_stats() writes.
@@ -98,8 +103,4 @@ POOL_STAT_KEYS = ("used_bytes", "cached_bytes", "total_bytes", "allocation_count
 
 def pool_stats(device: int) -> dict:
     """Memory-pool figures of one device (all devices summed if ``device`` < 0)."""
-    buf = (ctypes.c_int64 * len(POOL_STAT_KEYS))()
-    n = lib.spike_torch_pool_stats(device, buf, len(POOL_STAT_KEYS))
-    if n == 0:
-        return {key: 0 for key in POOL_STAT_KEYS}
-    return {key: int(buf[i]) for i, key in enumerate(POOL_STAT_KEYS)}
+    return _read_stats(lib.spike_torch_pool_stats, POOL_STAT_KEYS, device)
