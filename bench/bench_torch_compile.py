@@ -51,7 +51,6 @@ import argparse  # noqa: E402
 import copy  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
-import platform  # noqa: E402
 import shutil  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
@@ -347,40 +346,21 @@ def targets(cases: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
 
 
 def host_info() -> Dict[str, Any]:
-    import subprocess
-
-    import numpy
-
+    """bench/run.py's host description plus the torch-side settings."""
     import spike
+    from run import host_info as base_host_info  # bench/run.py
 
-    model = "unknown"
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next((ln.split(":", 1)[1].strip() for ln in f
-                          if ln.startswith("model name")), model)
-    except OSError:
-        pass
-    commit = ""
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
-                                capture_output=True, text=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                               cwd=REPO, capture_output=True, text=True).stdout.strip()
-        if commit and dirty:
-            commit += "+local changes"
-    except OSError:
-        pass
+    workers = spike.get_spike_singleton().num_workers
+    h = base_host_info(workers)
     try:
         import transformers
         tv = transformers.__version__
     except ImportError:
         tv = None
-    return {"cpu": model, "cpus": os.cpu_count(), "python": platform.python_version(),
-            "numpy": numpy.__version__, "torch": torch.__version__, "transformers": tv,
-            "torch_threads": torch.get_num_threads(),
-            "nkrt_workers": spike.get_spike_singleton().num_workers,
-            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY") or "unset (default)", "commit": commit,
-            "date": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    h.update(torch=torch.__version__, transformers=tv, torch_threads=torch.get_num_threads(),
+             nkrt_workers=workers,
+             omp_wait_policy=os.environ.get("OMP_WAIT_POLICY") or "unset (default)")
+    return h
 
 
 def _yes(met: Optional[bool]) -> str:
