@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Dict, Optional, Tuple
 
+from spiky.buckets import check_buckets
+
 #: Option keys and their accepted types.
 OPTION_TYPES: Dict[str, Any] = {
     "buckets": (list, tuple), "jit": bool, "pipelined": bool, "pad_on_device": bool,
@@ -50,10 +52,11 @@ def validate_options(options: Any) -> Dict[str, Any]:
         raise ValueError("option input_layout must be 'auto' or 'padded'")
     if options.get("output_layout", "unpad") not in ("unpad", "padded"):
         raise ValueError("option output_layout must be 'unpad' or 'padded'")
-    buckets = options.get("buckets")
-    if buckets is not None and (not buckets or any(
-            isinstance(b, bool) or not isinstance(b, int) or b <= 0 for b in buckets)):
-        raise ValueError("option buckets must be a non-empty list of positive ints")
+    if "buckets" in options:
+        try:
+            check_buckets(options["buckets"])
+        except ValueError as exc:
+            raise ValueError(f"option {exc}") from None
     idx = options.get("save_ntff_exe_idx")
     if idx is not None and any(isinstance(i, bool) or not isinstance(i, int) or i < 0
                                for i in idx):
@@ -73,7 +76,7 @@ def resolve_options(options: Any, config: Any) -> ExecOptions:
             raise ValueError(f"options unpad_outputs and output_layout={opts['output_layout']!r} "
                              "contradict each other")
     if "buckets" in opts:
-        opts["buckets"] = tuple(sorted(set(opts["buckets"])))
+        opts["buckets"] = tuple(check_buckets(opts["buckets"]))
     if "save_ntff_exe_idx" in opts:
         opts["save_ntff_exe_idx"] = tuple(opts["save_ntff_exe_idx"])
     return replace(base, **opts)
