@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -29,7 +28,6 @@ class ExecutionProfile:
 
         self._session = spike.SystemTraceSession(spike.get_spike_singleton(), core_id)
         self.spans: List[Tuple[str, int, int, Dict[str, Any]]] = []
-        self._tid = threading.get_ident()
 
     def __enter__(self) -> "ExecutionProfile":
         return self

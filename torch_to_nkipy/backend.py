@@ -158,9 +158,9 @@ class CompiledGraph:
         return " ".join([cfg.additional_compiler_args] + extra).strip()
 
     def _profile(self, exe_idx: int) -> Optional[ExecutionProfile]:
-        o = self.opts
-        if not o.save_ntff or (o.save_ntff_exe_idx is not None and exe_idx not in
-                               o.save_ntff_exe_idx):
+        """A profile for execution ``exe_idx`` of a function with ``save_ntff`` on."""
+        selected = self.opts.save_ntff_exe_idx
+        if selected is not None and exe_idx not in selected:
             return None
         cfg = get_nkipy_backend_config()
         return ExecutionProfile(cfg.device_core) if cfg.rank == 0 else None
