@@ -258,14 +258,9 @@ nkrt_pool_t *nkrt_exec_ctx_pool(void *ctx) { return ((exec_ctx_t *)ctx)->model->
 void *nkrt_exec_ctx_scratch(void *ctx, uint64_t bytes) { return env_scratch(ctx, bytes); }
 void nkrt_exec_ctx_fail(void *ctx, const char *msg) { env_set_error(ctx, msg); }
 
-static nkrt_status_t run_kernel(nkrt_model_t *m, nkrt_tensor_t **slots, uint64_t id) {
+/* Runs the kernel on its tensors' addresses: ptrs[0 .. inputs), then outputs. */
+static nkrt_status_t run_kernel(nkrt_model_t *m, void **ptrs, uint64_t id) {
   const nkrt_neff_desc_t *d = m->desc;
-  uint32_t n = d->num_inputs + d->num_outputs;
-  void *stack_ptrs[32];
-  void **ptrs = n <= 32 ? stack_ptrs : malloc(n * sizeof(void *));
-  if (!ptrs) return nkrt_status_make(NKRT_RESOURCE, "out of host memory executing '%s'", m->name);
-  for (uint32_t i = 0; i < n; i++) ptrs[i] = slots[i]->va;
-
   exec_ctx_t x = {.model = m};
   nkrt_kernel_env_t env = {
       .struct_size = sizeof(env),
@@ -290,7 +285,6 @@ static nkrt_status_t run_kernel(nkrt_model_t *m, nkrt_tensor_t **slots, uint64_t
 
   for (uint32_t i = 0; i < x.extra_count; i++) nkrt_tensor_release(x.extra[i]);
   free(x.extra);
-  if (ptrs != stack_ptrs) free(ptrs);
   if (rc != 0 || x.has_error)
     return nkrt_status_make(NKRT_EXEC_COMPLETED_WITH_ERR, "kernel '%s' failed on core %u: %s",
                             m->name, m->core, x.error[0] ? x.error : "it returned an error code");
@@ -492,7 +486,8 @@ struct nkrt_work {
   nkrt_event_t *event;
   nkrt_runtime_t *runtime;
   nkrt_model_t *model;        /* exec */
-  nkrt_tensor_t **slots;      /* exec: bound tensors */
+  nkrt_tensor_t **slots;      /* exec: the tensors it holds (retained) */
+  void **ptrs;                /* exec: the kernel's tensor addresses */
   nkrt_tensor_t *tensor;      /* copies */
   void *host;
   uint64_t offset, size;
@@ -510,7 +505,7 @@ void nkrt_queue_init(nkrt_queue_t *q) {
 
 static nkrt_status_t do_work(nkrt_work_t *w) {
   switch (w->kind) {
-    case WORK_EXEC: return run_kernel(w->model, w->slots, w->event->id);
+    case WORK_EXEC: return run_kernel(w->model, w->ptrs, w->event->id);
     case WORK_WRITE: nkrt_tensor_write_raw(w->tensor, w->host, w->offset, w->size); break;
     case WORK_READ: nkrt_tensor_read_raw(w->tensor, w->host, w->offset, w->size); break;
   }
@@ -523,6 +518,7 @@ static void free_work(nkrt_work_t *w) {
   if (w->kind == WORK_EXEC) {
     unbind(w->model, w->slots);
     free(w->slots);
+    free(w->ptrs);
     if (w->hazard.ranges != &w->range) free(w->hazard.ranges);
     nkrt_model_release(w->model);
   } else {
@@ -633,48 +629,113 @@ static nkrt_status_t submit(nkrt_runtime_t *rt, uint32_t core, nkrt_work_t *w,
   return NULL;
 }
 
-static nkrt_status_t make_exec_work(nkrt_model_t *m, const nkrt_tensor_set_t *in,
-                                    const nkrt_tensor_set_t *out, nkrt_work_t **out_work) {
-  uint32_t n = m->desc->num_inputs + m->desc->num_outputs;
+/* Queued work for an execution whose tensors are bound: takes over the n
+ * references in `slots` (released on failure too); copies ptrs and ranges. */
+static nkrt_status_t exec_work_from(nkrt_model_t *m, nkrt_tensor_t *const *slots,
+                                    void *const *ptrs, const nkrt_range_t *ranges, uint32_t n,
+                                    nkrt_work_t **out_work) {
   nkrt_work_t *w = calloc(1, sizeof(*w));
-  nkrt_tensor_t **slots = calloc(n ? n : 1, sizeof(*slots));
-  nkrt_range_t *ranges = n > 1 ? calloc(n, sizeof(*ranges)) : NULL;
-  if (!w || !slots || (n > 1 && !ranges)) {
+  nkrt_tensor_t **wslots = calloc(n ? n : 1, sizeof(*wslots));
+  void **wptrs = calloc(n ? n : 1, sizeof(*wptrs));
+  nkrt_range_t *wranges = n > 1 ? calloc(n, sizeof(*wranges)) : NULL;
+  if (!w || !wslots || !wptrs || (n > 1 && !wranges)) {
     free(w);
-    free(slots);
-    free(ranges);
+    free(wslots);
+    free(wptrs);
+    free(wranges);
+    for (uint32_t i = 0; i < n; i++) nkrt_tensor_release(slots[i]);
     return nkrt_status_make(NKRT_RESOURCE, "out of host memory");
   }
-  nkrt_status_t st = bind(m, in, out, slots);
-  if (st) {
-    free(w);
-    free(slots);
-    free(ranges);
-    return st;
-  }
+  memcpy(wslots, slots, n * sizeof(*wslots));
+  memcpy(wptrs, ptrs, n * sizeof(*wptrs));
   nkrt_model_retain(m);
   w->kind = WORK_EXEC;
   w->runtime = m->runtime;
   w->model = m;
-  w->slots = slots;
-  w->hazard.ranges = ranges ? ranges : &w->range;
+  w->slots = wslots;
+  w->ptrs = wptrs;
+  w->hazard.ranges = wranges ? wranges : &w->range;
   w->hazard.count = n;
-  for (uint32_t i = 0; i < n; i++) {
-    uintptr_t lo = (uintptr_t)slots[i]->va;
-    w->hazard.ranges[i] = (nkrt_range_t){lo, lo + (uintptr_t)slots[i]->size};
-  }
+  memcpy(w->hazard.ranges, ranges, n * sizeof(*ranges));
   *out_work = w;
   return NULL;
 }
 
+/* Kernel addresses and hazard ranges of tensors bound by name. */
+static void slot_addresses(nkrt_tensor_t *const *slots, uint32_t n, void **ptrs,
+                           nkrt_range_t *ranges) {
+  for (uint32_t i = 0; i < n; i++) {
+    uintptr_t lo = (uintptr_t)slots[i]->va;
+    ptrs[i] = slots[i]->va;
+    ranges[i] = (nkrt_range_t){lo, lo + (uintptr_t)slots[i]->size};
+  }
+}
+
+/* Binds by address (nkrt_execute_at): each tensor's owning allocation on the
+ * model's core is retained into slots; ptrs and ranges get the addresses. */
+static nkrt_status_t bind_at(const nkrt_model_t *m, void *const *addresses,
+                             nkrt_tensor_t **slots, void **ptrs, nkrt_range_t *ranges) {
+  const nkrt_neff_desc_t *d = m->desc;
+  uint32_t n = d->num_inputs + d->num_outputs, bound = 0;
+  nkrt_arena_t *arena = &m->runtime->cores[m->core].arena;
+  nkrt_status_t st = NULL;
+  pthread_mutex_lock(&arena->mu);
+  for (uint32_t i = 0; i < n && !st; i++) {
+    bool is_in = i < d->num_inputs;
+    const nkrt_neff_tensor_t *info = is_in ? &d->inputs[i] : &d->outputs[i - d->num_inputs];
+    uint8_t *p = addresses[i];
+    if (!p && !is_in && info->alias_input >= 0) p = ptrs[info->alias_input];
+    nkrt_block_t *b = p ? nkrt_arena_find_locked(arena, p) : NULL;
+    nkrt_tensor_t *owner = b ? b->owner : NULL;
+    const char *kind = is_in ? "input" : "output";
+    if (!p) {
+      st = nkrt_status_make(NKRT_EXEC_BAD_INPUT, "missing %s tensor '%s' for model '%s': its "
+                            "address is NULL", kind, info->name, m->name);
+    } else if (!owner) {
+      st = nkrt_status_make(NKRT_EXEC_BAD_INPUT, "%s '%s' of model '%s': address %p is not "
+                            "inside a live allocation on core %u", kind, info->name, m->name,
+                            (void *)p, m->core);
+    } else if ((uint64_t)(p - owner->va) + info->size > owner->size) {
+      st = nkrt_status_make(NKRT_EXEC_BAD_INPUT, "%s '%s' of model '%s' needs %" PRIu64
+                            " bytes at %p, past the end of allocation '%s' (%" PRIu64
+                            " bytes from %p)", kind, info->name, m->name, info->size, (void *)p,
+                            owner->name, owner->size, (void *)owner->va);
+    } else {
+      nkrt_tensor_retain(owner);
+      slots[bound++] = owner;
+      ptrs[i] = p;
+      ranges[i] = (nkrt_range_t){(uintptr_t)p, (uintptr_t)p + (uintptr_t)info->size};
+    }
+  }
+  pthread_mutex_unlock(&arena->mu);
+  if (st)
+    for (uint32_t i = 0; i < bound; i++) nkrt_tensor_release(slots[i]);
+  return st;
+}
+
+static nkrt_status_t make_exec_work(nkrt_model_t *m, const nkrt_tensor_set_t *in,
+                                    const nkrt_tensor_set_t *out, nkrt_work_t **out_work) {
+  uint32_t n = m->desc->num_inputs + m->desc->num_outputs;
+  nkrt_tensor_t **slots = calloc(n ? n : 1, sizeof(*slots));
+  void **ptrs = calloc(n ? n : 1, sizeof(*ptrs));
+  nkrt_range_t *ranges = calloc(n ? n : 1, sizeof(*ranges));
+  nkrt_status_t st = slots && ptrs && ranges ? bind(m, in, out, slots)
+                                             : nkrt_status_make(NKRT_RESOURCE,
+                                                                "out of host memory");
+  if (!st) {
+    slot_addresses(slots, n, ptrs, ranges);
+    st = exec_work_from(m, slots, ptrs, ranges, n, out_work);
+  }
+  free(slots);
+  free(ptrs);
+  free(ranges);
+  return st;
+}
+
 /* Queues an execution; with `wait_other_cores`, first waits until no queued
  * work of another core overlaps its tensors (what nkrt_execute promises). */
-static nkrt_status_t execute_async(nkrt_model_t *m, const nkrt_tensor_set_t *in,
-                                   const nkrt_tensor_set_t *out, bool wait_other_cores,
-                                   nkrt_event_t **out_event) {
-  nkrt_work_t *w = NULL;
-  nkrt_status_t st = make_exec_work(m, in, out, &w);
-  if (st) return st;
+static nkrt_status_t queue_exec(nkrt_model_t *m, nkrt_work_t *w, bool wait_other_cores,
+                                nkrt_event_t **out_event) {
   if (wait_other_cores)
     nkrt_hazard_wait(m->runtime, w->hazard.ranges, w->hazard.count, m->core);
   return submit(m->runtime, m->core, w, out_event);
@@ -685,49 +746,41 @@ nkrt_status_t nkrt_execute_async(nkrt_model_t *m, const nkrt_tensor_set_t *in,
   if (!out_event) return nkrt_status_make(NKRT_INVALID, "out_event is NULL");
   *out_event = NULL;
   if (!m) return nkrt_status_make(NKRT_INVALID_HANDLE, "model is NULL");
-  return execute_async(m, in, out, false, out_event);
+  nkrt_work_t *w = NULL;
+  nkrt_status_t st = make_exec_work(m, in, out, &w);
+  return st ? st : queue_exec(m, w, false, out_event);
 }
 
-/* nkrt_execute through the queue (busy core, or too many tensors to run inline). */
-static nkrt_status_t execute_queued(nkrt_model_t *m, const nkrt_tensor_set_t *in,
-                                    const nkrt_tensor_set_t *out) {
-  nkrt_event_t *ev = NULL;
-  nkrt_status_t st = execute_async(m, in, out, true, &ev);
-  if (st) return st;
-  st = nkrt_event_wait(ev, -1);
-  nkrt_event_release(ev);
-  return st;
-}
-
-/* Inline path of nkrt_execute; `slots` and `ranges` hold n entries. */
-static nkrt_status_t execute_inline(nkrt_model_t *m, const nkrt_tensor_set_t *in,
-                                    const nkrt_tensor_set_t *out, nkrt_tensor_t **slots,
-                                    nkrt_range_t *ranges, uint32_t n) {
+/* Runs bound tensors (n references in slots, consumed): inline on the calling
+ * thread when the core's queue is idle, else queued behind its work and
+ * waited for. Either way it first waits for other cores' queued work that
+ * overlaps `ranges`. */
+static nkrt_status_t execute_bound(nkrt_model_t *m, nkrt_tensor_t **slots, void **ptrs,
+                                   nkrt_range_t *ranges, uint32_t n) {
   nkrt_runtime_t *rt = m->runtime;
   nkrt_queue_t *q = &rt->cores[m->core].queue;
-  nkrt_status_t st = bind(m, in, out, slots);
-  if (st) return st;
   /* Queued work of this core is ordered by the queue (below); that of other
    * cores touching the same memory must finish first. Waiting happens before
    * the core is claimed, so no queue is held up meanwhile. */
-  if (atomic_load_explicit(&rt->hazard_count, memory_order_acquire) != 0) {
-    for (uint32_t i = 0; i < n; i++) {
-      uintptr_t lo = (uintptr_t)slots[i]->va;
-      ranges[i] = (nkrt_range_t){lo, lo + (uintptr_t)slots[i]->size};
-    }
-    nkrt_hazard_wait_slow(rt, ranges, n, m->core);
-  }
+  nkrt_hazard_wait(rt, ranges, n, m->core);
   pthread_mutex_lock(&q->mu);
   bool inline_ok = !q->busy && !q->head && !q->stop;
   if (inline_ok) q->busy = true;
   pthread_mutex_unlock(&q->mu);
 
   if (!inline_ok) { /* in order behind the queued work */
-    unbind(m, slots);
-    return execute_queued(m, in, out);
+    nkrt_work_t *w = NULL;
+    nkrt_event_t *ev = NULL;
+    nkrt_status_t st = exec_work_from(m, slots, ptrs, ranges, n, &w);
+    if (!st) st = queue_exec(m, w, false, &ev);
+    if (st) return st;
+    st = nkrt_event_wait(ev, -1);
+    nkrt_event_release(ev);
+    return st;
   }
   /* idle core: run on the calling thread, no hand-off */
-  st = run_kernel(m, slots, atomic_fetch_add_explicit(&rt->next_id, 1, memory_order_relaxed));
+  nkrt_status_t st =
+      run_kernel(m, ptrs, atomic_fetch_add_explicit(&rt->next_id, 1, memory_order_relaxed));
   unbind(m, slots);
   pthread_mutex_lock(&q->mu);
   q->busy = false;
@@ -737,25 +790,62 @@ static nkrt_status_t execute_inline(nkrt_model_t *m, const nkrt_tensor_set_t *in
   return st;
 }
 
+/* Stack arrays for up to 32 tensors, heap beyond (a model with its weights as
+ * inputs), for nkrt_execute and nkrt_execute_at. */
+typedef struct {
+  nkrt_tensor_t *slots_buf[32];
+  void *ptrs_buf[32];
+  nkrt_range_t ranges_buf[32];
+  nkrt_tensor_t **slots;
+  void **ptrs;
+  nkrt_range_t *ranges;
+} exec_arrays_t;
+
+static nkrt_status_t arrays_init(exec_arrays_t *a, const nkrt_model_t *m, uint32_t n) {
+  if (n <= 32) {
+    a->slots = a->slots_buf;
+    a->ptrs = a->ptrs_buf;
+    a->ranges = a->ranges_buf;
+    return NULL;
+  }
+  a->slots = calloc(n, sizeof(*a->slots));
+  a->ptrs = calloc(n, sizeof(*a->ptrs));
+  a->ranges = calloc(n, sizeof(*a->ranges));
+  if (a->slots && a->ptrs && a->ranges) return NULL;
+  return nkrt_status_make(NKRT_RESOURCE, "out of host memory executing '%s'", m->name);
+}
+
+static void arrays_free(exec_arrays_t *a) {
+  if (a->slots == a->slots_buf) return;
+  free(a->slots);
+  free(a->ptrs);
+  free(a->ranges);
+}
+
 nkrt_status_t nkrt_execute(nkrt_model_t *m, const nkrt_tensor_set_t *in,
                            const nkrt_tensor_set_t *out) {
   if (!m) return nkrt_status_make(NKRT_INVALID_HANDLE, "model is NULL");
   uint32_t n = m->desc->num_inputs + m->desc->num_outputs;
-  if (n <= 32) {
-    nkrt_tensor_t *slots[32];
-    nkrt_range_t ranges[32];
-    return execute_inline(m, in, out, slots, ranges, n);
+  exec_arrays_t a;
+  nkrt_status_t st = arrays_init(&a, m, n);
+  if (!st) st = bind(m, in, out, a.slots);
+  if (!st) {
+    slot_addresses(a.slots, n, a.ptrs, a.ranges);
+    st = execute_bound(m, a.slots, a.ptrs, a.ranges, n);
   }
-  /* many tensors (a model with its weights as inputs): the same, heap-backed */
-  nkrt_tensor_t **slots = calloc(n, sizeof(*slots));
-  nkrt_range_t *ranges = calloc(n, sizeof(*ranges));
-  nkrt_status_t st;
-  if (!slots || !ranges)
-    st = nkrt_status_make(NKRT_RESOURCE, "out of host memory executing '%s'", m->name);
-  else
-    st = execute_inline(m, in, out, slots, ranges, n);
-  free(slots);
-  free(ranges);
+  arrays_free(&a);
+  return st;
+}
+
+nkrt_status_t nkrt_execute_at(nkrt_model_t *m, void *const *addresses) {
+  if (!m) return nkrt_status_make(NKRT_INVALID_HANDLE, "model is NULL");
+  uint32_t n = m->desc->num_inputs + m->desc->num_outputs;
+  if (!addresses && n) return nkrt_status_make(NKRT_INVALID, "addresses is NULL");
+  exec_arrays_t a;
+  nkrt_status_t st = arrays_init(&a, m, n);
+  if (!st) st = bind_at(m, addresses, a.slots, a.ptrs, a.ranges);
+  if (!st) st = execute_bound(m, a.slots, a.ptrs, a.ranges, n);
+  arrays_free(&a);
   return st;
 }
 

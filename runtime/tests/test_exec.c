@@ -289,6 +289,90 @@ TEST(execute_scratch_alias_and_failure) {
   nkrt_runtime_destroy(rt);
 }
 
+/* nkrt_execute_at: tensors by address (parts of allocations included), the
+ * wide model's heap path, aliased outputs, and every refusal with its text. */
+TEST(execute_at_addresses) {
+  nkrt_runtime_t *rt = nkrt_test_runtime("0,1", 1 << 22);
+  nkrt_model_t *m = load(rt, "add", 0);
+  float a[N], b[N], out[N];
+  for (int i = 0; i < N; i++) {
+    a[i] = (float)i;
+    b[i] = 0.25f * (float)i;
+  }
+  /* a and b side by side in one allocation, the output in another */
+  nkrt_tensor_t *ab = tensor_from(rt, 0, "ab", NULL, 2 * sizeof(a) + 64);
+  CHECK_OK(nkrt_tensor_write(ab, a, 0, sizeof(a)));
+  CHECK_OK(nkrt_tensor_write(ab, b, sizeof(a), sizeof(b)));
+  nkrt_tensor_t *to = tensor_from(rt, 0, "out", NULL, sizeof(out));
+  uint8_t *base = nkrt_tensor_va(ab);
+  void *addrs[3] = {base, base + sizeof(a), nkrt_tensor_va(to)};
+  CHECK_OK(nkrt_execute_at(m, addrs));
+  CHECK_OK(nkrt_tensor_read(to, out, 0, sizeof(out)));
+  int bad = 0;
+  for (int i = 0; i < N; i++) bad += out[i] != a[i] + b[i];
+  CHECK(bad == 0);
+
+  /* refusals name the tensor */
+  void *missing[3] = {base, NULL, nkrt_tensor_va(to)};
+  CHECK_ERR(nkrt_execute_at(m, missing), NKRT_EXEC_BAD_INPUT,
+            "missing input tensor 'b' for model 'add': its address is NULL");
+  float host[4];
+  void *outside[3] = {base, host, nkrt_tensor_va(to)};
+  CHECK_ERR(nkrt_execute_at(m, outside), NKRT_EXEC_BAD_INPUT,
+            "input 'b' of model 'add': address");
+  CHECK_ERR(nkrt_execute_at(m, outside), NKRT_EXEC_BAD_INPUT,
+            "is not inside a live allocation on core 0");
+  void *past[3] = {base, base + sizeof(a) + 128, nkrt_tensor_va(to)};
+  CHECK_ERR(nkrt_execute_at(m, past), NKRT_EXEC_BAD_INPUT,
+            "input 'b' of model 'add' needs 8448 bytes at");
+  CHECK_ERR(nkrt_execute_at(m, past), NKRT_EXEC_BAD_INPUT, "past the end of allocation 'ab'");
+  nkrt_tensor_t *other = tensor_from(rt, 1, "other", NULL, sizeof(out));
+  void *elsewhere[3] = {base, base + sizeof(a), nkrt_tensor_va(other)};
+  CHECK_ERR(nkrt_execute_at(m, elsewhere), NKRT_EXEC_BAD_INPUT,
+            "output 'output0' of model 'add': address");
+  CHECK_ERR(nkrt_execute_at(m, NULL), NKRT_INVALID, "addresses is NULL");
+  CHECK_ERR(nkrt_execute_at(NULL, addrs), NKRT_INVALID_HANDLE, "model is NULL");
+  nkrt_tensor_free(&other);
+  nkrt_model_unload(m);
+
+  /* more tensors than the stack arrays hold */
+  enum { W = 16, NIN = 40 };
+  m = load(rt, "wide", 0);
+  nkrt_tensor_t *xs = tensor_from(rt, 0, "xs", NULL, NIN * W * 4);
+  void *waddrs[NIN + 1];
+  for (int k = 0; k < NIN; k++) {
+    float v[W];
+    for (int i = 0; i < W; i++) v[i] = (float)(k + i);
+    CHECK_OK(nkrt_tensor_write(xs, v, (uint64_t)k * W * 4, sizeof(v)));
+    waddrs[k] = (uint8_t *)nkrt_tensor_va(xs) + k * W * 4;
+  }
+  waddrs[NIN] = nkrt_tensor_va(to);
+  CHECK_OK(nkrt_execute_at(m, waddrs));
+  CHECK_OK(nkrt_tensor_read(to, out, 0, W * 4));
+  bad = 0;
+  for (int i = 0; i < W; i++) bad += out[i] != (float)(NIN * i + NIN * (NIN - 1) / 2);
+  CHECK(bad == 0);
+  nkrt_model_unload(m);
+
+  /* an aliased output with no address updates its input in place */
+  m = load(rt, "inplace", 0);
+  float v[16] = {0};
+  CHECK_OK(nkrt_tensor_write(to, v, 64, sizeof(v)));
+  void *iaddrs[2] = {(uint8_t *)nkrt_tensor_va(to) + 64, NULL};
+  CHECK_OK(nkrt_execute_at(m, iaddrs));
+  CHECK_OK(nkrt_execute_at(m, iaddrs));
+  CHECK_OK(nkrt_tensor_read(to, v, 64, sizeof(v)));
+  CHECK(v[0] == 2 && v[15] == 2);
+  nkrt_model_unload(m);
+  nkrt_tensor_free(&ab);
+  nkrt_tensor_free(&to);
+  nkrt_tensor_free(&xs);
+  nkrt_memory_stats_t s = {.struct_size = sizeof(s)};
+  CHECK_OK(nkrt_memory_stats(rt, 0, &s));
+  CHECK(s.active_allocations == 0); /* nothing is left retained */
+  nkrt_runtime_destroy(rt);
+}
+
 /* Builds sets for the spin kernel on `core`. */
 typedef struct spin_job {
   nkrt_runtime_t *rt;
@@ -361,6 +445,31 @@ TEST(async_queue_order_and_events) {
   nkrt_event_release(r);
   nkrt_event_t *leak = NULL; /* an unreleased event is freed by destroy */
   CHECK_OK(nkrt_execute_async(j.model, j.in, j.out, &leak));
+  spin_teardown(&j);
+  nkrt_runtime_destroy(rt);
+}
+
+/* nkrt_execute_at on a busy core runs after the queued work (here on part of
+ * the memory that work writes), through the queue. */
+TEST(execute_at_queued_behind_work) {
+  nkrt_runtime_t *rt = nkrt_test_runtime("0", 1 << 20);
+  spin_job_t j;
+  spin_setup(&j, rt, 0, 200000);
+  nkrt_model_t *inc = load(rt, "inplace", 0);
+  nkrt_event_t *ev = NULL;
+  CHECK_OK(nkrt_execute_async(j.model, j.in, j.out, &ev));
+  void *addrs[2] = {(uint8_t *)nkrt_tensor_va(j.y) + 64, NULL}; /* y[16 .. 32) */
+  CHECK_OK(nkrt_execute_at(inc, addrs));
+  CHECK(nkrt_event_is_done(ev));
+  float after[256], fresh[256];
+  CHECK_OK(nkrt_tensor_read(j.y, after, 0, sizeof(after)));
+  CHECK_OK(nkrt_execute(j.model, j.in, j.out));
+  CHECK_OK(nkrt_tensor_read(j.y, fresh, 0, sizeof(fresh)));
+  int bad = 0;
+  for (int i = 0; i < 256; i++) bad += after[i] != fresh[i] + (i >= 16 && i < 32 ? 1.0f : 0.0f);
+  CHECK(bad == 0);
+  nkrt_event_release(ev);
+  nkrt_model_unload(inc);
   spin_teardown(&j);
   nkrt_runtime_destroy(rt);
 }

@@ -48,6 +48,17 @@ void nkrt_tensor_set_clear(nkrt_tensor_set_t *set);
 nkrt_status_t nkrt_execute(nkrt_model_t *model, const nkrt_tensor_set_t *inputs,
                            const nkrt_tensor_set_t *outputs);
 
+/* nkrt_execute with the tensors given by device address, in the model's
+ * order: addresses[0 .. inputs) for its inputs, then one per output (NULL for
+ * an aliased output: its input's address). Each tensor's bytes,
+ * [address, address + its size in the NEFF), must lie inside one live
+ * allocation on the model's core (a tensor, or any part of one); that
+ * allocation is retained while the kernel runs. No tensor set, slice or name
+ * lookup is made: this is the per-call path of callers that bind the same
+ * model over and over (spike_torch). The caller keeps the memory alive for
+ * the call. Errors name the tensor (NKRT_EXEC_BAD_INPUT). */
+nkrt_status_t nkrt_execute_at(nkrt_model_t *model, void *const *addresses);
+
 typedef struct nkrt_event nkrt_event_t;
 
 /* Queues an execution on the model's core. Tensors are bound (and retained)
