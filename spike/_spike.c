@@ -1781,6 +1781,78 @@ static PyObject *spike_execute(SpikeObject *self, PyObject *args, PyObject *kwds
   Py_RETURN_NONE;
 }
 
+/* Runs a loaded model on tensors given by device address (nkrt_execute_at):
+ * `count` addresses, its inputs then its outputs (NULL: an aliased output's
+ * input). Called with the GIL, released while the kernel runs. 0, or -1 with
+ * an exception: SpikeError (unloaded model, closed runtime), ValueError (a
+ * wrong count), NrtError (what nkrt refused). Shared by Spike.execute_at and
+ * the C API (spike_torch's per-call path). */
+static int model_execute_at(PyObject *model_obj, void *const *addresses, uint32_t count) {
+  NrtModelObject *model;
+  if (model_arg(model_obj, &model) < 0) return -1;
+  uint32_t expected = nkrt_model_input_count(model->model) +
+                      nkrt_model_output_count(model->model);
+  if (count != expected) {
+    PyErr_Format(PyExc_ValueError,
+                 "execute_at: model '%U' takes %u addresses (its inputs, then its outputs), "
+                 "got %u", model->name, expected, count);
+    return -1;
+  }
+  SpikeCtx *ctx = model->ctx;
+  if (ctx_enter(ctx) < 0) return -1;
+  nkrt_model_t *handle = model->model;
+  model->busy++;
+  nkrt_status_t st;
+  Py_BEGIN_ALLOW_THREADS
+  st = nkrt_execute_at(handle, addresses);
+  ctx_leave(ctx);
+  Py_END_ALLOW_THREADS
+  if (--model->busy == 0 && model->unload_pending) model_release(model);
+  if (st) {
+    nrt_error(st);
+    return -1;
+  }
+  return 0;
+}
+
+static PyObject *spike_execute_at(SpikeObject *self, PyObject *args, PyObject *kwds) {
+  static char *kwlist[] = {"model", "addresses", NULL};
+  PyObject *model_obj, *seq;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO:execute_at", kwlist, &model_obj, &seq))
+    return NULL;
+  NrtModelObject *model;
+  if (spike_check_open(self) < 0 || model_arg(model_obj, &model) < 0) return NULL;
+  if (model->ctx != self->ctx) return spike_error("Model '%U' belongs to another runtime",
+                                                   model->name);
+  PyObject *fast = PySequence_Fast(seq, "execute_at: addresses must be a sequence of ints");
+  if (!fast) return NULL;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+  void **addresses = PyMem_Calloc((size_t)(n ? n : 1), sizeof(void *));
+  int rc = addresses ? 0 : -1;
+  if (!addresses) PyErr_NoMemory();
+  for (Py_ssize_t i = 0; i < n && rc == 0; i++) {
+    PyObject *item = PySequence_Fast_GET_ITEM(fast, i);
+    if (item == Py_None) continue;
+    unsigned long long v = PyLong_Check(item) ? PyLong_AsUnsignedLongLong(item) : 0;
+    if (!PyLong_Check(item) || (v == (unsigned long long)-1 && PyErr_Occurred())) {
+      PyErr_Clear();
+      PyErr_Format(PyExc_TypeError, "execute_at: addresses[%zd] must be a non-negative int "
+                   "(a device address) or None, got %R", i, item);
+      rc = -1;
+    }
+    addresses[i] = (void *)(uintptr_t)v;
+  }
+  if (rc == 0 && n > UINT32_MAX) {
+    PyErr_Format(PyExc_ValueError, "execute_at: %zd addresses is too many", n);
+    rc = -1;
+  }
+  if (rc == 0) rc = model_execute_at(model_obj, addresses, (uint32_t)n);
+  PyMem_Free(addresses);
+  Py_DECREF(fast);
+  if (rc < 0) return NULL;
+  Py_RETURN_NONE;
+}
+
 static double ns_between(const struct timespec *a, const struct timespec *b) {
   return (double)(b->tv_sec - a->tv_sec) * 1e9 + (double)(b->tv_nsec - a->tv_nsec);
 }
@@ -2257,6 +2329,12 @@ static PyMethodDef spike_methods[] = {
      "execute(model, inputs, outputs, ntff_name=None, save_trace=False) -> None\n\nRuns the "
      "model once with name-keyed tensors, without the GIL. With save_trace, writes a Chrome "
      "trace of the execution to ntff_name (default 'profile.ntff')."},
+    {"execute_at", (PyCFunction)(void (*)(void))spike_execute_at, KW,
+     "execute_at(model, addresses) -> None\n\nRuns the model once with its tensors given by "
+     "device address: one int per input, then one per output (None for an aliased output: "
+     "its input), in the model's order (get_tensor_info). Each tensor may be any part of a "
+     "live allocation on the model's core (slice_from_address's memory); no tensor objects "
+     "are made. The caller keeps the memory alive during the call."},
     {"execute_async", (PyCFunction)(void (*)(void))spike_execute_async, KW,
      "execute_async(model, inputs, outputs) -> ExecutionEvent\n\nQueues one execution on the "
      "model's core and returns at once. Arguments as execute(); the tensors are bound (and "
@@ -2513,6 +2591,7 @@ static const spike_capi_t g_capi = {
     .status_message = nkrt_status_message,
     .code_name = nkrt_code_name,
     .status_free = nkrt_status_free,
+    .model_execute_at = model_execute_at,
 };
 
 static PyObject *module_nkrt_capi(PyObject *module, PyObject *unused) {

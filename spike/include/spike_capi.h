@@ -35,7 +35,7 @@ extern "C" {
 #endif
 
 #define SPIKE_CAPI_CAPSULE "spike._spike.nkrt_capi"
-#define SPIKE_CAPI_VERSION 1u
+#define SPIKE_CAPI_VERSION 2u
 
 typedef struct spike_capi {
   uint32_t struct_size; /* sizeof(spike_capi_t) of the exporter */
@@ -78,6 +78,14 @@ typedef struct spike_capi {
   const char *(*status_message)(nkrt_status_t status);
   const char *(*code_name)(nkrt_code_t code);
   void (*status_free)(nkrt_status_t status);
+
+  /* Version 2. Runs `model` (a spike NrtModel object) once on tensors given by
+   * device address (nkrt_execute_at): `count` addresses, its inputs then its
+   * outputs, NULL for an aliased output (struct _object is PyObject). Unlike the calls above it is a Python
+   * API: call it with the GIL held (it is released while the kernel runs).
+   * Returns 0, or -1 with a Python exception set (SpikeError, ValueError,
+   * NrtError), exactly as Spike.execute_at raises. */
+  int (*model_execute_at)(struct _object *model, void *const *addresses, uint32_t count);
 } spike_capi_t;
 
 #ifdef __cplusplus

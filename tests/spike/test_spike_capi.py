@@ -69,12 +69,12 @@ def test_capsule():
     get.restype = ctypes.c_void_p
     ptr = get(cap, b"spike._spike.nkrt_capi")
     head = (ctypes.c_uint32 * 2).from_address(ptr)
-    assert head[1] == 1  # SPIKE_CAPI_VERSION
-    assert head[0] >= 8 + 8 * 19  # struct_size covers the version-1 table
+    assert head[1] == 2  # SPIKE_CAPI_VERSION
+    assert head[0] >= 8 + 8 * 20  # struct_size covers the version-2 table
 
 
 class _Capi:
-    """ctypes view of spike_capi_t (spike/include/spike_capi.h), version 1."""
+    """ctypes view of spike_capi_t (spike/include/spike_capi.h), version 2."""
 
     def __init__(self):
         import ctypes as C
@@ -99,7 +99,9 @@ class _Capi:
                   ("status_code", C.CFUNCTYPE(C.c_int, vp)),
                   ("status_message", C.CFUNCTYPE(C.c_char_p, vp)),
                   ("code_name", C.CFUNCTYPE(C.c_char_p, C.c_int)),
-                  ("status_free", C.CFUNCTYPE(None, vp))]
+                  ("status_free", C.CFUNCTYPE(None, vp)),
+                  # version 2: a Python API (GIL held), hence PYFUNCTYPE
+                  ("model_execute_at", C.PYFUNCTYPE(C.c_int, C.py_object, C.POINTER(vp), u32))]
 
         class Table(C.Structure):
             _fields_ = fields
@@ -114,7 +116,7 @@ class _Capi:
 def test_capi_generations(raw_spike):
     api = _Capi()
     C, t = api.C, api.t
-    assert t.version == 1 and t.struct_size == C.sizeof(type(t))
+    assert t.version == 2 and t.struct_size == C.sizeof(type(t))
     rt, gen = C.c_void_p(), C.c_uint64()
     assert t.acquire_runtime(C.byref(rt), C.byref(gen)) is None  # NULL status: success
     assert rt.value and gen.value == t.live_generation() != 0
@@ -142,3 +144,30 @@ def test_capi_generations(raw_spike):
     assert b"closed" in t.status_message(st)
     t.status_free(st)
     t.tensor_release(gen, tensor)
+
+
+def test_capi_model_execute_at(raw_spike, neff):
+    """model_execute_at runs a model by addresses; failures raise what Spike.execute_at does."""
+    import numpy as np
+
+    api = _Capi()
+    C, t = api.C, api.t
+    n = 1024
+    m = raw_spike.load_model(neff("sleep"))
+    buf = raw_spike.allocate_tensor(4 * n + 4, name="buf")
+    out = raw_spike.allocate_tensor(4 * n, name="out")
+    x = np.arange(n, dtype=np.float32)
+    raw_spike.tensor_write(buf, x.tobytes() + bytes(4))
+    addrs = (C.c_void_p * 3)(buf.va, buf.va + 4 * n, out.va)
+    assert t.model_execute_at(m, addrs, 3) == 0
+    assert np.array_equal(np.frombuffer(raw_spike.tensor_read(out), np.float32), x + 1)
+    with pytest.raises(ValueError, match="model 'sleep' takes 3 addresses"):
+        t.model_execute_at(m, addrs, 2)
+    bad = (C.c_void_p * 3)(buf.va, buf.va + 4 * n, None)
+    with pytest.raises(NrtError, match="missing output tensor 'output0'"):
+        t.model_execute_at(m, bad, 3)
+    with pytest.raises(TypeError, match="model must be an NrtModel, got int"):
+        t.model_execute_at(5, addrs, 3)
+    raw_spike.unload_model(m)
+    with pytest.raises(SpikeError, match="is unloaded"):
+        t.model_execute_at(m, addrs, 3)
