@@ -3,7 +3,10 @@ the spike runtime through spike's C API capsule.
 
 The shared library is a plain (non-Python) library: loading it runs the static
 registrations (allocator, device guard, hooks, aten kernels, CPU fallback);
-its few ``extern "C"`` entry points are called through ctypes.
+its few ``extern "C"`` entry points are called through ctypes. One of them
+returns a CPython module object, :data:`kernel_calls`: the per-call path of
+compiled kernels on nkipy tensors (``kernel_call``, ``run_kernel_call``), which
+Python calls directly.
 """
 from __future__ import annotations
 
@@ -67,6 +70,14 @@ def _capi_pointer() -> int:
 
 if lib.spike_torch_init(_capi_pointer()) != 0:
     raise ImportError("spike_torch: spike's C API is older than the one spike_torch was built for")
+
+_py_module = ctypes.PyDLL(LIBRARY_PATH).spike_torch_py_module
+_py_module.argtypes = []
+_py_module.restype = ctypes.py_object
+#: ``kernel_call(model, core, inputs, outputs, results)`` describes how to call
+#: a loaded kernel on nkipy tensors; ``run_kernel_call(call, args)`` runs it (see
+#: spike_torch/csrc/kernel_call.cpp).
+kernel_calls = _py_module()
 
 _STATS = ("allocated_bytes", "reserved_bytes", "active_bytes", "requested_bytes", "allocation",
           "segment", "active")

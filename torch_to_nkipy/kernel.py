@@ -33,6 +33,7 @@ import torch
 import torch.fx
 
 from nkipy.runtime import DeviceTensor
+from spike_torch._C import kernel_calls
 from spiky.padding import (PadGeometry, PaddingMetadata, attach_metadata, copy_padded,
                            copy_unpadded, get_metadata, read_unpadded, write_padded)
 from spiky.profiling import now_ns
@@ -134,6 +135,8 @@ class NKIPyKernel:
         self.generation = _GENERATION[0]
         self.gen: GeneratedSource = gen if gen is not None else generate_source(gm, args)
         self.tensor_arg_idx = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+        #: dtype of each tensor argument (part of the signature the kernel is built for)
+        self.arg_dtypes = {i: args[i].dtype for i in self.tensor_arg_idx}
         in_arrays = [device.torch_to_numpy(torch.zeros(args[i].shape, dtype=args[i].dtype))
                      for i in self.tensor_arg_idx]
         self.hash = kernel_hash(self.gen, args, compiler_args, world_size)
@@ -452,86 +455,69 @@ class Executor:
                          r_ns / 1e6)
         return results
 
-    def _device_plan(self) -> Optional[Tuple[Any, ...]]:
-        """Bindings for calls on nkipy tensors (None when the kernel needs the
-        general path): inputs, fresh outputs, outputs written into their input
-        (in-place updates: KV caches, buffers), which result is which, constants."""
+    def _device_plan(self) -> Optional[Any]:
+        """The native call for nkipy tensors (``spike_torch._C.kernel_calls``), or
+        None when the kernel needs the general path: inputs in the model's order
+        (int64 arguments narrowed to the device's int32, widened back when the
+        kernel updates them in place), fresh outputs, outputs written into their
+        input (KV caches, buffers), which result is which, constants."""
         k = self.k
         ins = self._fast_inputs()
         if ins is None or any(isinstance(v, np.ndarray) for v in k.static_outputs.values()):
             return None
-        fresh = []
-        for name, shape, dt in self.out_specs:
-            if dt not in _FAST_DTYPES:
+        dk = k.device_kernel
+        by_name = {p: (i, shape, dt) for i, p, shape, _, dt in ins}
+        inputs = []
+        for p in dk.input_tensors_info:
+            i, shape, dt = by_name[p]
+            arg_dt = k.arg_dtypes[i]
+            narrow = arg_dt is torch.int64 and dt is torch.int32
+            if arg_dt is not dt and not narrow:
                 return None
-            fresh.append((name, torch.Size(shape), _FAST_DTYPES[dt]))
-        index = {name: j for j, (name, _, _) in enumerate(fresh)}
-        in_dtype = {p: dt for _, p, _, _, dt in ins}
-        picks = []
+            inputs.append((i, shape, arg_dt, narrow, narrow and p in self._alias_srcs))
+        outputs: List[Any] = []
+        index = {}
+        for name, m in dk.output_tensors_info.items():
+            if m.alias_of is not None:
+                outputs.append(None)
+                continue
+            dt = _FAST_DTYPES.get(m.dtype)
+            if dt is None:
+                return None
+            index[name] = len(outputs)
+            outputs.append((tuple(m.shape), dt))
+        results: List[Any] = [None] * k.n_outputs
         for pos, name in zip(k.tensor_out_pos, k.out_names):
             want = k.out_dtypes[pos] if pos < len(k.out_dtypes) else None
             if name in k.aliases:
-                src = k.aliases[name]
-                if want is not None and want != in_dtype[src]:
-                    return None
-                picks.append((pos, False, src))
+                i, _, dt = by_name[k.aliases[name]]
+                results[pos] = ("arg", i)
             else:
-                if want is not None and want != fresh[index[name]][2]:
-                    return None
-                picks.append((pos, True, index[name]))
-        return (ins, tuple(fresh), tuple(picks), tuple(k.aliases.items()),
-                tuple(k.static_outputs.items()), k.n_outputs, k.device_kernel.model_ref)
-
-    def _run_fast_device(self, args: Sequence[Any], plan: Tuple[Any, ...]) -> Optional[List[Any]]:
-        """The common call on nkipy tensors: each input's own memory (wrapped once
-        per tensor), fresh nkipy outputs, in-place outputs written straight into
-        their input, one execute. Nothing is copied in, so there is nothing to
-        overlap: the kernel runs inline even when pipelined (submitting to the
-        core's queue thread costs more than it saves)."""
-        ins, fresh, picks, aliases, statics, n_outputs, model = plan
-        core = self.core
-        t0 = time.perf_counter()
-        in_set = {}
-        wrapped = {}
-        widen = []
-        for i, p, shape, _, dt in ins:
-            a = args[i]
-            if a.is_cpu or a.shape != shape or not a.is_contiguous():
+                dt = outputs[index[name]][1]
+                results[pos] = ("output", index[name])
+            if want is not None and want != dt:
                 return None
-            if a.dtype is not dt:
-                # int64 -> int32, the device's narrowing (a copy); one updated in place
-                # is widened back after the kernel
-                if not (a.dtype is torch.int64 and dt is torch.int32):
-                    return None
-                if p in self._alias_srcs:
-                    widen.append((a, p))
-            d = device.to_device(a, core)
-            in_set[p] = d.tensor_ref
-            wrapped[p] = d
-        out_dev = self.out_dev
-        new = []
-        out_set = {}
-        for name, shape, dt in fresh:
-            r = torch.empty(shape, dtype=dt, device=out_dev)
-            new.append(r)
-            out_set[name] = self.rt.slice_from_address(r.data_ptr(), r.numel() * r.element_size())
-        for name, src in aliases:       # the kernel updates the input's own memory
-            out_set[name] = in_set[src]
-        t1 = time.perf_counter()
-        for b in self.sets:
-            b.wait()
-        self.rt.execute(model, in_set, out_set)
-        if widen:
-            with torch.no_grad():
-                for a, p in widen:
-                    a.copy_(wrapped[p]._torch_backing)
-        t2 = time.perf_counter()
-        results: List[Any] = [None] * n_outputs
-        for pos, is_new, x in picks:
-            results[pos] = new[x] if is_new else wrapped[x]._torch_backing
-        for pos, val in statics:
-            results[pos] = val
-        record_execution(None, 1.0, (t2 - t0) * 1e3, (t1 - t0) * 1e3, (t2 - t1) * 1e3, 0.0)
+        for pos, val in k.static_outputs.items():
+            results[pos] = ("value", val)
+        if any(r is None for r in results):
+            return None
+        return kernel_calls.kernel_call(dk.model_ref, self.core, inputs, outputs, results)
+
+    def _run_fast_device(self, args: Sequence[Any], plan: Any) -> Optional[List[Any]]:
+        """The common call on nkipy tensors, in one native call: each input's own
+        memory, fresh nkipy outputs, in-place outputs written straight into their
+        input, one execution by address (None: an input is not what the kernel
+        was built for). Nothing is copied in, so there is nothing to overlap:
+        the kernel runs inline even when pipelined (submitting to the core's
+        queue thread costs more than it saves)."""
+        if self.sets[0].event is not None or self.sets[1].event is not None:
+            for b in self.sets:
+                b.wait()
+        t0 = time.perf_counter()
+        results = kernel_calls.run_kernel_call(plan, args)
+        if results is not None:
+            ms = (time.perf_counter() - t0) * 1e3
+            record_execution(None, 1.0, ms, 0.0, ms, 0.0)
         return results
 
     def run(self, args: Sequence[Any], pad: Optional[PadCall], opts: ExecOptions,

@@ -44,6 +44,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "device_io.h"
 #include "spike_capi.h"
 
 namespace {
@@ -1157,6 +1158,26 @@ struct HooksRegistrar {
 HooksRegistrar g_hooks_registrar;
 
 }  // namespace
+
+// ---------------------------------------------------------------------------
+// For kernel_call.cpp (device_io.h)
+// ---------------------------------------------------------------------------
+
+namespace spike_torch {
+
+const spike_capi_t& capi() { return api(); }
+
+void read_bytes(const at::Tensor& t, void* dst, uint64_t size) {
+  dev_read(locate_storage(t.storage()), static_cast<uint64_t>(t.storage_offset()) * t.itemsize(),
+           dst, size, "nkipy read");
+}
+
+void write_bytes(const at::Tensor& t, const void* src, uint64_t size) {
+  dev_write(locate_storage(t.storage()), static_cast<uint64_t>(t.storage_offset()) * t.itemsize(),
+            src, size, "nkipy write");
+}
+
+}  // namespace spike_torch
 
 // ---------------------------------------------------------------------------
 // Registrations

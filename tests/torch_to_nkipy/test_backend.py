@@ -497,6 +497,62 @@ def test_nkipy_device_tensors_zero_copy(backend):
     torch.testing.assert_close(out.cpu(), x.cpu() * 2)
 
 
+def test_nkipy_device_native_call(backend, monkeypatch):
+    """Calls on nkipy tensors take the one native call (spike_torch kernel_calls):
+    int64 arguments narrowed, an int64 counter updated in place widened back, and
+    an input it was not built for (a strided view) handled by the general path."""
+    if not _spike_torch():
+        pytest.skip("spike_torch (the nkipy device) is not available")
+    from torch_to_nkipy import kernel as kernel_mod
+
+    real = kernel_mod.kernel_calls
+    taken = []
+
+    class Counting:
+        kernel_call = staticmethod(real.kernel_call)
+
+        @staticmethod
+        def run_kernel_call(call, args):
+            res = real.run_kernel_call(call, args)
+            taken.append(res is not None)
+            return res
+
+    monkeypatch.setattr(kernel_mod, "kernel_calls", Counting)
+
+    def f(x, n, idx):
+        n.add_(1)
+        return x * n + idx
+
+    cf = torch.compile(f, backend="nkipy")
+    x = torch.arange(4.0).to("nkipy")
+    n = torch.tensor([5]).to("nkipy")
+    idx = torch.tensor([1, 2, 3, 4]).to("nkipy")
+    for step in range(3):
+        out = cf(x, n, idx)
+        assert out.device.type == "nkipy"
+        assert torch.equal(out.cpu(), torch.arange(4.0) * (6 + step) + torch.tensor([1, 2, 3, 4]))
+    assert n.dtype == torch.int64 and n.item() == 8
+    assert taken == [True, True, True]
+    with pytest.raises(ValueError, match="does not fit the device's int32"):
+        cf(x, torch.tensor([2**40]).to("nkipy"), idx)
+
+    # the kernel itself given a strided view: the native call declines, the general
+    # path copies it and the result is still right
+    k = next(k for k in kernel_mod._BY_HASH.values() if len(k.tensor_arg_idx) == 3
+             and sorted(map(str, k.arg_dtypes.values())) == ["torch.float32", "torch.int64",
+                                                             "torch.int64"])
+    n_at = k.param_index[next(iter(k.aliases.values()))]    # AOT orders the mutated input first
+    x_at = next(i for i, dt in k.arg_dtypes.items() if dt is torch.float32)
+    args = [idx] * 3
+    args[n_at] = n
+    args[x_at] = torch.arange(8.0).to("nkipy")[::2]
+    res = k.executor.run(tuple(args), None, kernel_mod.DEFAULT_OPTIONS, None)
+    assert taken[-1] is False
+    tensors = [r for r in res if isinstance(r, torch.Tensor) and r.dtype == torch.float32]
+    assert any(torch.equal(r.cpu(), torch.arange(0.0, 8.0, 2.0) * 9 + torch.tensor([1, 2, 3, 4]))
+               for r in tensors)
+
+
 def test_int64_out_of_int32_range_raises(backend):
     f = torch.compile(lambda i: i + 1, backend="nkipy")
     assert torch.equal(f(torch.tensor([2**31 - 2])), torch.tensor([2**31 - 1]))

@@ -1,0 +1,24 @@
+// spike_torch/csrc/device_io.h - what nkipy_device.cpp (the device) offers the
+// other translation unit of spike_torch (kernel_call.cpp): the spike C API
+// table and hazard-aware copies between host memory and an nkipy tensor.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+
+#include "spike_capi.h"
+
+namespace spike_torch {
+
+// The spike C API table (raises if spike_torch is not initialised).
+const spike_capi_t& capi();
+
+// Copies `size` bytes from the start of nkipy tensor `t`'s data into `dst`
+// (nkrt reads: they wait for queued work that writes those bytes).
+void read_bytes(const at::Tensor& t, void* dst, uint64_t size);
+
+// Copies `size` bytes from `src` to the start of nkipy tensor `t`'s data.
+void write_bytes(const at::Tensor& t, const void* src, uint64_t size);
+
+}  // namespace spike_torch

@@ -1,0 +1,336 @@
+// spike_torch/csrc/kernel_call.cpp - the per-call path of a compiled kernel on
+// nkipy tensors (torch_to_nkipy's executor), in one Python call:
+//
+//   call = spike_torch._C.kernel_call(model, core, inputs, outputs, results)
+//   results = spike_torch._C.run_kernel_call(call, args)   # None: not this path
+//
+// It checks every input tensor against the kernel's signature, narrows 64-bit
+// integer inputs to the device's int32, allocates the fresh outputs on the
+// nkipy device, runs the kernel with every tensor given by address (spike's C
+// API model_execute_at: no tensor sets, slices or names), widens narrowed
+// inputs the kernel updated in place back, and returns the results.
+//
+// This translation unit is the one place spike_torch reads torch tensors from
+// Python objects (THPVariable_Unpack / THPVariable_Wrap): PyTorch offers that
+// only in C++. It is a plain CPython module object handed to Python through
+// spike_torch_py_module() (ctypes.PyDLL), no pybind11 module.
+
+#include <Python.h>
+
+#include <torch/csrc/Dtype.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+#include <cstdint>
+#include <exception>
+#include <vector>
+
+#include "device_io.h"
+
+namespace {
+
+constexpr c10::DeviceType kNkipy = c10::DeviceType::PrivateUse1;
+constexpr const char* kCapsule = "spike_torch.KernelCall";
+
+struct InSpec {
+  Py_ssize_t arg;              // index in the call's arguments
+  std::vector<int64_t> sizes;
+  c10::ScalarType dtype;       // the argument's dtype
+  bool narrow;                 // an int64 argument the device holds as int32
+  bool write_back;             // narrowed and updated in place: widened back after
+};
+
+struct OutSpec {               // one per kernel output, in the model's order
+  bool fresh;                  // false: an aliased output (its input's memory)
+  std::vector<int64_t> sizes;
+  c10::ScalarType dtype;
+};
+
+enum class ResultKind { Output, Arg, Value };
+
+struct ResultSpec {
+  ResultKind kind;
+  Py_ssize_t index;            // Output: which kernel output; Arg: which argument
+  PyObject* value;             // Value: the object returned (owned)
+};
+
+struct KernelCall {
+  PyObject* model = nullptr;   // spike NrtModel (owned)
+  c10::DeviceIndex core = 0;
+  std::vector<InSpec> ins;
+  std::vector<OutSpec> outs;
+  std::vector<ResultSpec> results;
+
+  ~KernelCall() {
+    Py_XDECREF(model);
+    for (auto& r : results) Py_XDECREF(r.value);
+  }
+};
+
+// A Python exception is already set; unwinds to the entry point.
+struct PyErrorSet {};
+
+std::vector<int64_t> parse_sizes(PyObject* seq, const char* what) {
+  PyObject* fast = PySequence_Fast(seq, what);
+  if (!fast) throw PyErrorSet{};
+  std::vector<int64_t> sizes;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+  for (Py_ssize_t i = 0; i < n; i++) {
+    long long v = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(fast, i));
+    if (v == -1 && PyErr_Occurred()) {
+      Py_DECREF(fast);
+      throw PyErrorSet{};
+    }
+    sizes.push_back(v);
+  }
+  Py_DECREF(fast);
+  return sizes;
+}
+
+c10::ScalarType parse_dtype(PyObject* obj) {
+  if (!THPDtype_Check(obj)) {
+    PyErr_Format(PyExc_TypeError, "kernel_call: expected a torch.dtype, got %s",
+                 Py_TYPE(obj)->tp_name);
+    throw PyErrorSet{};
+  }
+  return reinterpret_cast<THPDtype*>(obj)->scalar_type;
+}
+
+// Borrowed items of a sequence argument (a list or tuple, as Python passes).
+PyObject* const* items_of(PyObject* seq, Py_ssize_t* n) {
+  if (PyList_Check(seq)) {
+    *n = PyList_GET_SIZE(seq);
+    return reinterpret_cast<PyListObject*>(seq)->ob_item;
+  }
+  if (PyTuple_Check(seq)) {
+    *n = PyTuple_GET_SIZE(seq);
+    return reinterpret_cast<PyTupleObject*>(seq)->ob_item;
+  }
+  PyErr_Format(PyExc_TypeError, "expected a list or tuple, got %s", Py_TYPE(seq)->tp_name);
+  throw PyErrorSet{};
+}
+
+void capsule_destructor(PyObject* capsule) {
+  delete static_cast<KernelCall*>(PyCapsule_GetPointer(capsule, kCapsule));
+}
+
+// kernel_call(model, core, inputs, outputs, results) -> capsule
+//   inputs:  (arg index, sizes, dtype, narrow, write_back) per kernel input, in order
+//   outputs: (sizes, dtype) per kernel output, or None for an aliased one
+//   results: ("output", j) | ("arg", i) | ("value", obj) per result
+PyObject* kernel_call(PyObject*, PyObject* args) {
+  PyObject *model, *inputs, *outputs, *results;
+  int core;
+  if (!PyArg_ParseTuple(args, "OiOOO:kernel_call", &model, &core, &inputs, &outputs, &results))
+    return nullptr;
+  auto* kc = new KernelCall();
+  try {
+    Py_INCREF(model);
+    kc->model = model;
+    kc->core = static_cast<c10::DeviceIndex>(core);
+    Py_ssize_t n;
+    PyObject* const* items = items_of(inputs, &n);
+    for (Py_ssize_t i = 0; i < n; i++) {
+      PyObject *sizes, *dtype;
+      Py_ssize_t arg;
+      int narrow, write_back;
+      if (!PyArg_ParseTuple(items[i], "nOOpp:kernel_call input", &arg, &sizes, &dtype, &narrow,
+                            &write_back))
+        throw PyErrorSet{};
+      c10::ScalarType dt = parse_dtype(dtype);
+      if (narrow && dt != c10::ScalarType::Long) {
+        PyErr_SetString(PyExc_ValueError, "kernel_call: only int64 inputs are narrowed");
+        throw PyErrorSet{};
+      }
+      kc->ins.push_back({arg, parse_sizes(sizes, "input sizes"), dt, narrow != 0,
+                         write_back != 0});
+    }
+    items = items_of(outputs, &n);
+    for (Py_ssize_t i = 0; i < n; i++) {
+      if (items[i] == Py_None) {
+        kc->outs.push_back({false, {}, c10::ScalarType::Float});
+        continue;
+      }
+      PyObject *sizes, *dtype;
+      if (!PyArg_ParseTuple(items[i], "OO:kernel_call output", &sizes, &dtype))
+        throw PyErrorSet{};
+      kc->outs.push_back({true, parse_sizes(sizes, "output sizes"), parse_dtype(dtype)});
+    }
+    items = items_of(results, &n);
+    for (Py_ssize_t i = 0; i < n; i++) {
+      const char* kind;
+      PyObject* what;
+      if (!PyArg_ParseTuple(items[i], "sO:kernel_call result", &kind, &what)) throw PyErrorSet{};
+      std::string k(kind);
+      if (k == "value") {
+        Py_INCREF(what);
+        kc->results.push_back({ResultKind::Value, 0, what});
+        continue;
+      }
+      Py_ssize_t index = PyLong_AsSsize_t(what);
+      if (index == -1 && PyErr_Occurred()) throw PyErrorSet{};
+      bool bad = k == "output"
+                     ? (index < 0 || index >= static_cast<Py_ssize_t>(kc->outs.size()) ||
+                        !kc->outs[static_cast<size_t>(index)].fresh)
+                     : (k != "arg" || index < 0);
+      if (bad) {
+        PyErr_Format(PyExc_ValueError, "kernel_call: bad result %zd: (%s, %zd)", i, kind, index);
+        throw PyErrorSet{};
+      }
+      kc->results.push_back({k == "output" ? ResultKind::Output : ResultKind::Arg, index,
+                             nullptr});
+    }
+  } catch (const PyErrorSet&) {
+    delete kc;
+    return nullptr;
+  }
+  PyObject* capsule = PyCapsule_New(kc, kCapsule, capsule_destructor);
+  if (!capsule) delete kc;
+  return capsule;
+}
+
+// int64 tensor `src` into the int32 tensor `dst` (same element count).
+void narrow_into(const at::Tensor& src, const at::Tensor& dst) {
+  int64_t n = src.numel();
+  std::vector<int64_t> wide(static_cast<size_t>(n));
+  std::vector<int32_t> narrow(static_cast<size_t>(n));
+  spike_torch::read_bytes(src, wide.data(), static_cast<uint64_t>(n) * 8);
+  int64_t lo = 0, hi = 0;
+  for (int64_t i = 0; i < n; i++) {
+    int64_t v = wide[static_cast<size_t>(i)];
+    lo = i ? std::min(lo, v) : v;
+    hi = i ? std::max(hi, v) : v;
+    narrow[static_cast<size_t>(i)] = static_cast<int32_t>(v);
+  }
+  if (n && (lo < INT32_MIN || hi > INT32_MAX)) {
+    PyErr_Format(PyExc_ValueError,
+                 "int64 tensor with values in [%lld, %lld] does not fit the device's int32 "
+                 "(the nkipy device stores int64 as int32)",
+                 static_cast<long long>(lo), static_cast<long long>(hi));
+    throw PyErrorSet{};
+  }
+  spike_torch::write_bytes(dst, narrow.data(), static_cast<uint64_t>(n) * 4);
+}
+
+// The int32 tensor `src` back into the int64 tensor `dst`.
+void widen_into(const at::Tensor& src, const at::Tensor& dst) {
+  int64_t n = src.numel();
+  std::vector<int32_t> narrow(static_cast<size_t>(n));
+  std::vector<int64_t> wide(static_cast<size_t>(n));
+  spike_torch::read_bytes(src, narrow.data(), static_cast<uint64_t>(n) * 4);
+  for (int64_t i = 0; i < n; i++) wide[static_cast<size_t>(i)] = narrow[static_cast<size_t>(i)];
+  spike_torch::write_bytes(dst, wide.data(), static_cast<uint64_t>(n) * 8);
+}
+
+// run_kernel_call(call, args) -> list of results, or None when an input is not
+// what the kernel was built for (another device or core, dtype, shape, a
+// non-contiguous layout): the caller then takes its general path.
+PyObject* run_kernel_call(PyObject*, PyObject* const* argv, Py_ssize_t argc) {
+  if (argc != 2) {
+    PyErr_SetString(PyExc_TypeError, "run_kernel_call(call, args) takes 2 arguments");
+    return nullptr;
+  }
+  if (!PyCapsule_IsValid(argv[0], kCapsule)) {
+    PyErr_Format(PyExc_TypeError, "run_kernel_call: call must be what kernel_call() returned, "
+                 "got %s", Py_TYPE(argv[0])->tp_name);
+    return nullptr;
+  }
+  auto* kc = static_cast<KernelCall*>(PyCapsule_GetPointer(argv[0], kCapsule));
+  try {
+    Py_ssize_t nargs;
+    PyObject* const* args = items_of(argv[1], &nargs);
+    size_t n_in = kc->ins.size(), n_out = kc->outs.size();
+    std::vector<void*> addresses(n_in + n_out, nullptr);
+    std::vector<at::Tensor> narrowed(n_in);
+    bool any_write_back = false;
+    for (size_t k = 0; k < n_in; k++) {
+      const InSpec& s = kc->ins[k];
+      if (s.arg >= nargs) {
+        PyErr_Format(PyExc_IndexError, "run_kernel_call: input %zu is argument %zd of %zd", k,
+                     s.arg, nargs);
+        return nullptr;
+      }
+      PyObject* obj = args[s.arg];
+      if (!THPVariable_Check(obj)) Py_RETURN_NONE;
+      const at::Tensor& t = THPVariable_Unpack(obj);
+      if (t.device().type() != kNkipy || t.device().index() != kc->core ||
+          t.scalar_type() != s.dtype || t.sizes() != c10::IntArrayRef(s.sizes) ||
+          !t.is_contiguous())
+        Py_RETURN_NONE;
+      if (!s.narrow) {
+        addresses[k] = t.data_ptr();
+        continue;
+      }
+      narrowed[k] = at::empty(s.sizes, t.options().dtype(at::kInt));
+      narrow_into(t, narrowed[k]);
+      addresses[k] = narrowed[k].data_ptr();
+      any_write_back = any_write_back || s.write_back;
+    }
+    std::vector<at::Tensor> fresh(n_out);
+    for (size_t j = 0; j < n_out; j++) {
+      const OutSpec& s = kc->outs[j];
+      if (!s.fresh) continue;
+      fresh[j] = at::empty(s.sizes, at::TensorOptions().dtype(s.dtype).device(kNkipy, kc->core));
+      addresses[n_in + j] = fresh[j].data_ptr();
+    }
+    if (spike_torch::capi().model_execute_at(kc->model, addresses.data(),
+                                             static_cast<uint32_t>(addresses.size())) < 0)
+      return nullptr;
+    if (any_write_back)
+      for (size_t k = 0; k < n_in; k++)
+        if (kc->ins[k].write_back) widen_into(narrowed[k], THPVariable_Unpack(args[kc->ins[k].arg]));
+    PyObject* out = PyList_New(static_cast<Py_ssize_t>(kc->results.size()));
+    if (!out) return nullptr;
+    for (size_t i = 0; i < kc->results.size(); i++) {
+      const ResultSpec& r = kc->results[i];
+      PyObject* item;
+      if (r.kind == ResultKind::Value) {
+        Py_INCREF(r.value);
+        item = r.value;
+      } else if (r.kind == ResultKind::Output) {
+        item = THPVariable_Wrap(fresh[static_cast<size_t>(r.index)]);
+      } else {
+        if (r.index >= nargs || !THPVariable_Check(args[r.index])) {
+          Py_DECREF(out);
+          PyErr_Format(PyExc_IndexError, "run_kernel_call: result %zu is argument %zd, not a "
+                       "tensor", i, r.index);
+          return nullptr;
+        }
+        item = THPVariable_Wrap(THPVariable_Unpack(args[r.index]).detach());
+      }
+      if (!item) {
+        Py_DECREF(out);
+        return nullptr;
+      }
+      PyList_SET_ITEM(out, static_cast<Py_ssize_t>(i), item);
+    }
+    return out;
+  } catch (const PyErrorSet&) {
+    return nullptr;
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+    return nullptr;
+  }
+}
+
+PyMethodDef g_methods[] = {
+    {"kernel_call", kernel_call, METH_VARARGS,
+     "kernel_call(model, core, inputs, outputs, results) -> capsule\n\n"
+     "How to call a loaded kernel on nkipy tensors: inputs (arg index, sizes, dtype, narrow, "
+     "write_back) and outputs ((sizes, dtype), or None when aliased) in the model's order; "
+     "results ('output', j) / ('arg', i) / ('value', obj)."},
+    {"run_kernel_call", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(run_kernel_call)),
+     METH_FASTCALL,
+     "run_kernel_call(call, args) -> list or None\n\n"
+     "Runs the kernel of a kernel_call on args (nkipy tensors) and returns its results; None "
+     "when an input does not match (the caller's general path handles it)."},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyModuleDef g_module = {PyModuleDef_HEAD_INIT, "spike_torch._kernel_call",
+                        "The per-call path of compiled kernels on nkipy tensors.", -1, g_methods,
+                        nullptr, nullptr, nullptr, nullptr};
+
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) PyObject* spike_torch_py_module() {
+  return PyModule_Create(&g_module);
+}

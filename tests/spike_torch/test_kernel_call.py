@@ -1,0 +1,121 @@
+"""spike_torch._C.kernel_calls: a loaded kernel run on nkipy tensors in one native
+call (the per-call path of torch_to_nkipy's executor)."""
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+import torch
+
+from conftest import REPO
+
+KERNELS = REPO / "runtime" / "tests" / "kernels"
+N = 1024  # the sleep kernel: output0 = x + 1 over float32[1024] after ms[0] ms
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory, spike_torch_module):
+    """The runtime's sleep and inplace test kernels, loaded on core 0."""
+    import spike
+
+    out = tmp_path_factory.mktemp("neff")
+    rt = spike.get_spike_singleton()
+    loaded = {}
+    for name in ("sleep", "inplace"):
+        neff = out / f"{name}.neff"
+        subprocess.run(["cc", "-std=c11", "-O2", "-shared", "-fPIC", "-I", spike.get_include(),
+                        str(KERNELS / f"{name}.c"), "-o", str(neff)], check=True)
+        loaded[name] = rt.load_model(str(neff))
+    return loaded
+
+
+def calls():
+    from spike_torch._C import kernel_calls
+
+    return kernel_calls
+
+
+def sleep_call(models, results=(("output", 0),), ms_dtype=torch.int32):
+    narrow = ms_dtype is torch.int64
+    return calls().kernel_call(models["sleep"], 0,
+                               [(0, (N,), torch.float32, False, False),
+                                (1, (1,), ms_dtype, narrow, False)],
+                               [((N,), torch.float32)], list(results))
+
+
+def test_fresh_output_argument_and_value(models):
+    call = sleep_call(models, [("output", 0), ("arg", 0), ("value", "seven")])
+    x = torch.arange(N, dtype=torch.float32).to("nkipy")
+    ms = torch.zeros(1, dtype=torch.int32).to("nkipy")
+    out, same, value = calls().run_kernel_call(call, (x, ms))
+    assert out.device == torch.device("nkipy", 0) and out.dtype == torch.float32
+    assert torch.equal(out.cpu(), torch.arange(N, dtype=torch.float32) + 1)
+    assert same.data_ptr() == x.data_ptr() and not same.requires_grad
+    assert value == "seven"
+    # a list of arguments works as well as a tuple; every call gets a fresh output
+    out2 = calls().run_kernel_call(call, [x, ms])[0]
+    assert out2.data_ptr() != out.data_ptr()
+
+
+def test_int64_argument_narrowed(models):
+    call = sleep_call(models, ms_dtype=torch.int64)
+    x = torch.ones(N).to("nkipy")
+    ms = torch.zeros(1, dtype=torch.int64).to("nkipy")
+    assert torch.equal(calls().run_kernel_call(call, (x, ms))[0].cpu(), torch.full((N,), 2.0))
+    assert torch.equal(ms.cpu(), torch.zeros(1, dtype=torch.int64))   # not written back
+    with pytest.raises(ValueError, match=r"int64 tensor with values in \[1099511627776, "
+                                         r"1099511627776\] does not fit the device's int32"):
+        calls().run_kernel_call(call, (x, torch.tensor([2**40]).to("nkipy")))
+
+
+def test_aliased_output_updates_the_argument(models):
+    call = calls().kernel_call(models["inplace"], 0, [(0, (16,), torch.float32, False, False)],
+                               [None], [("arg", 0)])
+    x = torch.zeros(16).to("nkipy")
+    for _ in range(3):
+        (r,) = calls().run_kernel_call(call, (x,))
+    assert torch.equal(x.cpu(), torch.full((16,), 3.0))
+    assert r.data_ptr() == x.data_ptr()
+
+
+def test_inputs_it_was_not_built_for_return_none(models):
+    call = sleep_call(models)
+    x = torch.ones(N).to("nkipy")
+    ms = torch.zeros(1, dtype=torch.int32).to("nkipy")
+    run = calls().run_kernel_call
+    assert run(call, (x.cpu(), ms)) is None                          # another device
+    assert run(call, (torch.ones(N).to("nkipy:1"), ms)) is None      # another core
+    assert run(call, (x.double(), ms)) is None                       # dtype
+    assert run(call, (torch.ones(N + 1).to("nkipy"), ms)) is None    # shape
+    strided = torch.ones(2 * N).to("nkipy")[::2]
+    assert run(call, (strided, ms)) is None                          # layout
+    assert run(call, (1.0, ms)) is None                              # not a tensor
+
+
+def test_errors(models):
+    kc = calls()
+    spec = [(0, (N,), torch.float32, False, False), (1, (1,), torch.int32, False, False)]
+    outs = [((N,), torch.float32)]
+    with pytest.raises(TypeError, match="expected a torch.dtype, got str"):
+        kc.kernel_call(models["sleep"], 0, [(0, (N,), "float32", False, False)], outs, [])
+    with pytest.raises(ValueError, match="only int64 inputs are narrowed"):
+        kc.kernel_call(models["sleep"], 0, [(0, (N,), torch.float32, True, False)], outs, [])
+    with pytest.raises(ValueError, match=r"bad result 0: \(output, 3\)"):
+        kc.kernel_call(models["sleep"], 0, spec, outs, [("output", 3)])
+    with pytest.raises(ValueError, match=r"bad result 0: \(nothing, 0\)"):
+        kc.kernel_call(models["sleep"], 0, spec, outs, [("nothing", 0)])
+    with pytest.raises(TypeError, match="expected a list or tuple, got int"):
+        kc.kernel_call(models["sleep"], 0, 5, outs, [])
+    call = kc.kernel_call(models["sleep"], 0, spec, outs, [("output", 0)])
+    x, ms = torch.ones(N).to("nkipy"), torch.zeros(1, dtype=torch.int32).to("nkipy")
+    with pytest.raises(TypeError, match=r"run_kernel_call\(call, args\) takes 2 arguments"):
+        kc.run_kernel_call(call)
+    with pytest.raises(TypeError, match="expected a list or tuple, got dict"):
+        kc.run_kernel_call(call, {0: x})
+    with pytest.raises(IndexError, match="input 1 is argument 1 of 1"):
+        kc.run_kernel_call(call, (x,))
+    with pytest.raises(TypeError, match=r"call must be what kernel_call\(\) returned, got object"):
+        kc.run_kernel_call(object(), (x, ms))
+    bad = kc.kernel_call(models["sleep"], 0, spec, [None], [])
+    with pytest.raises(Exception, match="missing output tensor 'output0'"):
+        kc.run_kernel_call(bad, (x, ms))     # the runtime's refusal, as an NrtError
