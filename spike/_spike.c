@@ -2269,6 +2269,26 @@ static PyObject *spike_memory_reset_peak(SpikeObject *self, PyObject *args, PyOb
   Py_RETURN_NONE;
 }
 
+static PyObject *spike_gemm_pack_stats(SpikeObject *self, PyObject *unused) {
+  (void)unused;
+  if (spike_check_open(self) < 0) return NULL;
+  nkrt_gemm_pack_stats_t s;
+  nkrt_status_t st = nkrt_gemm_pack_stats(self->ctx->runtime, &s);
+  if (st) return nrt_error(st);
+  PyObject *d = PyDict_New();
+  if (!d) return NULL;
+  if (dict_set_u64(d, "packed_matrices", s.packed_matrices) < 0 ||
+      dict_set_u64(d, "packed_bytes", s.packed_bytes) < 0 ||
+      dict_set_u64(d, "limit_bytes", s.limit_bytes) < 0 || dict_set_u64(d, "hits", s.hits) < 0 ||
+      dict_set_u64(d, "packs", s.packs) < 0 ||
+      dict_set_u64(d, "invalidations", s.invalidations) < 0 ||
+      dict_set_u64(d, "evictions", s.evictions) < 0) {
+    Py_DECREF(d);
+    return NULL;
+  }
+  return d;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Spike type                                                                */
 /* ------------------------------------------------------------------------ */
@@ -2371,6 +2391,9 @@ static PyMethodDef spike_methods[] = {
      "memory_stats(core_id=0) -> dict\n\nDevice-memory statistics of a core."},
     {"memory_reset_peak", (PyCFunction)(void (*)(void))spike_memory_reset_peak, KW,
      "memory_reset_peak(core_id=0) -> None\n\nResets the peak statistics of a core."},
+    {"gemm_pack_stats", (PyCFunction)spike_gemm_pack_stats, METH_NOARGS,
+     "gemm_pack_stats() -> dict\n\nThe runtime's GEMM weights packed once (docs/gemm.md): "
+     "packed_matrices, packed_bytes, limit_bytes, hits, packs, invalidations, evictions."},
     {NULL, NULL, 0, NULL},
 };
 

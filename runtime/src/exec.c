@@ -191,6 +191,7 @@ static void unbind(const nkrt_model_t *m, nkrt_tensor_t **slots) {
 
 typedef struct exec_ctx {
   nkrt_model_t *model;
+  void **ptrs;                  /* the tensors' addresses: inputs, then outputs */
   uint64_t scratch_used;
   nkrt_tensor_t **extra;        /* scratch beyond the model's reservation */
   uint32_t extra_count, extra_cap;
@@ -255,13 +256,36 @@ static void env_set_error(void *ctx, const char *msg) {
 }
 
 nkrt_pool_t *nkrt_exec_ctx_pool(void *ctx) { return ((exec_ctx_t *)ctx)->model->runtime->pool; }
+
+static bool overlaps(uintptr_t lo, uintptr_t hi, const void *p, uint64_t size) {
+  return lo < (uintptr_t)p + size && (uintptr_t)p < hi;
+}
+
+nkrt_pack_cache_t *nkrt_exec_ctx_packs(void *ctx, const void *lo, const void *hi) {
+  exec_ctx_t *x = ctx;
+  const nkrt_model_t *m = x->model;
+  const nkrt_neff_desc_t *d = m->desc;
+  uintptr_t a = (uintptr_t)lo, b = (uintptr_t)hi;
+  bool inside = false;
+  for (uint32_t i = 0; i < d->num_inputs && !inside; i++) {
+    uintptr_t p = (uintptr_t)x->ptrs[i];
+    inside = p <= a && b <= p + d->inputs[i].size;
+  }
+  if (!inside) return NULL;
+  for (uint32_t i = 0; i < d->num_outputs; i++)
+    if (overlaps(a, b, x->ptrs[d->num_inputs + i], d->outputs[i].size)) return NULL;
+  if (m->scratch && overlaps(a, b, m->scratch->va, m->scratch->size)) return NULL;
+  for (uint32_t i = 0; i < x->extra_count; i++)
+    if (overlaps(a, b, x->extra[i]->va, x->extra[i]->size)) return NULL;
+  return m->runtime->packs;
+}
 void *nkrt_exec_ctx_scratch(void *ctx, uint64_t bytes) { return env_scratch(ctx, bytes); }
 void nkrt_exec_ctx_fail(void *ctx, const char *msg) { env_set_error(ctx, msg); }
 
 /* Runs the kernel on its tensors' addresses: ptrs[0 .. inputs), then outputs. */
 static nkrt_status_t run_kernel(nkrt_model_t *m, void **ptrs, uint64_t id) {
   const nkrt_neff_desc_t *d = m->desc;
-  exec_ctx_t x = {.model = m};
+  exec_ctx_t x = {.model = m, .ptrs = ptrs};
   nkrt_kernel_env_t env = {
       .struct_size = sizeof(env),
       .abi_version = NKRT_NEFF_ABI_VERSION,
@@ -283,6 +307,12 @@ static nkrt_status_t run_kernel(nkrt_model_t *m, void **ptrs, uint64_t id) {
   int rc = d->kernel(&env, ptrs, ptrs + d->num_inputs);
   if (tracing) nkrt_trace_record(rt, NKRT_TRACE_EXEC, 1, m->core, id, nkrt_now_ns(), 0, m->name);
 
+  /* what the kernel wrote: packed copies of those bytes are stale now */
+  for (uint32_t i = 0; i < d->num_outputs; i++)
+    nkrt_pack_invalidate(rt, ptrs[d->num_inputs + i],
+                         (uint8_t *)ptrs[d->num_inputs + i] + d->outputs[i].size);
+  if (m->scratch && x.scratch_used)
+    nkrt_pack_invalidate(rt, m->scratch->va, m->scratch->va + x.scratch_used);
   for (uint32_t i = 0; i < x.extra_count; i++) nkrt_tensor_release(x.extra[i]);
   free(x.extra);
   if (rc != 0 || x.has_error)

@@ -35,6 +35,9 @@
  * costs tens of microseconds on a virtualised host, so splitting only pays
  * from about 256^3 up (measured: docs/gemm.md). */
 #define PARALLEL_MIN_FLOPS (24.0 * 1024 * 1024)
+/* Products with fewer rows than this never use packed weights: below it the
+ * library's matrix-vector paths do not pack B anyway (docs/gemm.md). */
+#define PACK_MIN_ROWS 8
 /* Panels are at least this many rows / columns. */
 #define MIN_PANEL_ROWS 8
 #define MIN_PANEL_COLS 64
@@ -392,6 +395,7 @@ typedef struct gemm_job {
   int64_t parts;  /* panels per product */
   int64_t panel;  /* rows (or columns, split_n) per panel */
   bool split_n;
+  nkrt_pack_cache_t *packs; /* float32, batch 1: B is a weight that may be packed */
   _Atomic bool failed;
 } gemm_job_t;
 
@@ -466,9 +470,20 @@ static void run_task(gemm_job_t *g, int64_t t) {
   int64_t boff = bi * g->sb + (g->tb ? j0 * g->ldb : j0);
   int64_t coff = bi * g->sc + i0 * g->ldc + j0;
   if (g->dtype == NKRT_DTYPE_FLOAT32) {
-    g->p->sgemm(g->ta, g->tb, i1 - i0, j1 - j0, g->k, g->alpha, (const float *)g->a + aoff,
-                g->lda, (const float *)g->b + boff, g->ldb, g->beta, (float *)g->c + coff,
-                g->ldc);
+    const float *a = (const float *)g->a + aoff, *b = (const float *)g->b + boff;
+    float *c = (float *)g->c + coff;
+    void *entry = NULL;
+    const float *packed = g->packs ? nkrt_pack_acquire(g->packs, g->p, g->tb, i1 - i0, j1 - j0,
+                                                       g->k, g->alpha, b, g->ldb, &entry)
+                                   : NULL;
+    if (packed) {
+      g->p->compute_packed_b(g->ta, i1 - i0, j1 - j0, g->k, a, g->lda, packed, g->beta, c,
+                             g->ldc);
+      nkrt_pack_release(g->packs, entry);
+    } else {
+      g->p->sgemm(g->ta, g->tb, i1 - i0, j1 - j0, g->k, g->alpha, a, g->lda, b, g->ldb, g->beta,
+                  c, g->ldc);
+    }
   } else if (!lowp_panel(g, (const uint16_t *)g->a + aoff, (const uint16_t *)g->b + boff,
                          (uint16_t *)g->c + coff, i1 - i0, j1 - j0)) {
     atomic_store(&g->failed, true);
@@ -553,18 +568,33 @@ static const char *run_job(gemm_job_t *g, nkrt_pool_t *pool, int64_t batch) {
   return atomic_load(&g->failed) ? "out of host memory for low-precision GEMM buffers" : NULL;
 }
 
-const char *nkrt_gemm_sgemm_batched(const nkrt_gemm_provider_t *p, nkrt_pool_t *pool,
-                                    int64_t batch, int ta, int tb, int64_t m, int64_t n,
-                                    int64_t k, float alpha, const float *a, int64_t lda,
-                                    int64_t sa, const float *b, int64_t ldb, int64_t sb,
-                                    float beta, float *c, int64_t ldc, int64_t sc) {
+/* float32 products; `ctx` (an execution, or NULL) lets a single product's B
+ * come from the packed-weights cache when it is one of the kernel's inputs. */
+static const char *sgemm_job(const nkrt_gemm_provider_t *p, nkrt_pool_t *pool, void *ctx,
+                             int64_t batch, int ta, int tb, int64_t m, int64_t n, int64_t k,
+                             float alpha, const float *a, int64_t lda, int64_t sa,
+                             const float *b, int64_t ldb, int64_t sb, float beta, float *c,
+                             int64_t ldc, int64_t sc) {
   const char *err = check_args(batch, ta, tb, m, n, k, &lda, &ldb, &ldc);
   if (err) return err;
   gemm_job_t g = {.p = p, .dtype = NKRT_DTYPE_FLOAT32, .ta = ta, .tb = tb, .m = m, .n = n,
                   .k = k, .alpha = alpha, .beta = beta, .a = a, .b = b, .c = c, .lda = lda,
                   .ldb = ldb, .ldc = ldc, .sa = sa, .sb = sb, .sc = sc};
   atomic_init(&g.failed, false);
+  if (ctx && batch == 1 && p->pack_b_size && m >= PACK_MIN_ROWS && n > 0 && k > 0) {
+    int64_t rows = tb ? n : k, cols = tb ? k : n;
+    g.packs = nkrt_exec_ctx_packs(ctx, b, b + (rows - 1) * ldb + cols);
+  }
   return run_job(&g, pool, batch);
+}
+
+const char *nkrt_gemm_sgemm_batched(const nkrt_gemm_provider_t *p, nkrt_pool_t *pool,
+                                    int64_t batch, int ta, int tb, int64_t m, int64_t n,
+                                    int64_t k, float alpha, const float *a, int64_t lda,
+                                    int64_t sa, const float *b, int64_t ldb, int64_t sb,
+                                    float beta, float *c, int64_t ldc, int64_t sc) {
+  return sgemm_job(p, pool, NULL, batch, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c,
+                   ldc, sc);
 }
 
 const char *nkrt_gemm_lowp_batched(const nkrt_gemm_provider_t *p, nkrt_pool_t *pool,
@@ -588,9 +618,8 @@ const char *nkrt_gemm_lowp_batched(const nkrt_gemm_provider_t *p, nkrt_pool_t *p
 static void lib_sgemm(void *ctx, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha,
                       const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                       float *c, int64_t ldc) {
-  const char *err = nkrt_gemm_sgemm_batched(nkrt_gemm_selected(), nkrt_exec_ctx_pool(ctx), 1, ta,
-                                            tb, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c,
-                                            ldc, 0);
+  const char *err = sgemm_job(nkrt_gemm_selected(), nkrt_exec_ctx_pool(ctx), ctx, 1, ta, tb, m,
+                              n, k, alpha, a, lda, 0, b, ldb, 0, beta, c, ldc, 0);
   if (err) nkrt_exec_ctx_fail(ctx, err);
 }
 
@@ -598,9 +627,8 @@ static void lib_sgemm_batched(void *ctx, int64_t batch, int ta, int tb, int64_t 
                               int64_t k, float alpha, const float *a, int64_t lda, int64_t sa,
                               const float *b, int64_t ldb, int64_t sb, float beta, float *c,
                               int64_t ldc, int64_t sc) {
-  const char *err = nkrt_gemm_sgemm_batched(nkrt_gemm_selected(), nkrt_exec_ctx_pool(ctx), batch,
-                                            ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta,
-                                            c, ldc, sc);
+  const char *err = sgemm_job(nkrt_gemm_selected(), nkrt_exec_ctx_pool(ctx), ctx, batch, ta, tb,
+                              m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc, sc);
   if (err) nkrt_exec_ctx_fail(ctx, err);
 }
 

@@ -33,6 +33,16 @@ typedef struct nkrt_gemm_provider {
   bool (*gemm_lowp_f32)(uint32_t dtype, int ta, int tb, int64_t m, int64_t n, int64_t k,
                         float alpha, const uint16_t *a, int64_t lda, const uint16_t *b,
                         int64_t ldb, float beta, float *c, int64_t ldc);
+  /* Optional, float32 (all three or none): B packed once into the library's
+   * own layout, alpha applied (pack_b_size bytes for an m x n x k product),
+   * then products with the packed B (C = A @ packed + beta * C). Weights
+   * reused across executions are packed once (gemm_pack.c) instead of by
+   * every call. */
+  uint64_t (*pack_b_size)(int64_t m, int64_t n, int64_t k);
+  void (*pack_b)(int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *b,
+                 int64_t ldb, float *dst);
+  void (*compute_packed_b)(int ta, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                           const float *packed, float beta, float *c, int64_t ldc);
   /* Which library, version and instruction set; for logs and docs. */
   char description[256];
 } nkrt_gemm_provider_t;
@@ -55,6 +65,15 @@ bool nkrt_gemm_ref_force_isa(const char *isa);
  * loader's default search. Returns NULL (and a reason in `why`) when it
  * cannot be used. The provider lives for the rest of the process. */
 const nkrt_gemm_provider_t *nkrt_gemm_mkl_open(const char *path, char *why, size_t why_len);
+
+/* A packed copy of B for this product from `cache` (gemm_pack.c), or NULL:
+ * not packable by `p`, first sighting, being packed by another thread, or no
+ * memory - the caller then runs a plain sgemm. A non-NULL result stays valid
+ * until nkrt_pack_release(cache, *out_entry). */
+const float *nkrt_pack_acquire(nkrt_pack_cache_t *cache, const nkrt_gemm_provider_t *p, int tb,
+                               int64_t m, int64_t n, int64_t k, float alpha, const float *b,
+                               int64_t ldb, void **out_entry);
+void nkrt_pack_release(nkrt_pack_cache_t *cache, void *entry);
 
 /* Temporary buffers for panels, recycled across calls (gemm.c). Any thread
  * may call these. Returns 64-byte aligned memory or NULL. */

@@ -8,7 +8,9 @@
  * calling thread sets its own MKL thread count to 1 instead.
  *
  * Routines: cblas_sgemm, cblas_gemm_bf16bf16f32 (AMX / AVX512-BF16 where the
- * CPU has them) and cblas_gemm_f16f16f32, through their ILP64 (_64) entry
+ * CPU has them), cblas_gemm_f16f16f32 and, for weights packed once
+ * (gemm_pack.c), cblas_sgemm_pack_get_size / _pack / _compute (ILP64 only),
+ * through their ILP64 (_64) entry
  * points when the library has them, else the LP64 ones (dimensions must then
  * fit in an int; larger calls go to the reference kernel). */
 #include <dlfcn.h>
@@ -18,7 +20,8 @@
 
 #include "gemm.h"
 
-enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112, THREADING_SEQUENTIAL = 1 };
+enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112, PACKED = 151, B_MATRIX = 162,
+       THREADING_SEQUENTIAL = 1 };
 
 typedef void (*sgemm64_fn)(int, int, int, int64_t, int64_t, int64_t, float, const float *,
                            int64_t, const float *, int64_t, float, float *, int64_t);
@@ -28,6 +31,11 @@ typedef void (*lowp64_fn)(int, int, int, int64_t, int64_t, int64_t, float, const
                           int64_t, const uint16_t *, int64_t, float, float *, int64_t);
 typedef void (*lowp32_fn)(int, int, int, int, int, int, float, const uint16_t *, int,
                           const uint16_t *, int, float, float *, int);
+typedef size_t (*pack_size64_fn)(int, int64_t, int64_t, int64_t);
+typedef void (*pack64_fn)(int, int, int, int64_t, int64_t, int64_t, float, const float *, int64_t,
+                          float *);
+typedef void (*compute64_fn)(int, int, int, int64_t, int64_t, int64_t, const float *, int64_t,
+                             const float *, int64_t, float, float *, int64_t);
 
 static struct {
   void *handle;
@@ -35,6 +43,9 @@ static struct {
   sgemm32_fn sgemm32;
   lowp64_fn bf16_64, f16_64;
   lowp32_fn bf16_32, f16_32;
+  pack_size64_fn pack_size64;
+  pack64_fn pack64;
+  compute64_fn compute64;
   int (*set_local_threads)(int);
   bool per_thread_limit;
 } mkl;
@@ -91,6 +102,25 @@ static bool mkl_lowp(uint32_t dtype, int ta, int tb, int64_t m, int64_t n, int64
   return false;
 }
 
+static uint64_t mkl_pack_b_size(int64_t m, int64_t n, int64_t k) {
+  return (uint64_t)mkl.pack_size64(B_MATRIX, m, n, k);
+}
+
+static void mkl_pack_b(int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *b,
+                       int64_t ldb, float *dst) {
+  limit_thread();
+  mkl.pack64(ROW_MAJOR, B_MATRIX, tb ? TRANS : NO_TRANS, m, n, k, alpha, b, ldb, dst);
+}
+
+static void mkl_compute_packed_b(int ta, int64_t m, int64_t n, int64_t k, const float *a,
+                                 int64_t lda, const float *packed, float beta, float *c,
+                                 int64_t ldc) {
+  limit_thread();
+  /* ldb is not read for a packed B */
+  mkl.compute64(ROW_MAJOR, ta ? TRANS : NO_TRANS, PACKED, m, n, k, a, lda, packed, 1, beta, c,
+                ldc);
+}
+
 static const char *branch_name(int code) {
   switch (code) {
     case 10: return "AVX2";
@@ -133,6 +163,9 @@ const nkrt_gemm_provider_t *nkrt_gemm_mkl_open(const char *path, char *why, size
   mkl.f16_64 = NKRT_SYM(lowp64_fn, "cblas_gemm_f16f16f32_64");
   mkl.bf16_32 = NKRT_SYM(lowp32_fn, "cblas_gemm_bf16bf16f32");
   mkl.f16_32 = NKRT_SYM(lowp32_fn, "cblas_gemm_f16f16f32");
+  mkl.pack_size64 = NKRT_SYM(pack_size64_fn, "cblas_sgemm_pack_get_size_64");
+  mkl.pack64 = NKRT_SYM(pack64_fn, "cblas_sgemm_pack_64");
+  mkl.compute64 = NKRT_SYM(compute64_fn, "cblas_sgemm_compute_64");
   void (*version)(char *, int) = NKRT_SYM(void (*)(char *, int), "MKL_Get_Version_String");
   int (*branch)(void) = NKRT_SYM(int (*)(void), "MKL_CBWR_Get_Auto_Branch");
 #undef NKRT_SYM
@@ -157,6 +190,11 @@ const nkrt_gemm_provider_t *nkrt_gemm_mkl_open(const char *path, char *why, size
   mkl_provider.name = "mkl";
   mkl_provider.sgemm = mkl_sgemm;
   mkl_provider.gemm_lowp_f32 = mkl_lowp;
+  if (mkl.pack_size64 && mkl.pack64 && mkl.compute64) {
+    mkl_provider.pack_b_size = mkl_pack_b_size;
+    mkl_provider.pack_b = mkl_pack_b;
+    mkl_provider.compute_packed_b = mkl_compute_packed_b;
+  }
   snprintf(mkl_provider.description, sizeof(mkl_provider.description), "%s; ISA %s; %s", ver,
            isa ? isa : "unknown",
            mkl.per_thread_limit ? "one thread per caller (MKL was already initialised)"

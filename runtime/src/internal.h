@@ -143,6 +143,32 @@ void nkrt_hazard_wait_slow(nkrt_runtime_t *runtime, const nkrt_range_t *ranges, 
       nkrt_hazard_wait_slow((runtime), (ranges), (count), (skip_core));                     \
   } while (0)
 
+/* ---- weights packed once for GEMMs (gemm_pack.c) ------------------------ */
+
+typedef struct nkrt_pack_cache {
+  pthread_mutex_t mu;
+  atomic_uint count;            /* entries; read lock-free by writers */
+  struct pack_entry *head, *tail;
+  uint64_t bytes, limit;
+  uint64_t hits, packs, invalidations, evictions;
+} nkrt_pack_cache_t;
+
+nkrt_status_t nkrt_pack_cache_create(nkrt_pack_cache_t **out_cache);
+void nkrt_pack_cache_destroy(nkrt_pack_cache_t *cache);
+void nkrt_pack_invalidate_slow(nkrt_pack_cache_t *cache, uintptr_t lo, uintptr_t hi);
+/* Every write to device memory calls this with its bytes [lo, hi): packed
+ * copies of them are dropped. One atomic load when nothing is packed. */
+#define nkrt_pack_invalidate(runtime, lo, hi)                                                 \
+  do {                                                                                      \
+    nkrt_pack_cache_t *pc_ = (runtime)->packs;                                              \
+    if (pc_ && atomic_load_explicit(&pc_->count, memory_order_acquire) != 0)                \
+      nkrt_pack_invalidate_slow(pc_, (uintptr_t)(lo), (uintptr_t)(hi));                     \
+  } while (0)
+/* The cache a GEMM of the running execution `ctx` may use for B = [lo, hi):
+ * non-NULL only when those bytes lie inside one input and overlap no output
+ * or scratch of the execution (exec.c). */
+nkrt_pack_cache_t *nkrt_exec_ctx_packs(void *ctx, const void *lo, const void *hi);
+
 /* Copies without checks or hazard waits (queued work uses them). */
 void nkrt_tensor_write_raw(nkrt_tensor_t *tensor, const void *src, uint64_t offset, uint64_t size);
 void nkrt_tensor_read_raw(const nkrt_tensor_t *tensor, void *dst, uint64_t offset, uint64_t size);
@@ -198,6 +224,7 @@ struct nkrt_runtime {
   atomic_uint hazard_removals;      /* bumped at every removal: waiters poll it */
   struct nkrt_hazard *hazards;
   uint32_t hazard_waiters;
+  nkrt_pack_cache_t *packs;         /* GEMM weights packed once (gemm_pack.c) */
   /* tracing (trace.c) */
   atomic_uint trace_active;         /* recording sessions */
   pthread_mutex_t trace_mu;

@@ -214,6 +214,7 @@ nkrt_status_t nkrt_runtime_create(const nkrt_options_t *options, nkrt_runtime_t 
     nkrt_queue_init(&cores[i].queue);
   }
   st = nkrt_pool_create(workers, &rt->pool);
+  if (!st) st = nkrt_pack_cache_create(&rt->packs);
   if (st) {
     nkrt_runtime_destroy(rt);
     return st;
@@ -244,6 +245,7 @@ void nkrt_runtime_destroy(nkrt_runtime_t *rt) {
   pthread_mutex_destroy(&rt->trace_mu);
   pthread_cond_destroy(&rt->hazard_cv);
   pthread_mutex_destroy(&rt->hazard_mu);
+  nkrt_pack_cache_destroy(rt->packs);
   free(rt->cores);
   free(rt);
 }

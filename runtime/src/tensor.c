@@ -99,6 +99,8 @@ void nkrt_tensor_release(nkrt_tensor_t *t) {
   if (atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1) return;
   nkrt_core_t *c = &t->runtime->cores[t->core];
   nkrt_tensor_t *root = t->root;
+  /* memory handed back may come back as another tensor: forget packed copies */
+  if (t->block) nkrt_pack_invalidate(t->runtime, t->va, t->va + t->size);
   pthread_mutex_lock(&c->arena.mu);
   unlink_tensor(c, t);
   if (t->block) nkrt_arena_free_locked(&c->arena, t->block);
@@ -147,6 +149,7 @@ static nkrt_range_t range_of(const nkrt_tensor_t *t, uint64_t offset, uint64_t s
 void nkrt_tensor_write_raw(nkrt_tensor_t *t, const void *src, uint64_t offset, uint64_t size) {
   uint64_t id = trace_begin(t->runtime, NKRT_TRACE_WRITE, t->core, size, t->name);
   t->runtime->driver->copy(t->va + offset, src, size);
+  nkrt_pack_invalidate(t->runtime, t->va + offset, t->va + offset + size);
   trace_end(t->runtime, NKRT_TRACE_WRITE, t->core, id, size, t->name);
 }
 
@@ -188,6 +191,7 @@ nkrt_status_t nkrt_tensor_copy(const nkrt_tensor_t *src, uint64_t src_offset, nk
   nkrt_hazard_wait(dst->runtime, r, 2, NKRT_HAZARD_ALL_CORES);
   uint64_t id = trace_begin(dst->runtime, NKRT_TRACE_COPY, dst->core, size, dst->name);
   if (size) memmove(dst->va + dst_offset, src->va + src_offset, size);
+  nkrt_pack_invalidate(dst->runtime, dst->va + dst_offset, dst->va + dst_offset + size);
   trace_end(dst->runtime, NKRT_TRACE_COPY, dst->core, id, size, dst->name);
   return NULL;
 }
@@ -198,6 +202,7 @@ nkrt_status_t nkrt_tensor_memset(nkrt_tensor_t *t, int value, uint64_t offset, u
   nkrt_range_t r = range_of(t, offset, size);
   nkrt_hazard_wait(t->runtime, &r, 1, NKRT_HAZARD_ALL_CORES);
   if (size) memset(t->va + offset, value, size);
+  nkrt_pack_invalidate(t->runtime, t->va + offset, t->va + offset + size);
   return NULL;
 }
 
@@ -278,6 +283,7 @@ nkrt_status_t nkrt_tensor_write_2d(nkrt_tensor_t *t, const void *src, uint64_t s
   uint64_t bytes = dst_extent ? rows * row_bytes : 0;
   uint64_t id = trace_begin(t->runtime, NKRT_TRACE_WRITE, t->core, bytes, t->name);
   copy_rows(t->runtime->driver, t->va + dst_offset, dst_pitch, src, src_pitch, row_bytes, rows);
+  nkrt_pack_invalidate(t->runtime, r.lo, r.hi);
   trace_end(t->runtime, NKRT_TRACE_WRITE, t->core, id, bytes, t->name);
   return NULL;
 }
@@ -341,6 +347,7 @@ nkrt_status_t nkrt_tensor_copy_2d(const nkrt_tensor_t *src, uint64_t src_offset,
   } else {
     for (uint64_t i = rows; i-- > 0;) memmove(d + i * dst_pitch, s + i * src_pitch, row_bytes);
   }
+  nkrt_pack_invalidate(dst->runtime, r[1].lo, r[1].hi);
   trace_end(dst->runtime, NKRT_TRACE_COPY, dst->core, id, bytes, dst->name);
   return NULL;
 }
@@ -361,6 +368,7 @@ nkrt_status_t nkrt_tensor_memset_2d(nkrt_tensor_t *t, int value, uint64_t offset
   } else {
     for (uint64_t i = 0; i < rows; i++) memset(d + i * pitch, value, row_bytes);
   }
+  nkrt_pack_invalidate(t->runtime, r.lo, r.hi);
   return NULL;
 }
 

@@ -493,3 +493,135 @@ TEST(gemm_through_neff) {
   free(saved_lib);
   nkrt_runtime_destroy(rt);
 }
+
+/* ---- weights packed once (gemm_pack.c) -------------------------------------- */
+
+enum { PM = 64, PN = 96, PK = 80 };
+
+typedef struct {
+  nkrt_runtime_t *rt;
+  nkrt_model_t *mm;
+  nkrt_tensor_t *params, *scal, *a, *b, *c;
+  float ha[PM * PK], hb[PN * PK];
+} pack_fixture_t;
+
+/* C = A @ B^T through the matmul NEFF (B is input "b", C aliased output
+ * "output0"); returns how many elements differ from the host product. */
+static int pack_run(pack_fixture_t *f) {
+  void *addrs[6] = {nkrt_tensor_va(f->params), nkrt_tensor_va(f->scal), nkrt_tensor_va(f->a),
+                    nkrt_tensor_va(f->b), nkrt_tensor_va(f->c), NULL};
+  CHECK_OK(nkrt_execute_at(f->mm, addrs));
+  static float c[PM * PN];
+  CHECK_OK(nkrt_tensor_read(f->c, c, 0, sizeof(c)));
+  int bad = 0;
+  for (int i = 0; i < PM; i++)
+    for (int j = 0; j < PN; j++) {
+      double want = 0;
+      for (int q = 0; q < PK; q++) want += (double)f->ha[i * PK + q] * f->hb[j * PK + q];
+      bad += fabs(c[i * PN + j] - want) > 1e-3 * (1 + fabs(want));
+    }
+  return bad;
+}
+
+static nkrt_gemm_pack_stats_t pack_stats(nkrt_runtime_t *rt) {
+  nkrt_gemm_pack_stats_t s;
+  CHECK_OK(nkrt_gemm_pack_stats(rt, &s));
+  return s;
+}
+
+/* A weight is packed on its second sighting and reused after; every kind of
+ * write to its bytes (a tensor write, a memset, a kernel's output) drops the
+ * packed copy, so results always follow the current bytes. */
+TEST(gemm_packed_weights) {
+  const nkrt_gemm_provider_t *mkl = nkrt_gemm_find("mkl");
+  if (!mkl || !mkl->pack_b_size) {
+    printf("  (skipped: no MKL with packed GEMM)\n");
+    return;
+  }
+  char *saved = getenv("NKRT_GEMM") ? strdup(getenv("NKRT_GEMM")) : NULL;
+  set_env("NKRT_GEMM", "mkl");
+  nkrt_gemm_reselect();
+  pack_fixture_t f = {.rt = nkrt_test_runtime("0", 16 << 20)};
+  CHECK_OK(nkrt_model_load_file(f.rt, nkrt_test_neff("matmul"), 0, NULL, &f.mm));
+  nkrt_model_t *inc = NULL;
+  CHECK_OK(nkrt_model_load_file(f.rt, nkrt_test_neff("inplace"), 0, NULL, &inc));
+  int64_t params[16] = {0, NKRT_DTYPE_FLOAT32, 1, 0, 1, PM, PN, PK, PK, PK, PN, 0, 0, 0, 0, 0};
+  float scal[2] = {1.0f, 0.0f};
+  for (int i = 0; i < PM * PK; i++) f.ha[i] = rnd();
+  for (int i = 0; i < PN * PK; i++) f.hb[i] = rnd();
+  f.params = tensor_of(f.rt, "params", params, sizeof(params));
+  f.scal = tensor_of(f.rt, "scal", scal, sizeof(scal));
+  f.a = tensor_of(f.rt, "a", NULL, CAP * 4);
+  f.b = tensor_of(f.rt, "b", NULL, CAP * 4);
+  f.c = tensor_of(f.rt, "c", NULL, CAP * 4);
+  CHECK_OK(nkrt_tensor_write(f.a, f.ha, 0, sizeof(f.ha)));
+  CHECK_OK(nkrt_tensor_write(f.b, f.hb, 0, sizeof(f.hb)));
+  nkrt_gemm_pack_stats_t s = pack_stats(f.rt);
+  CHECK(s.limit_bytes == 1ull << 30 && s.packs == 0 && s.packed_matrices == 0);
+
+  CHECK(pack_run(&f) == 0); /* first sighting: remembered only */
+  CHECK(pack_stats(f.rt).packs == 0);
+  CHECK(pack_run(&f) == 0); /* unchanged: packed */
+  s = pack_stats(f.rt);
+  CHECK(s.packs == 1 && s.packed_matrices == 1 && s.packed_bytes > 0 && s.hits == 0);
+  CHECK(pack_run(&f) == 0 && pack_run(&f) == 0); /* reused */
+  CHECK(pack_stats(f.rt).hits == 2);
+
+  /* a tensor write to the weight's bytes */
+  for (int i = 0; i < PN * PK; i++) f.hb[i] = rnd();
+  CHECK_OK(nkrt_tensor_write(f.b, f.hb, 0, sizeof(f.hb)));
+  s = pack_stats(f.rt);
+  CHECK(s.packed_matrices == 0 && s.invalidations >= 1);
+  CHECK(pack_run(&f) == 0 && pack_run(&f) == 0 && pack_run(&f) == 0);
+  s = pack_stats(f.rt);
+  CHECK(s.packs == 2 && s.hits == 3);
+
+  /* a memset of part of it */
+  CHECK_OK(nkrt_tensor_memset(f.b, 0, 40 * 4, 8));
+  f.hb[40] = f.hb[41] = 0.0f;
+  CHECK(pack_stats(f.rt).packed_matrices == 0);
+  CHECK(pack_run(&f) == 0 && pack_run(&f) == 0 && pack_run(&f) == 0);
+
+  /* another kernel's output: inplace adds 1 to b[16 .. 32) */
+  uint64_t inv = pack_stats(f.rt).invalidations;
+  void *iaddrs[2] = {(float *)nkrt_tensor_va(f.b) + 16, NULL};
+  CHECK_OK(nkrt_execute_at(inc, iaddrs));
+  for (int i = 16; i < 32; i++) f.hb[i] += 1.0f;
+  CHECK(pack_stats(f.rt).invalidations == inv + 1);
+  CHECK(pack_run(&f) == 0 && pack_run(&f) == 0 && pack_run(&f) == 0);
+
+  /* a B the execution also writes is never packed */
+  uint64_t packs = pack_stats(f.rt).packs;
+  void *self[6] = {nkrt_tensor_va(f.params), nkrt_tensor_va(f.scal), nkrt_tensor_va(f.a),
+                   nkrt_tensor_va(f.c), nkrt_tensor_va(f.c), NULL};
+  for (int r = 0; r < 3; r++) CHECK_OK(nkrt_execute_at(f.mm, self));
+  CHECK(pack_stats(f.rt).packs == packs);
+
+  /* freeing the weight's memory drops its copy */
+  CHECK(pack_stats(f.rt).packed_matrices == 1);
+  nkrt_tensor_free(&f.b);
+  CHECK(pack_stats(f.rt).packed_matrices == 0);
+
+  nkrt_tensor_free(&f.params), nkrt_tensor_free(&f.scal), nkrt_tensor_free(&f.a);
+  nkrt_tensor_free(&f.c);
+  nkrt_model_unload(f.mm);
+  nkrt_model_unload(inc);
+  nkrt_runtime_destroy(f.rt);
+
+  /* NKRT_GEMM_PACK_LIMIT: 0 turns packing off; a bad value is refused */
+  set_env("NKRT_GEMM_PACK_LIMIT", "0");
+  nkrt_runtime_t *rt = nkrt_test_runtime("0", 16 << 20);
+  CHECK(pack_stats(rt).limit_bytes == 0);
+  nkrt_runtime_destroy(rt);
+  set_env("NKRT_GEMM_PACK_LIMIT", "lots");
+  nkrt_options_t o;
+  nkrt_options_init(&o);
+  rt = NULL;
+  CHECK_ERR(nkrt_runtime_create(&o, &rt), NKRT_INVALID, "NKRT_GEMM_PACK_LIMIT:");
+  CHECK(rt == NULL);
+  set_env("NKRT_GEMM_PACK_LIMIT", NULL);
+  CHECK_ERR(nkrt_gemm_pack_stats(NULL, &s), NKRT_INVALID_HANDLE, "runtime handle is NULL");
+  set_env("NKRT_GEMM", saved);
+  nkrt_gemm_reselect();
+  free(saved);
+}

@@ -553,6 +553,63 @@ def test_nkipy_device_native_call(backend, monkeypatch):
                for r in tensors)
 
 
+def test_nkipy_device_weight_updates_reach_packed_gemms(backend):
+    """The runtime packs GEMM weights once and reuses them (docs/gemm.md); every
+    way a user changes the weights of a compiled model on the nkipy device
+    between calls shows in the next result."""
+    if not _spike_torch():
+        pytest.skip("spike_torch (the nkipy device) is not available")
+    import spike
+
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(64, 96), nn.GELU(), nn.Linear(96, 32))
+    md = copy.deepcopy(m).to("nkipy")
+    c = torch.compile(md, backend="nkipy")
+    x = torch.randn(16, 64)
+    xd = x.to("nkipy")
+    rt = spike.get_spike_singleton()
+
+    def check():
+        for _ in range(3):            # first sighting, packing, reuse
+            with torch.no_grad():
+                got = c(xd).cpu()
+                want = m(x)
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+    check()
+    before = rt.gemm_pack_stats()
+    packing = before["limit_bytes"] > 0 and spike._spike.gemm_provider() == "mkl"
+    if packing:
+        assert before["hits"] >= 2 and before["packed_matrices"] >= 2
+    with torch.no_grad():                              # in-place arithmetic
+        for model in (m, md):
+            model[0].weight.add_(0.5)
+    check()
+    w = torch.randn(32, 96)
+    with torch.no_grad():                              # copy_ from the CPU
+        m[2].weight.copy_(w)
+        md[2].weight.copy_(w)
+    check()
+    with torch.no_grad():                              # part of it zeroed
+        m[0].weight[:8].zero_()
+        md[0].weight[:8].zero_()
+    check()
+    for model, inp in ((m, x), (md, xd)):             # an optimizer step on the device
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        opt.zero_grad()
+        model(inp).square().sum().backward()
+        opt.step()
+    check()
+    w = torch.randn(96, 64)                            # new memory through .data
+    m[0].weight.data = w.clone()
+    md[0].weight.data = w.to("nkipy")
+    check()
+    if packing:
+        after = rt.gemm_pack_stats()
+        assert after["invalidations"] >= before["invalidations"] + 4
+        assert after["hits"] > before["hits"]
+
+
 def test_int64_out_of_int32_range_raises(backend):
     f = torch.compile(lambda i: i + 1, backend="nkipy")
     assert torch.equal(f(torch.tensor([2**31 - 2])), torch.tensor([2**31 - 1]))

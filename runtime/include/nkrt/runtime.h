@@ -98,6 +98,23 @@ const char *nkrt_gemm_provider(void);
 /* Frees memory returned by nkrt (JSON strings). */
 void nkrt_free(void *ptr);
 
+/* Weights packed once for GEMMs (runtime/src/gemm_pack.c): float32 products
+ * whose B is a kernel input the kernel does not write are packed into the
+ * GEMM library's layout on their second sighting with unchanged bytes and
+ * reused until any nkrt write touches those bytes. Host memory, at most
+ * NKRT_GEMM_PACK_LIMIT bytes per runtime (default 1G, 0 disables). */
+typedef struct nkrt_gemm_pack_stats {
+  uint64_t packed_matrices; /* packed copies held now */
+  uint64_t packed_bytes;    /* their host memory */
+  uint64_t limit_bytes;     /* NKRT_GEMM_PACK_LIMIT */
+  uint64_t hits;            /* products computed from a packed copy */
+  uint64_t packs;           /* copies made */
+  uint64_t invalidations;   /* entries dropped because their bytes were written */
+  uint64_t evictions;       /* entries dropped for the limits */
+} nkrt_gemm_pack_stats_t;
+
+nkrt_status_t nkrt_gemm_pack_stats(nkrt_runtime_t *runtime, nkrt_gemm_pack_stats_t *out_stats);
+
 #ifdef __cplusplus
 }
 #endif
