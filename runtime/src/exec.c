@@ -256,6 +256,7 @@ static void env_set_error(void *ctx, const char *msg) {
 }
 
 nkrt_pool_t *nkrt_exec_ctx_pool(void *ctx) { return ((exec_ctx_t *)ctx)->model->runtime->pool; }
+const nkrt_model_t *nkrt_exec_ctx_model(void *ctx) { return ((exec_ctx_t *)ctx)->model; }
 
 static bool overlaps(uintptr_t lo, uintptr_t hi, const void *p, uint64_t size) {
   return lo < (uintptr_t)p + size && (uintptr_t)p < hi;

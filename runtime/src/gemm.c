@@ -647,6 +647,7 @@ static const nkrt_kernel_lib_t kernel_lib = {
     .sgemm = lib_sgemm,
     .sgemm_batched = lib_sgemm_batched,
     .gemm_batched_lowp = lib_gemm_batched_lowp,
+    .collective = nkrt_lib_collective,
 };
 
 const nkrt_kernel_lib_t *nkrt_kernel_lib(void) { return &kernel_lib; }

@@ -169,6 +169,19 @@ void nkrt_pack_invalidate_slow(nkrt_pack_cache_t *cache, uintptr_t lo, uintptr_t
  * or scratch of the execution (exec.c). */
 nkrt_pack_cache_t *nkrt_exec_ctx_packs(void *ctx, const void *lo, const void *hi);
 
+/* ---- collectives between processes (comm.c) ----------------------------- */
+
+/* The runtime's communicator, joined on first use as `rank` of `world_size`
+ * under $NKRT_CC_ID. */
+nkrt_status_t nkrt_runtime_comm(nkrt_runtime_t *runtime, int32_t rank, int32_t world_size,
+                                struct nkrt_comm **out_comm);
+/* env->lib->collective */
+int nkrt_lib_collective(void *ctx, uint32_t kind, uint32_t dtype, uint32_t reduce_op,
+                        const int32_t *ranks, uint32_t n, const void *src, void *dst,
+                        int64_t count);
+/* The model an execution context runs (exec.c). */
+const struct nkrt_model *nkrt_exec_ctx_model(void *ctx);
+
 /* Copies without checks or hazard waits (queued work uses them). */
 void nkrt_tensor_write_raw(nkrt_tensor_t *tensor, const void *src, uint64_t offset, uint64_t size);
 void nkrt_tensor_read_raw(const nkrt_tensor_t *tensor, void *dst, uint64_t offset, uint64_t size);
@@ -225,6 +238,8 @@ struct nkrt_runtime {
   struct nkrt_hazard *hazards;
   uint32_t hazard_waiters;
   nkrt_pack_cache_t *packs;         /* GEMM weights packed once (gemm_pack.c) */
+  struct nkrt_comm *comm;           /* the job's communicator, joined at the first
+                                       collective (comm.c); guarded by mu */
   /* tracing (trace.c) */
   atomic_uint trace_active;         /* recording sessions */
   pthread_mutex_t trace_mu;

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "nkrt/comm.h"
 
 char *nkrt_strdup_name(const char *name, const char *fallback) {
   const char *s = (name && *name) ? name : fallback;
@@ -246,6 +247,7 @@ void nkrt_runtime_destroy(nkrt_runtime_t *rt) {
   pthread_cond_destroy(&rt->hazard_cv);
   pthread_mutex_destroy(&rt->hazard_mu);
   nkrt_pack_cache_destroy(rt->packs);
+  nkrt_comm_destroy(rt->comm);
   free(rt->cores);
   free(rt);
 }

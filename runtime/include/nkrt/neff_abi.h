@@ -93,7 +93,23 @@ typedef struct nkrt_kernel_lib {
                             int64_t m, int64_t n, int64_t k, float alpha, const void *a,
                             int64_t lda, int64_t stride_a, const void *b, int64_t ldb,
                             int64_t stride_b, float beta, void *c, int64_t ldc, int64_t stride_c);
+  /* Added after the first release: check struct_size before use
+   * (NKRT_KERNEL_LIB_HAS_COLLECTIVE). A collective over the group
+   * ranks[0 .. n) of the job's communicator (nkrt/comm.h; `kind` one of
+   * NKRT_CC_ALL_REDUCE / _ALL_GATHER / _ALL_TO_ALL, `reduce_op` one of
+   * NKRT_CC_ADD / _MUL / _MAX / _MIN for all_reduce), `count` elements of
+   * `dtype` per rank. Returns 0, or non-zero after recording the error (the
+   * kernel then returns non-zero). */
+  int (*collective)(void *ctx, uint32_t kind, uint32_t dtype, uint32_t reduce_op,
+                    const int32_t *ranks, uint32_t n, const void *src, void *dst, int64_t count);
 } nkrt_kernel_lib_t;
+
+enum { NKRT_CC_ALL_REDUCE = 0, NKRT_CC_ALL_GATHER = 1, NKRT_CC_ALL_TO_ALL = 2 };
+enum { NKRT_CC_ADD = 0, NKRT_CC_MUL = 1, NKRT_CC_MAX = 2, NKRT_CC_MIN = 3 };
+
+#define NKRT_KERNEL_LIB_HAS_COLLECTIVE(lib)                                                   \
+  ((lib)->struct_size >= offsetof(nkrt_kernel_lib_t, collective) + sizeof(void *) &&        \
+   (lib)->collective != NULL)
 
 /* What the runtime passes to a kernel. */
 typedef struct nkrt_kernel_env {

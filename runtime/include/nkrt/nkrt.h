@@ -9,4 +9,5 @@
 #include "nkrt/model.h"
 #include "nkrt/exec.h"
 #include "nkrt/trace.h"
+#include "nkrt/comm.h"
 #endif

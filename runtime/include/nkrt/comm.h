@@ -1,0 +1,67 @@
+/* nkrt/comm.h - collectives between the processes of a job.
+ *
+ * Each rank of a job (one process, one runtime, usually one core: what
+ * torchrun starts) joins a communicator by a name all ranks share. Ranks meet
+ * in a POSIX shared-memory segment ("/nkrt-cc-<name>", removed from /dev/shm
+ * once every rank has joined, so nothing is left behind) that holds one
+ * staging slot per rank; collectives copy through the slots between two
+ * barriers, chunk by chunk, so any size works.
+ *
+ * Kernels reach the communicator through env->lib->collective (neff_abi.h):
+ * the runtime joins it at a kernel's first collective, as the rank and world
+ * size the model was loaded with (nkrt_model_load's options), under the name
+ * in $NKRT_CC_ID (torch_to_nkipy sets it for every rank). Every rank must run
+ * the same collectives in the same order, as SPMD kernels do; a group
+ * (replica group) is a subset of the ranks, the same list on each of its
+ * members. A rank that does not arrive within the timeout ($NKRT_CC_TIMEOUT
+ * seconds, default 300) fails the collective on every rank instead of
+ * hanging the job. */
+#ifndef NKRT_COMM_H
+#define NKRT_COMM_H
+
+#include <stdint.h>
+
+#include "nkrt/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct nkrt_comm nkrt_comm_t;
+
+/* Joins communicator `name` ([A-Za-z0-9._-], at most 200 characters) as
+ * `rank` of `world_size` (2 .. 1024) and waits until every rank has joined
+ * (timeout_ns < 0: $NKRT_CC_TIMEOUT). Errors say which rank is missing, or
+ * that the name is in use by a job of another size or with this rank taken
+ * (a segment left by a crashed job: pick a new name). */
+nkrt_status_t nkrt_comm_join(const char *name, uint32_t rank, uint32_t world_size,
+                             int64_t timeout_ns, nkrt_comm_t **out_comm);
+void nkrt_comm_destroy(nkrt_comm_t *comm);
+uint32_t nkrt_comm_rank(const nkrt_comm_t *comm);
+uint32_t nkrt_comm_world_size(const nkrt_comm_t *comm);
+
+/* Every rank of the job waits here for all the others. */
+nkrt_status_t nkrt_comm_barrier(nkrt_comm_t *comm);
+
+/* Collectives within the group `ranks[0 .. n)` (the caller among them; every
+ * member passes the same list). `count` elements of `dtype` per rank; buffers
+ * are host-visible memory (device memory on this driver); src and dst may be
+ * the same buffer.
+ *   all_reduce:  dst[count] = reduce_op over the members of src[count], in
+ *                group order (so every member gets the same bits); float16
+ *                and bfloat16 accumulate in float32.
+ *   all_gather:  dst[n * count] = the members' src[count], in group order.
+ *   all_to_all:  src is n blocks of count; member i's dst block j is member
+ *                j's src block i. */
+nkrt_status_t nkrt_comm_all_reduce(nkrt_comm_t *comm, uint32_t dtype, uint32_t reduce_op,
+                                   const int32_t *ranks, uint32_t n, const void *src, void *dst,
+                                   int64_t count);
+nkrt_status_t nkrt_comm_all_gather(nkrt_comm_t *comm, uint32_t dtype, const int32_t *ranks,
+                                   uint32_t n, const void *src, void *dst, int64_t count);
+nkrt_status_t nkrt_comm_all_to_all(nkrt_comm_t *comm, uint32_t dtype, const int32_t *ranks,
+                                   uint32_t n, const void *src, void *dst, int64_t count);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* NKRT_COMM_H */

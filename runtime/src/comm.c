@@ -1,0 +1,475 @@
+/* comm.c - collectives between the processes of a job (nkrt/comm.h).
+ *
+ * One POSIX shared-memory segment per communicator: a header (the world size,
+ * who has joined, a barrier) and one staging slot per rank. A collective moves
+ * data in chunks of a slot: every member copies its chunk into its own slot,
+ * all ranks meet at a barrier, every member reads what it needs from the
+ * others' slots, and all meet again before the slots are reused. Each rank
+ * combines the members' data itself, in group order, so all members compute
+ * the same bits.
+ *
+ * The barrier counts arrivals and bumps a generation; waiters spin briefly
+ * and then sleep on a futex of the generation (shared between processes).
+ * Waiting is bounded: a rank that gives up marks the segment failed, and the
+ * others fail at their next wait instead of hanging. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gemm.h" /* float16 / bfloat16 conversions */
+#include "internal.h"
+#include "nkrt/comm.h"
+
+#define MAX_RANKS 1024
+#define SLOT_BYTES (4u << 20)
+#define HEADER_BYTES 8192
+#define SPIN_NS 50000
+
+typedef struct {
+  _Atomic uint32_t world_size; /* 0 until the first rank sets it */
+  _Atomic uint32_t joined;
+  _Atomic uint32_t arrived;    /* barrier */
+  _Atomic uint32_t generation; /* barrier; also the futex word */
+  _Atomic uint32_t failed;     /* a rank gave up waiting */
+  _Atomic uint32_t join_word;  /* futex word for joins */
+  _Atomic uint8_t present[MAX_RANKS];
+} header_t;
+
+_Static_assert(sizeof(header_t) <= HEADER_BYTES, "comm header too large");
+
+struct nkrt_comm {
+  char name[256];
+  uint32_t rank, world_size;
+  int64_t timeout_ns;
+  header_t *hdr;
+  uint8_t *slots;
+  size_t map_bytes;
+  pthread_mutex_t mu; /* one collective at a time in this process */
+};
+
+static void futex_wait(_Atomic uint32_t *word, uint32_t expected, int64_t ns) {
+  struct timespec ts = {.tv_sec = ns / 1000000000, .tv_nsec = ns % 1000000000};
+  syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT, expected, &ts, NULL, 0);
+}
+
+static void futex_wake(_Atomic uint32_t *word) {
+  syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+static int64_t env_timeout_ns(void) {
+  const char *env = getenv("NKRT_CC_TIMEOUT");
+  double s = env && *env ? strtod(env, NULL) : 300.0;
+  if (!(s > 0)) s = 300.0;
+  return (int64_t)(s * 1e9);
+}
+
+/* Waits while *word == value (spinning, then sleeping), up to the timeout;
+ * false when it timed out or another rank failed. */
+static bool wait_change(nkrt_comm_t *c, _Atomic uint32_t *word, uint32_t value) {
+  uint64_t t0 = nkrt_now_ns();
+  while (atomic_load_explicit(word, memory_order_acquire) == value) {
+    if (atomic_load_explicit(&c->hdr->failed, memory_order_relaxed)) return false;
+    uint64_t waited = nkrt_now_ns() - t0;
+    if ((int64_t)waited > c->timeout_ns) return false;
+    if (waited < SPIN_NS) sched_yield();
+    else futex_wait(word, value, 10000000); /* 10 ms slices: the failed flag is re-read */
+  }
+  return true;
+}
+
+static nkrt_status_t give_up(nkrt_comm_t *c, const char *what) {
+  bool other = atomic_exchange(&c->hdr->failed, 1) != 0;
+  futex_wake(&c->hdr->generation);
+  futex_wake(&c->hdr->join_word);
+  if (other)
+    return nkrt_status_make(NKRT_TIMEOUT, "communicator '%s': another rank failed during %s "
+                            "(rank %u of %u)", c->name, what, c->rank, c->world_size);
+  return nkrt_status_make(NKRT_TIMEOUT, "communicator '%s': rank %u of %u waited %.0f s for the "
+                          "other ranks during %s (NKRT_CC_TIMEOUT); do all ranks run the same "
+                          "collectives in the same order?", c->name, c->rank, c->world_size,
+                          (double)c->timeout_ns / 1e9, what);
+}
+
+static nkrt_status_t barrier(nkrt_comm_t *c, const char *what) {
+  header_t *h = c->hdr;
+  /* a rank that gave up left the count inconsistent: nothing can meet again */
+  if (atomic_load_explicit(&h->failed, memory_order_acquire)) return give_up(c, what);
+  uint32_t gen = atomic_load_explicit(&h->generation, memory_order_acquire);
+  if (atomic_fetch_add_explicit(&h->arrived, 1, memory_order_acq_rel) + 1 == c->world_size) {
+    atomic_store_explicit(&h->arrived, 0, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h->generation, 1, memory_order_release);
+    futex_wake(&h->generation);
+    return NULL;
+  }
+  return wait_change(c, &h->generation, gen) ? NULL : give_up(c, what);
+}
+
+static bool valid_name(const char *name) {
+  size_t n = strlen(name);
+  if (n == 0 || n > 200) return false;
+  for (size_t i = 0; i < n; i++) {
+    char ch = name[i];
+    bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+              ch == '.' || ch == '_' || ch == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+nkrt_status_t nkrt_comm_join(const char *name, uint32_t rank, uint32_t world_size,
+                             int64_t timeout_ns, nkrt_comm_t **out_comm) {
+  if (!out_comm) return nkrt_status_make(NKRT_INVALID, "out_comm is NULL");
+  *out_comm = NULL;
+  if (!name || !valid_name(name))
+    return nkrt_status_make(NKRT_INVALID, "communicator name \"%s\" must be 1 to 200 characters "
+                            "of [A-Za-z0-9._-]", name ? name : "(null)");
+  if (world_size < 2 || world_size > MAX_RANKS)
+    return nkrt_status_make(NKRT_INVALID, "communicator world size %u is not between 2 and %u",
+                            world_size, MAX_RANKS);
+  if (rank >= world_size)
+    return nkrt_status_make(NKRT_INVALID, "rank %u is not below the world size %u", rank,
+                            world_size);
+  nkrt_comm_t *c = calloc(1, sizeof(*c));
+  if (!c) return nkrt_status_make(NKRT_RESOURCE, "out of host memory");
+  snprintf(c->name, sizeof(c->name), "%s", name);
+  c->rank = rank;
+  c->world_size = world_size;
+  c->timeout_ns = timeout_ns < 0 ? env_timeout_ns() : timeout_ns;
+  pthread_mutex_init(&c->mu, NULL);
+  char shm_name[240];
+  snprintf(shm_name, sizeof(shm_name), "/nkrt-cc-%s", name);
+  size_t bytes = HEADER_BYTES + (size_t)world_size * SLOT_BYTES;
+  int fd = shm_open(shm_name, O_CREAT | O_RDWR, 0600);
+  nkrt_status_t st = NULL;
+  struct stat sb;
+  if (fd < 0) {
+    st = nkrt_status_make(NKRT_RESOURCE, "communicator '%s': shm_open(%s) failed: %s", name,
+                          shm_name, strerror(errno));
+  } else if (fstat(fd, &sb) != 0 || (sb.st_size != 0 && (size_t)sb.st_size != bytes)) {
+    st = nkrt_status_make(NKRT_INVALID, "communicator '%s' exists with another size (a job of "
+                          "another world size, or left by a crashed job): use a new name",
+                          name);
+  } else if (ftruncate(fd, (off_t)bytes) != 0) {
+    st = nkrt_status_make(NKRT_RESOURCE, "communicator '%s': cannot size the shared segment to "
+                          "%zu bytes: %s", name, bytes, strerror(errno));
+  } else {
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED)
+      st = nkrt_status_make(NKRT_RESOURCE, "communicator '%s': mmap of %zu bytes failed: %s",
+                            name, bytes, strerror(errno));
+    else {
+      c->hdr = p;
+      c->slots = (uint8_t *)p + HEADER_BYTES;
+      c->map_bytes = bytes;
+    }
+  }
+  if (fd >= 0) close(fd);
+  if (!st) {
+    header_t *h = c->hdr;
+    uint32_t expected = 0;
+    if (!atomic_compare_exchange_strong(&h->world_size, &expected, world_size) &&
+        expected != world_size)
+      st = nkrt_status_make(NKRT_INVALID, "communicator '%s' was joined by a job of %u ranks, "
+                            "not %u", name, expected, world_size);
+    else if (atomic_exchange(&h->present[rank], 1) != 0)
+      st = nkrt_status_make(NKRT_INVALID, "communicator '%s': rank %u joined twice (a name left "
+                            "by an earlier job? use a new name)", name, rank);
+  }
+  if (!st) {
+    uint32_t joined = atomic_fetch_add(&c->hdr->joined, 1) + 1;
+    atomic_fetch_add(&c->hdr->join_word, 1);
+    futex_wake(&c->hdr->join_word);
+    if (joined == world_size) shm_unlink(shm_name); /* all mapped: nothing to leave behind */
+    uint64_t t0 = nkrt_now_ns();
+    while (!st && atomic_load(&c->hdr->joined) < world_size) {
+      uint32_t w = atomic_load(&c->hdr->join_word);
+      if (atomic_load(&c->hdr->joined) >= world_size) break;
+      if (atomic_load(&c->hdr->failed) || (int64_t)(nkrt_now_ns() - t0) > c->timeout_ns) {
+        uint32_t missing = UINT32_MAX;
+        for (uint32_t r = 0; r < world_size && missing == UINT32_MAX; r++)
+          if (!atomic_load(&c->hdr->present[r])) missing = r;
+        atomic_store(&c->hdr->failed, 1);
+        st = nkrt_status_make(NKRT_TIMEOUT, "communicator '%s': %u of %u ranks joined within "
+                              "%.0f s (rank %u is missing; NKRT_CC_TIMEOUT)", name,
+                              atomic_load(&c->hdr->joined), world_size,
+                              (double)c->timeout_ns / 1e9, missing);
+        shm_unlink(shm_name);
+      } else {
+        futex_wait(&c->hdr->join_word, w, 10000000);
+      }
+    }
+  }
+  if (st) {
+    nkrt_comm_destroy(c);
+    return st;
+  }
+  *out_comm = c;
+  return NULL;
+}
+
+void nkrt_comm_destroy(nkrt_comm_t *c) {
+  if (!c) return;
+  if (c->hdr) munmap(c->hdr, c->map_bytes);
+  pthread_mutex_destroy(&c->mu);
+  free(c);
+}
+
+uint32_t nkrt_comm_rank(const nkrt_comm_t *c) { return c ? c->rank : 0; }
+uint32_t nkrt_comm_world_size(const nkrt_comm_t *c) { return c ? c->world_size : 0; }
+
+nkrt_status_t nkrt_comm_barrier(nkrt_comm_t *c) {
+  if (!c) return nkrt_status_make(NKRT_INVALID_HANDLE, "communicator is NULL");
+  pthread_mutex_lock(&c->mu);
+  nkrt_status_t st = barrier(c, "a barrier");
+  pthread_mutex_unlock(&c->mu);
+  return st;
+}
+
+/* The caller's index in the group, after checking the group. */
+static nkrt_status_t group_index(const nkrt_comm_t *c, const int32_t *ranks, uint32_t n,
+                                 uint32_t dtype, int64_t count, uint32_t *out_index) {
+  if (!ranks || n == 0) return nkrt_status_make(NKRT_INVALID, "collective: empty rank group");
+  if (count < 0) return nkrt_status_make(NKRT_INVALID, "collective: negative count");
+  if (nkrt_dtype_size(dtype) == 0)
+    return nkrt_status_make(NKRT_INVALID, "collective: unknown dtype %u", dtype);
+  uint32_t index = UINT32_MAX;
+  for (uint32_t i = 0; i < n; i++) {
+    if (ranks[i] < 0 || (uint32_t)ranks[i] >= c->world_size)
+      return nkrt_status_make(NKRT_INVALID, "collective: rank %d of its group is outside the "
+                              "job's %u ranks", ranks[i], c->world_size);
+    for (uint32_t j = 0; j < i; j++)
+      if (ranks[j] == ranks[i])
+        return nkrt_status_make(NKRT_INVALID, "collective: rank %d is twice in its group",
+                                ranks[i]);
+    if ((uint32_t)ranks[i] == c->rank) index = i;
+  }
+  if (index == UINT32_MAX)
+    return nkrt_status_make(NKRT_INVALID, "collective: rank %u is not in its own group", c->rank);
+  *out_index = index;
+  return NULL;
+}
+
+static uint8_t *slot(const nkrt_comm_t *c, int32_t rank) {
+  return c->slots + (size_t)rank * SLOT_BYTES;
+}
+
+static float load_f(uint32_t dtype, const void *p, int64_t i) {
+  switch (dtype) {
+    case NKRT_DTYPE_FLOAT32: return ((const float *)p)[i];
+    case NKRT_DTYPE_FLOAT16: return nkrt_half_to_float(((const uint16_t *)p)[i]);
+    default: return nkrt_bf16_to_float(((const uint16_t *)p)[i]);
+  }
+}
+
+static float combine_f(uint32_t op, float a, float b) {
+  switch (op) {
+    case NKRT_CC_MUL: return a * b;
+    case NKRT_CC_MAX: return a > b || a != a ? a : b;
+    case NKRT_CC_MIN: return a < b || a != a ? a : b;
+    default: return a + b;
+  }
+}
+
+static int64_t combine_i(uint32_t op, int64_t a, int64_t b) {
+  switch (op) {
+    /* wrapping arithmetic, as the integer dtypes do */
+    case NKRT_CC_MUL: return (int64_t)((uint64_t)a * (uint64_t)b);
+    case NKRT_CC_MAX: return a > b ? a : b;
+    case NKRT_CC_MIN: return a < b ? a : b;
+    default: return (int64_t)((uint64_t)a + (uint64_t)b);
+  }
+}
+
+static int64_t load_i(uint32_t dtype, const void *p, int64_t i) {
+  switch (dtype) {
+    case NKRT_DTYPE_INT8: return ((const int8_t *)p)[i];
+    case NKRT_DTYPE_UINT8: case NKRT_DTYPE_BOOL: return ((const uint8_t *)p)[i];
+    case NKRT_DTYPE_INT16: return ((const int16_t *)p)[i];
+    case NKRT_DTYPE_UINT16: return ((const uint16_t *)p)[i];
+    case NKRT_DTYPE_INT32: return ((const int32_t *)p)[i];
+    case NKRT_DTYPE_UINT32: return ((const uint32_t *)p)[i];
+    default: return ((const int64_t *)p)[i];
+  }
+}
+
+static void store_i(uint32_t dtype, void *p, int64_t i, int64_t v) {
+  switch (dtype) {
+    case NKRT_DTYPE_INT8: ((int8_t *)p)[i] = (int8_t)v; break;
+    case NKRT_DTYPE_UINT8: ((uint8_t *)p)[i] = (uint8_t)v; break;
+    case NKRT_DTYPE_BOOL: ((uint8_t *)p)[i] = v != 0; break;
+    case NKRT_DTYPE_INT16: ((int16_t *)p)[i] = (int16_t)v; break;
+    case NKRT_DTYPE_UINT16: ((uint16_t *)p)[i] = (uint16_t)v; break;
+    case NKRT_DTYPE_INT32: ((int32_t *)p)[i] = (int32_t)v; break;
+    case NKRT_DTYPE_UINT32: ((uint32_t *)p)[i] = (uint32_t)v; break;
+    default: ((int64_t *)p)[i] = v; break;
+  }
+}
+
+/* dst[0 .. c) = op over the members' slots (each holding c elements). */
+static void reduce_slots(const nkrt_comm_t *comm, uint32_t dtype, uint32_t op,
+                         const int32_t *ranks, uint32_t n, uint8_t *dst, int64_t c) {
+  bool is_float = dtype == NKRT_DTYPE_FLOAT32 || dtype == NKRT_DTYPE_FLOAT16 ||
+                  dtype == NKRT_DTYPE_BFLOAT16;
+  if (dtype == NKRT_DTYPE_FLOAT32) {
+    float *d = (float *)dst;
+    memcpy(d, slot(comm, ranks[0]), (size_t)c * 4);
+    for (uint32_t m = 1; m < n; m++) {
+      const float *s = (const float *)slot(comm, ranks[m]);
+      for (int64_t i = 0; i < c; i++) d[i] = combine_f(op, d[i], s[i]);
+    }
+    return;
+  }
+  for (int64_t i = 0; i < c; i++) {
+    if (is_float) {
+      float acc = load_f(dtype, slot(comm, ranks[0]), i);
+      for (uint32_t m = 1; m < n; m++) acc = combine_f(op, acc, load_f(dtype, slot(comm, ranks[m]), i));
+      ((uint16_t *)dst)[i] = dtype == NKRT_DTYPE_FLOAT16 ? nkrt_float_to_half(acc)
+                                                         : nkrt_float_to_bf16(acc);
+    } else {
+      int64_t acc = load_i(dtype, slot(comm, ranks[0]), i);
+      for (uint32_t m = 1; m < n; m++) {
+        int64_t v = load_i(dtype, slot(comm, ranks[m]), i);
+        acc = dtype == NKRT_DTYPE_BOOL ? (op == NKRT_CC_MUL || op == NKRT_CC_MIN ? (acc && v)
+                                                                               : (acc || v))
+                                       : combine_i(op, acc, v);
+      }
+      store_i(dtype, dst, i, acc);
+    }
+  }
+}
+
+nkrt_status_t nkrt_comm_all_reduce(nkrt_comm_t *c, uint32_t dtype, uint32_t op,
+                                   const int32_t *ranks, uint32_t n, const void *src, void *dst,
+                                   int64_t count) {
+  if (!c) return nkrt_status_make(NKRT_INVALID_HANDLE, "communicator is NULL");
+  uint32_t me;
+  nkrt_status_t st = group_index(c, ranks, n, dtype, count, &me);
+  if (st) return st;
+  if (op > NKRT_CC_MIN) return nkrt_status_make(NKRT_INVALID, "all_reduce: unknown op %u", op);
+  if (dtype == NKRT_DTYPE_FLOAT64 || dtype == NKRT_DTYPE_UINT64)
+    return nkrt_status_make(NKRT_INVALID, "all_reduce: dtype %u is not supported", dtype);
+  size_t es = nkrt_dtype_size(dtype);
+  int64_t chunk = (int64_t)(SLOT_BYTES / es);
+  pthread_mutex_lock(&c->mu);
+  for (int64_t off = 0; off < count && !st; off += chunk) {
+    int64_t k = count - off < chunk ? count - off : chunk;
+    memcpy(slot(c, (int32_t)c->rank), (const uint8_t *)src + off * (int64_t)es, (size_t)k * es);
+    st = barrier(c, "all_reduce");
+    if (!st) reduce_slots(c, dtype, op, ranks, n, (uint8_t *)dst + off * (int64_t)es, k);
+    if (!st) st = barrier(c, "all_reduce");
+  }
+  pthread_mutex_unlock(&c->mu);
+  return st;
+}
+
+nkrt_status_t nkrt_comm_all_gather(nkrt_comm_t *c, uint32_t dtype, const int32_t *ranks,
+                                   uint32_t n, const void *src, void *dst, int64_t count) {
+  if (!c) return nkrt_status_make(NKRT_INVALID_HANDLE, "communicator is NULL");
+  uint32_t me;
+  nkrt_status_t st = group_index(c, ranks, n, dtype, count, &me);
+  if (st) return st;
+  size_t es = nkrt_dtype_size(dtype);
+  int64_t chunk = (int64_t)(SLOT_BYTES / es);
+  pthread_mutex_lock(&c->mu);
+  for (int64_t off = 0; off < count && !st; off += chunk) {
+    int64_t k = count - off < chunk ? count - off : chunk;
+    memcpy(slot(c, (int32_t)c->rank), (const uint8_t *)src + off * (int64_t)es, (size_t)k * es);
+    st = barrier(c, "all_gather");
+    for (uint32_t m = 0; m < n && !st; m++)
+      memcpy((uint8_t *)dst + ((int64_t)m * count + off) * (int64_t)es, slot(c, ranks[m]),
+             (size_t)k * es);
+    if (!st) st = barrier(c, "all_gather");
+  }
+  pthread_mutex_unlock(&c->mu);
+  return st;
+}
+
+nkrt_status_t nkrt_comm_all_to_all(nkrt_comm_t *c, uint32_t dtype, const int32_t *ranks,
+                                   uint32_t n, const void *src, void *dst, int64_t count) {
+  if (!c) return nkrt_status_make(NKRT_INVALID_HANDLE, "communicator is NULL");
+  uint32_t me;
+  nkrt_status_t st = group_index(c, ranks, n, dtype, count, &me);
+  if (st) return st;
+  size_t es = nkrt_dtype_size(dtype);
+  int64_t chunk = (int64_t)(SLOT_BYTES / (es * n)); /* n blocks of `chunk` per slot */
+  if (chunk < 1) return nkrt_status_make(NKRT_INVALID, "all_to_all: group too large");
+  pthread_mutex_lock(&c->mu);
+  for (int64_t off = 0; off < count && !st; off += chunk) {
+    int64_t k = count - off < chunk ? count - off : chunk;
+    uint8_t *mine = slot(c, (int32_t)c->rank);
+    for (uint32_t b = 0; b < n; b++)
+      memcpy(mine + (size_t)b * (size_t)k * es,
+             (const uint8_t *)src + ((int64_t)b * count + off) * (int64_t)es, (size_t)k * es);
+    st = barrier(c, "all_to_all");
+    for (uint32_t m = 0; m < n && !st; m++)
+      memcpy((uint8_t *)dst + ((int64_t)m * count + off) * (int64_t)es,
+             slot(c, ranks[m]) + (size_t)me * (size_t)k * es, (size_t)k * es);
+    if (!st) st = barrier(c, "all_to_all");
+  }
+  pthread_mutex_unlock(&c->mu);
+  return st;
+}
+
+/* ---- the kernels' entry (env->lib->collective) ---------------------------- */
+
+nkrt_status_t nkrt_runtime_comm(nkrt_runtime_t *rt, int32_t rank, int32_t world_size,
+                                nkrt_comm_t **out_comm) {
+  *out_comm = NULL;
+  pthread_mutex_lock(&rt->mu);
+  nkrt_status_t st = NULL;
+  if (!rt->comm) {
+    const char *id = getenv("NKRT_CC_ID");
+    if (world_size < 2)
+      st = nkrt_status_make(NKRT_INVALID, "a collective over several ranks in a model loaded "
+                            "with world size %d: load it with the job's rank and world size "
+                            "(cc_enabled)", world_size);
+    else if (!id || !*id)
+      st = nkrt_status_make(NKRT_INVALID, "collectives need NKRT_CC_ID: a name every rank of "
+                            "the job shares (torch_to_nkipy's init_nkipy_backend sets it; "
+                            "e.g. NKRT_CC_ID=job42)");
+    else
+      st = nkrt_comm_join(id, (uint32_t)rank, (uint32_t)world_size, -1, &rt->comm);
+  } else if (nkrt_comm_rank(rt->comm) != (uint32_t)rank ||
+             nkrt_comm_world_size(rt->comm) != (uint32_t)world_size) {
+    st = nkrt_status_make(NKRT_INVALID, "this process is rank %u of %u in its communicator; a "
+                          "model loaded as rank %d of %d cannot use it",
+                          nkrt_comm_rank(rt->comm), nkrt_comm_world_size(rt->comm), rank,
+                          world_size);
+  }
+  if (!st) *out_comm = rt->comm;
+  pthread_mutex_unlock(&rt->mu);
+  return st;
+}
+
+int nkrt_lib_collective(void *ctx, uint32_t kind, uint32_t dtype, uint32_t reduce_op,
+                        const int32_t *ranks, uint32_t n, const void *src, void *dst,
+                        int64_t count) {
+  const nkrt_model_t *m = nkrt_exec_ctx_model(ctx);
+  nkrt_comm_t *comm = NULL;
+  nkrt_status_t st = nkrt_runtime_comm(m->runtime, m->rank, m->world_size, &comm);
+  if (!st) {
+    switch (kind) {
+      case NKRT_CC_ALL_REDUCE:
+        st = nkrt_comm_all_reduce(comm, dtype, reduce_op, ranks, n, src, dst, count);
+        break;
+      case NKRT_CC_ALL_GATHER: st = nkrt_comm_all_gather(comm, dtype, ranks, n, src, dst, count); break;
+      case NKRT_CC_ALL_TO_ALL: st = nkrt_comm_all_to_all(comm, dtype, ranks, n, src, dst, count); break;
+      default: st = nkrt_status_make(NKRT_INVALID, "unknown collective kind %u", kind);
+    }
+  }
+  if (!st) return 0;
+  nkrt_exec_ctx_fail(ctx, nkrt_status_message(st));
+  nkrt_status_free(st);
+  return 1;
+}

@@ -1,0 +1,262 @@
+/* Collectives between ranks (nkrt/comm.h): ranks as threads of this process
+ * (each maps the segment itself, as a process would) and, through kernels,
+ * as forked processes with their own runtimes. */
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "gemm.h"
+#include "nkrt/comm.h"
+#include "test.h"
+
+/* A unique communicator name per test run. */
+static const char *cc_name(const char *what) {
+  static char names[8][64];
+  static int next;
+  char *p = names[next++ % 8];
+  snprintf(p, 64, "nkrt-test-%d-%s", (int)getpid(), what);
+  return p;
+}
+
+typedef struct rank_job {
+  const char *name;
+  uint32_t rank, world;
+  int64_t timeout_ns;
+  void (*body)(struct rank_job *job, nkrt_comm_t *comm);
+  nkrt_status_t join_status;
+  int failures;
+  char error[256];
+} rank_job_t;
+
+static void *rank_main(void *p) {
+  rank_job_t *j = p;
+  nkrt_comm_t *comm = NULL;
+  j->join_status = nkrt_comm_join(j->name, j->rank, j->world, j->timeout_ns, &comm);
+  if (!j->join_status && j->body) j->body(j, comm);
+  nkrt_comm_destroy(comm);
+  return NULL;
+}
+
+/* Runs body on `world` ranks (threads); returns the summed failures. */
+static int run_ranks(const char *name, uint32_t world, int64_t timeout_ns,
+                     void (*body)(rank_job_t *, nkrt_comm_t *)) {
+  rank_job_t jobs[4];
+  pthread_t th[4];
+  for (uint32_t r = 0; r < world; r++) {
+    jobs[r] = (rank_job_t){.name = name, .rank = r, .world = world, .timeout_ns = timeout_ns,
+                           .body = body};
+    pthread_create(&th[r], NULL, rank_main, &jobs[r]);
+  }
+  int failures = 0;
+  for (uint32_t r = 0; r < world; r++) {
+    pthread_join(th[r], NULL);
+    if (jobs[r].join_status) {
+      printf("  rank %u join: %s\n", r, nkrt_status_message(jobs[r].join_status));
+      nkrt_status_free(jobs[r].join_status);
+      failures++;
+    }
+    if (jobs[r].failures) printf("  rank %u: %s\n", r, jobs[r].error);
+    failures += jobs[r].failures;
+  }
+  return failures;
+}
+
+#define RCHECK(job, cond)                                                       \
+  do {                                                                          \
+    if (!(cond)) {                                                              \
+      (job)->failures++;                                                        \
+      snprintf((job)->error, sizeof((job)->error), "line %d: %s", __LINE__, #cond); \
+    }                                                                           \
+  } while (0)
+
+static bool ok(rank_job_t *j, nkrt_status_t st) {
+  if (!st) return true;
+  j->failures++;
+  snprintf(j->error, sizeof(j->error), "%s", nkrt_status_message(st));
+  nkrt_status_free(st);
+  return false;
+}
+
+enum { BIG = (6 << 20) / 4 }; /* floats: more than one 4 MiB slot */
+
+static void collectives_body(rank_job_t *j, nkrt_comm_t *c) {
+  int32_t all[3] = {0, 1, 2};
+  float r = (float)j->rank;
+  /* all_reduce float32: add, max, in place */
+  float x[5] = {r, r + 1, -r, 2 * r, 0.5f}, y[5];
+  if (ok(j, nkrt_comm_all_reduce(c, NKRT_DTYPE_FLOAT32, NKRT_CC_ADD, all, 3, x, y, 5)))
+    RCHECK(j, y[0] == 3 && y[1] == 6 && y[2] == -3 && y[3] == 6 && y[4] == 1.5f);
+  if (ok(j, nkrt_comm_all_reduce(c, NKRT_DTYPE_FLOAT32, NKRT_CC_MAX, all, 3, x, x, 5)))
+    RCHECK(j, x[0] == 2 && x[2] == 0 && x[4] == 0.5f);
+  /* int32 product, int8 min, bool or */
+  int32_t iv[2] = {(int32_t)j->rank + 2, -1}, io[2];
+  if (ok(j, nkrt_comm_all_reduce(c, NKRT_DTYPE_INT32, NKRT_CC_MUL, all, 3, iv, io, 2)))
+    RCHECK(j, io[0] == 24 && io[1] == -1);
+  int8_t bv = (int8_t)(10 - 5 * (int)j->rank), bo;
+  if (ok(j, nkrt_comm_all_reduce(c, NKRT_DTYPE_INT8, NKRT_CC_MIN, all, 3, &bv, &bo, 1)))
+    RCHECK(j, bo == 0);
+  uint8_t flag = j->rank == 1, any;
+  if (ok(j, nkrt_comm_all_reduce(c, NKRT_DTYPE_BOOL, NKRT_CC_ADD, all, 3, &flag, &any, 1)))
+    RCHECK(j, any == 1);
+  /* bfloat16 sums in float32 */
+  uint16_t h = nkrt_float_to_bf16(0.25f * (float)(j->rank + 1)), ho;
+  if (ok(j, nkrt_comm_all_reduce(c, NKRT_DTYPE_BFLOAT16, NKRT_CC_ADD, all, 3, &h, &ho, 1)))
+    RCHECK(j, nkrt_bf16_to_float(ho) == 1.5f);
+  /* groups: {0, 2} and {1} */
+  int32_t pair[2] = {0, 2}, alone[1] = {1};
+  float g = r + 1, go;
+  const int32_t *grp = j->rank == 1 ? alone : pair;
+  if (ok(j, nkrt_comm_all_reduce(c, NKRT_DTYPE_FLOAT32, NKRT_CC_ADD, grp, j->rank == 1 ? 1 : 2,
+                                 &g, &go, 1)))
+    RCHECK(j, go == (j->rank == 1 ? 2.0f : 4.0f));
+  /* all_gather, all_to_all */
+  int32_t mine[2] = {(int32_t)(10 * j->rank), (int32_t)(10 * j->rank + 1)}, gathered[6];
+  if (ok(j, nkrt_comm_all_gather(c, NKRT_DTYPE_INT32, all, 3, mine, gathered, 2)))
+    RCHECK(j, gathered[0] == 0 && gathered[1] == 1 && gathered[2] == 10 && gathered[5] == 21);
+  int32_t send[3], recv[3];
+  for (int b = 0; b < 3; b++) send[b] = (int32_t)(100 * j->rank + (uint32_t)b);
+  if (ok(j, nkrt_comm_all_to_all(c, NKRT_DTYPE_INT32, all, 3, send, recv, 1)))
+    for (int m = 0; m < 3; m++) RCHECK(j, recv[m] == (int32_t)(100 * m + (int)j->rank));
+  /* larger than a slot: chunked */
+  float *big = malloc(BIG * sizeof(float)), *bigo = malloc(BIG * sizeof(float));
+  for (int64_t i = 0; i < BIG; i++) big[i] = (float)(i % 1000) + (float)j->rank;
+  if (ok(j, nkrt_comm_all_reduce(c, NKRT_DTYPE_FLOAT32, NKRT_CC_ADD, all, 3, big, bigo, BIG))) {
+    int bad = 0;
+    for (int64_t i = 0; i < BIG; i++) bad += bigo[i] != 3.0f * (float)(i % 1000) + 3.0f;
+    RCHECK(j, bad == 0);
+  }
+  free(big);
+  free(bigo);
+  /* refusals */
+  int32_t outside[2] = {0, 7}, twice[2] = {0, 0}, without[1] = {(int32_t)((j->rank + 1) % 3)};
+  CHECK_ERR(nkrt_comm_all_reduce(c, NKRT_DTYPE_FLOAT32, 0, outside, 2, x, y, 1), NKRT_INVALID,
+            "rank 7 of its group is outside the job's 3 ranks");
+  CHECK_ERR(nkrt_comm_all_reduce(c, NKRT_DTYPE_FLOAT32, 0, twice, 2, x, y, 1), NKRT_INVALID,
+            "is twice in its group");
+  CHECK_ERR(nkrt_comm_all_gather(c, NKRT_DTYPE_FLOAT32, without, 1, x, y, 1), NKRT_INVALID,
+            "is not in its own group");
+  CHECK_ERR(nkrt_comm_all_reduce(c, NKRT_DTYPE_FLOAT32, 9, all, 3, x, y, 1), NKRT_INVALID,
+            "unknown op 9");
+  ok(j, nkrt_comm_barrier(c));
+}
+
+TEST(comm_collectives) {
+  CHECK(run_ranks(cc_name("coll"), 3, 20000000000ll, collectives_body) == 0);
+}
+
+static void lonely_body(rank_job_t *j, nkrt_comm_t *c) {
+  float x = 1, y;
+  if (j->rank == 0) {
+    /* rank 1 never comes to this all_reduce */
+    CHECK_ERR(nkrt_comm_all_reduce(c, NKRT_DTYPE_FLOAT32, 0, (int32_t[]){0, 1}, 2, &x, &y, 1),
+              NKRT_TIMEOUT, "waited 0 s for the other ranks during all_reduce");
+  } else {
+    usleep(600000);
+    /* ... and fails fast at its next wait */
+    CHECK_ERR(nkrt_comm_barrier(c), NKRT_TIMEOUT, "another rank failed during a barrier");
+  }
+}
+
+TEST(comm_timeouts_and_errors) {
+  nkrt_comm_t *c = NULL;
+  CHECK_ERR(nkrt_comm_join("bad name!", 0, 2, 0, &c), NKRT_INVALID,
+            "must be 1 to 200 characters of [A-Za-z0-9._-]");
+  CHECK_ERR(nkrt_comm_join("x", 0, 1, 0, &c), NKRT_INVALID, "world size 1 is not between 2");
+  CHECK_ERR(nkrt_comm_join("x", 2, 2, 0, &c), NKRT_INVALID, "rank 2 is not below the world size 2");
+  CHECK_ERR(nkrt_comm_join(cc_name("alone"), 0, 2, 200000000, &c), NKRT_TIMEOUT,
+            "1 of 2 ranks joined within 0 s (rank 1 is missing");
+  CHECK(c == NULL);
+  CHECK(run_ranks(cc_name("lonely"), 2, 300000000, lonely_body) == 0);
+  CHECK_ERR(nkrt_comm_barrier(NULL), NKRT_INVALID_HANDLE, "communicator is NULL");
+}
+
+/* ---- through kernels, one process per rank -------------------------------- */
+
+static int kernel_rank(uint32_t rank, uint32_t world) {
+  nkrt_runtime_t *rt = nkrt_test_runtime("0", 1 << 20);
+  nkrt_load_options_t o;
+  nkrt_load_options_init(&o);
+  o.cc_enabled = 1;
+  o.rank = (int32_t)rank;
+  o.world_size = (int32_t)world;
+  nkrt_model_t *m = NULL;
+  int bad = 0;
+  nkrt_status_t st = nkrt_model_load_file(rt, nkrt_test_neff("collective"), 0, &o, &m);
+  nkrt_tensor_t *p = NULL, *src = NULL, *dst = NULL;
+  if (!st) st = nkrt_tensor_allocate(rt, 0, 64, "params", &p);
+  if (!st) st = nkrt_tensor_allocate(rt, 0, 65536, "src", &src);
+  if (!st) st = nkrt_tensor_allocate(rt, 0, 65536, "dst", &dst);
+  /* all_reduce add of 100 floats, then all_gather of 2 int32 */
+  int64_t params[8] = {NKRT_CC_ALL_REDUCE, NKRT_DTYPE_FLOAT32, NKRT_CC_ADD, 2, 100, 0, 1, 0};
+  float x[100], y[100];
+  for (int i = 0; i < 100; i++) x[i] = (float)(i * (int)(rank + 1));
+  void *addrs[3] = {NULL, NULL, NULL};
+  if (!st) {
+    addrs[0] = nkrt_tensor_va(p), addrs[1] = nkrt_tensor_va(src), addrs[2] = nkrt_tensor_va(dst);
+    st = nkrt_tensor_write(p, params, 0, sizeof(params));
+  }
+  if (!st) st = nkrt_tensor_write(src, x, 0, sizeof(x));
+  if (!st) st = nkrt_execute_at(m, addrs);
+  if (!st) st = nkrt_tensor_read(dst, y, 0, sizeof(y));
+  for (int i = 0; !st && i < 100; i++) bad += y[i] != (float)(3 * i);
+  params[0] = NKRT_CC_ALL_GATHER, params[1] = NKRT_DTYPE_INT32, params[4] = 2;
+  int32_t mine[2] = {(int32_t)rank, 7}, all[4];
+  if (!st) st = nkrt_tensor_write(p, params, 0, sizeof(params));
+  if (!st) st = nkrt_tensor_write(src, mine, 0, sizeof(mine));
+  if (!st) st = nkrt_execute_at(m, addrs);
+  if (!st) st = nkrt_tensor_read(dst, all, 0, sizeof(all));
+  if (!st) bad += all[0] != 0 || all[1] != 7 || all[2] != 1 || all[3] != 7;
+  if (st) {
+    fprintf(stdout, "  rank %u: %s\n", rank, nkrt_status_message(st));
+    nkrt_status_free(st);
+    bad++;
+  }
+  nkrt_tensor_free(&p), nkrt_tensor_free(&src), nkrt_tensor_free(&dst);
+  nkrt_model_unload(m);
+  nkrt_runtime_destroy(rt);
+  return bad;
+}
+
+TEST(comm_through_kernels_in_processes) {
+  char *saved = getenv("NKRT_CC_ID") ? strdup(getenv("NKRT_CC_ID")) : NULL;
+  setenv("NKRT_CC_ID", cc_name("kernels"), 1);
+  fflush(stdout);
+  pid_t kids[2];
+  for (uint32_t r = 0; r < 2; r++) {
+    kids[r] = fork();
+    if (kids[r] == 0) _exit(kernel_rank(r, 2) == 0 ? 0 : 1);
+  }
+  for (int r = 0; r < 2; r++) {
+    int status = 0;
+    CHECK(waitpid(kids[r], &status, 0) == kids[r]);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  /* a model loaded for one rank, or no NKRT_CC_ID: the kernel fails with why */
+  nkrt_runtime_t *rt = nkrt_test_runtime("0", 1 << 20);
+  nkrt_model_t *m = NULL;
+  CHECK_OK(nkrt_model_load_file(rt, nkrt_test_neff("collective"), 0, NULL, &m));
+  nkrt_tensor_t *p = NULL, *src = NULL, *dst = NULL;
+  CHECK_OK(nkrt_tensor_allocate(rt, 0, 64, "params", &p));
+  CHECK_OK(nkrt_tensor_allocate(rt, 0, 65536, "src", &src));
+  CHECK_OK(nkrt_tensor_allocate(rt, 0, 65536, "dst", &dst));
+  int64_t params[8] = {NKRT_CC_ALL_REDUCE, NKRT_DTYPE_FLOAT32, NKRT_CC_ADD, 2, 1, 0, 1, 0};
+  CHECK_OK(nkrt_tensor_write(p, params, 0, sizeof(params)));
+  void *addrs[3] = {nkrt_tensor_va(p), nkrt_tensor_va(src), nkrt_tensor_va(dst)};
+  CHECK_ERR(nkrt_execute_at(m, addrs), NKRT_EXEC_COMPLETED_WITH_ERR,
+            "a collective over several ranks in a model loaded with world size 1");
+  nkrt_model_unload(m);
+  nkrt_load_options_t o;
+  nkrt_load_options_init(&o);
+  o.cc_enabled = 1, o.rank = 0, o.world_size = 2;
+  CHECK_OK(nkrt_model_load_file(rt, nkrt_test_neff("collective"), 0, &o, &m));
+  unsetenv("NKRT_CC_ID");
+  CHECK_ERR(nkrt_execute_at(m, addrs), NKRT_EXEC_COMPLETED_WITH_ERR, "collectives need NKRT_CC_ID");
+  nkrt_tensor_free(&p), nkrt_tensor_free(&src), nkrt_tensor_free(&dst);
+  nkrt_model_unload(m);
+  nkrt_runtime_destroy(rt);
+  if (saved) setenv("NKRT_CC_ID", saved, 1);
+  free(saved);
+}
