@@ -1107,21 +1107,129 @@ class Generator:
         elif op == "conv2d":
             self._gen_conv2d(n, out)
         elif op in COLLECTIVES:
-            src = n.inputs[0]
-            groups = n.attrs.get("replica_groups") or [[0]]
-            ranks = max(len(gr) for gr in groups)
-            if ranks > 1:
-                self.body.append(
-                    "  { env->set_error(env->ctx, \"collective " + op + f" over {ranks} ranks "
-                    "needs the distributed runtime, which this build does not have yet\"); "
-                    "return 1; }")
-                return
-            if src.shape != v.shape:
-                raise CodegenError(f"{op} with world size 1 must keep the shape")
-            self.body += self.serial_nest(v.shape, lambda idx: [
-                w(idx, load_expr(src.dtype, self.reader(src, idx)))])
+            self._gen_collective(n, out)
         else:
             raise CodegenError(f"the C code generator has no lowering for op {op!r}")
+
+    def contiguous_ptr(self, x: Value) -> str:
+        """A C pointer to x's elements in row-major order (x copied into scratch
+        first when its layout is not that)."""
+        src = self.materialized_source(x)
+        if src is not None:
+            buf, m = src
+            a = access_of(buf, m, x.ndim)
+            want = contiguous_strides(x.shape)
+            if all(st == w or ext == 1 for st, w, ext in zip(a.strides, want, x.shape)):
+                return f"kc.{buf.name} + {a.offset}"
+        tmp = Value(x.shape, x.dtype)
+        self.gen_copy(tmp, x)
+        return f"kc.{self.buffers[tmp.id].name}"
+
+    def _scratch(self, dtype: np.dtype, shape: tuple[int, ...]) -> Buffer:
+        buf = Buffer(self.fresh("t"), dtype, shape, "scratch",
+                     nbytes=int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize)
+        self.scratch.append(buf)
+        return buf
+
+    def _gen_collective(self, n: Node, out: Buffer) -> None:
+        """A collective through the runtime's communicator (env->lib->collective,
+        docs/runtime.md): the caller's replica group is found from env->rank in
+        a table of the groups; data moves as flat blocks, rearranged around the
+        call for the dimension an op works along."""
+        op, v, x = n.op, n.output, n.inputs[0]
+        groups = n.attrs.get("replica_groups") or ((0,),)
+        size = len(groups[0])
+        if size == 1:     # one rank per group: the identity on the data
+            if x.shape != v.shape:
+                raise CodegenError(f"{op} with one rank per group must keep the shape")
+
+            def body(idx):
+                at = " + ".join(["0"] + [f"{st} * {i}" for st, i in zip(out.strides, idx) if st])
+                value = store_expr(v.dtype, load_expr(x.dtype, self.reader(x, idx)))
+                return [f"kc.{out.name}[{at}] = {value};"]
+            self.body += self.serial_nest(v.shape, body)
+            return
+        dt = dtype_name(v.dtype)
+        if dt not in _NKRT_DTYPE:
+            raise CodegenError(f"{op} of {dt} is not supported")
+        code = _NKRT_DTYPE[dt]
+        es = np.dtype(v.dtype).itemsize
+        src = self.contiguous_ptr(x)
+        dst = f"kc.{out.name}"
+        kinds = {"all_reduce": "NKRT_CC_ALL_REDUCE", "reduce_scatter": "NKRT_CC_ALL_REDUCE",
+                 "all_gather": "NKRT_CC_ALL_GATHER", "all_to_all": "NKRT_CC_ALL_TO_ALL"}
+        reduce_ops = {"add": "NKRT_CC_ADD", "multiply": "NKRT_CC_MUL", "maximum": "NKRT_CC_MAX",
+                      "minimum": "NKRT_CC_MIN"}
+        rop = reduce_ops[n.attrs.get("reduce_op", "add")]
+        table = ", ".join("{" + ", ".join(str(r) for r in g) + "}" for g in groups)
+        lines = ["  {",
+                 f"    static const int32_t groups[{len(groups)}][{size}] = {{{table}}};",
+                 "    const int32_t *grp = NULL;",
+                 "    int64_t me = 0;",
+                 f"    for (int gi = 0; gi < {len(groups)} && !grp; gi++)",
+                 f"      for (int q = 0; q < {size}; q++)",
+                 "        if (groups[gi][q] == env->rank) grp = groups[gi], me = q;",
+                 "    (void)me;",
+                 "    if (!grp) { env->set_error(env->ctx, \"" + op + ": this rank is in none of "
+                 "its replica groups\"); return 1; }",
+                 "    if (!NKRT_KERNEL_LIB_HAS_COLLECTIVE(env->lib)) { env->set_error(env->ctx, "
+                 "\"" + op + ": the runtime has no collectives\"); return 1; }"]
+
+        def call(s_ptr: str, d_ptr: str, count: int) -> str:
+            return (f"    if (env->lib->collective(env->ctx, {kinds[op]}, {code}, {rop}, grp, "
+                    f"{size}, {s_ptr}, {d_ptr}, {count})) return 1;")
+
+        def blocks(ax: int, shape: tuple[int, ...]) -> tuple[int, int]:
+            outer = int(np.prod(shape[:ax], dtype=np.int64))
+            inner = int(np.prod(shape[ax + 1:], dtype=np.int64))
+            return outer, inner
+
+        if op == "all_reduce":
+            lines.append(call(src, dst, x.size))
+        elif op == "all_gather":
+            ax = n.attrs["axis"]
+            outer, inner = blocks(ax, x.shape)
+            if outer == 1:                   # the members' blocks are already in place
+                lines.append(call(src, dst, x.size))
+            else:
+                tmp = self._scratch(v.dtype, (size,) + tuple(x.shape))
+                lines.append(call(src, f"kc.{tmp.name}", x.size))
+                sa = x.shape[ax]
+                lines += [f"    for (int64_t g = 0; g < {size}; g++)",
+                          f"      for (int64_t o = 0; o < {outer}; o++)",
+                          f"        memcpy({dst} + (o * {size * sa} + g * {sa}) * {inner}, "
+                          f"kc.{tmp.name} + (g * {outer} + o) * {sa * inner}, {sa * inner * es});"]
+        elif op == "reduce_scatter":
+            ax = n.attrs["axis"]
+            tmp = self._scratch(v.dtype, tuple(x.shape))
+            lines.append(call(src, f"kc.{tmp.name}", x.size))
+            outer, inner = blocks(ax, x.shape)
+            part = v.shape[ax]
+            lines += [f"    for (int64_t o = 0; o < {outer}; o++)",
+                      f"      memcpy({dst} + o * {part * inner}, kc.{tmp.name} + (o * "
+                      f"{x.shape[ax]} + me * {part}) * {inner}, {part * inner * es});"]
+        else:  # all_to_all
+            sa, ca = n.attrs["split_axis"], n.attrs["concat_axis"]
+            block = list(x.shape)
+            block[sa] //= size
+            count = int(np.prod(block, dtype=np.int64))
+            send = self._scratch(v.dtype, (size,) + tuple(block))
+            recv = self._scratch(v.dtype, (size,) + tuple(block))
+            so, si = blocks(sa, x.shape)
+            bs = block[sa]
+            lines += [f"    for (int64_t b = 0; b < {size}; b++)",
+                      f"      for (int64_t o = 0; o < {so}; o++)",
+                      f"        memcpy(kc.{send.name} + (b * {so} + o) * {bs * si}, {src} + (o * "
+                      f"{x.shape[sa]} + b * {bs}) * {si}, {bs * si * es});"]
+            lines.append(call(f"kc.{send.name}", f"kc.{recv.name}", count))
+            co, ci = blocks(ca, tuple(block))
+            bc = block[ca]
+            lines += [f"    for (int64_t m = 0; m < {size}; m++)",
+                      f"      for (int64_t o = 0; o < {co}; o++)",
+                      f"        memcpy({dst} + (o * {size * bc} + m * {bc}) * {ci}, kc.{recv.name} + "
+                      f"(m * {co} + o) * {bc * ci}, {bc * ci * es});"]
+        lines.append("  }")
+        self.body += lines
 
     def _gen_update(self, n: Node, out: Buffer, w) -> None:
         v = n.output

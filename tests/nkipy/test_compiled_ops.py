@@ -2,9 +2,9 @@
 against NumPy (the same checks as the interpreter tests: outputs, dtypes and
 mutated inputs, at the per-dtype tolerances stated in op_cases.py).
 
-Collectives over more than one rank are traced and compiled, but running
-them needs the distributed runtime (a later piece of work): those cases
-check the error a user gets instead."""
+Collectives over more than one rank run in test_collectives_ranks.py, one
+process per rank; here, in one process with a model loaded for one rank,
+those cases check the error a user gets."""
 import numpy as np
 import pytest
 
@@ -43,7 +43,8 @@ def test_compiled(case, nkipy_cache_dir):
 
 
 @pytest.mark.parametrize("case", MULTI_RANK_CASES, ids=case_id)
-def test_multi_rank_collective_needs_distributed_runtime(case, nkipy_cache_dir):
+def test_multi_rank_collective_needs_the_job(case, nkipy_cache_dir):
     graph = trace(case.fn, *case.args, **case.kwargs)
-    with pytest.raises(NrtError, match="over 2 ranks needs the distributed runtime"):
+    with pytest.raises(NrtError, match="a collective over several ranks in a model loaded with "
+                                       "world size 1: load it with the job's rank and world size"):
         device_executor(nkipy_cache_dir)(graph, graph_inputs(case))
