@@ -102,6 +102,34 @@ def _detect_world_size(world_size: Optional[int]) -> int:
     return 1
 
 
+def _communicator_id(world_size: int) -> Optional[str]:
+    """The name every rank's runtime joins for collectives inside compiled graphs
+    (``$NKRT_CC_ID``, docs/runtime.md): kept if set; else agreed through
+    ``torch.distributed`` when it is initialised (rank 0 draws it, every rank
+    calls this, as every rank calls ``init_nkipy_backend``); else derived from
+    torchrun's ``TORCHELASTIC_RUN_ID`` / ``MASTER_ADDR`` / ``MASTER_PORT``;
+    else None (kernels with collectives then fail saying NKRT_CC_ID is missing)."""
+    if world_size < 2 or os.environ.get("NKRT_CC_ID"):
+        return os.environ.get("NKRT_CC_ID")
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        import uuid
+
+        box = [uuid.uuid4().hex if dist.get_rank() == 0 else None]
+        dist.broadcast_object_list(box, src=0)
+        cc_id = f"torch-{box[0]}"
+    else:
+        parts = [os.environ.get(k, "") for k in ("TORCHELASTIC_RUN_ID", "MASTER_ADDR",
+                                                 "MASTER_PORT")]
+        if not any(parts):
+            return None
+        cc_id = "job-" + "-".join("".join(ch if ch.isalnum() or ch in "._-" else "_"
+                                          for ch in p) for p in parts)
+    os.environ["NKRT_CC_ID"] = cc_id
+    return cc_id
+
+
 def init_nkipy_backend(nkipy_cache: str = "./nkipy_cache", log_level: int = logging.INFO,
                        rank: Optional[int] = None, world_size: Optional[int] = None,
                        core_offset: int = 0, additional_compiler_args: str = "",
@@ -114,7 +142,10 @@ def init_nkipy_backend(nkipy_cache: str = "./nkipy_cache", log_level: int = logg
     ``rank``/``world_size`` default to ``torch.distributed`` when it is
     initialised, else ``LOCAL_RANK``/``RANK`` and ``WORLD_SIZE``, else 0 and 1.
     Kernels are cached under ``<nkipy_cache>/rank_<rank>/``; the device core is
-    ``rank + core_offset``. The other arguments are the defaults of the
+    ``rank + core_offset``. With ``world_size > 1`` the ranks agree on the name of
+    the runtime communicator that collectives inside compiled graphs use
+    (``$NKRT_CC_ID``; through ``torch.distributed`` when it is initialised, so
+    every rank must call this). The other arguments are the defaults of the
     per-function options (docs/spiky.md); ``max_bucket_size`` and
     ``bucket_strategy`` (``"power_of_2"`` or ``"linear"``) shape the buckets of
     dynamic graphs. Raises RuntimeError when already initialised.
@@ -161,6 +192,9 @@ def init_nkipy_backend(nkipy_cache: str = "./nkipy_cache", log_level: int = logg
     from . import backend  # noqa: F401  (registers the dynamo backend)
     import spike_torch  # noqa: F401  (the nkipy device; LOCAL_RANK picks its core)
 
+    cc_id = _communicator_id(ws)
+    if ws > 1:
+        log.debug("collectives of compiled graphs: communicator %r", cc_id)
     _CONFIG = cfg
     log.debug("nkipy backend initialized: %r", cfg)
 

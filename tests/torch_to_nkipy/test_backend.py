@@ -497,6 +497,31 @@ def test_nkipy_device_tensors_zero_copy(backend):
     torch.testing.assert_close(out.cpu(), x.cpu() * 2)
 
 
+def test_communicator_id(monkeypatch):
+    """The name the ranks' runtimes meet under for collectives ($NKRT_CC_ID)."""
+    from torch_to_nkipy.config import _communicator_id
+
+    for k in ("NKRT_CC_ID", "TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.setenv(k, "")
+        monkeypatch.delenv(k)
+    assert _communicator_id(1) is None
+    assert _communicator_id(2) is None and "NKRT_CC_ID" not in os.environ  # nothing to go by
+    monkeypatch.setenv("MASTER_ADDR", "10.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "29500")
+    assert _communicator_id(2) == "job--10.0.0.1-29500" == os.environ["NKRT_CC_ID"]
+    monkeypatch.setenv("NKRT_CC_ID", "mine")
+    assert _communicator_id(4) == "mine"
+
+
+def test_collective_reduce_ops_refused_by_name():
+    from torch_to_nkipy.lowering.aten_numpy import _reduce_op
+
+    assert _reduce_op("SUM") == "sum" and _reduce_op("avg") == "avg"
+    with pytest.raises(NotImplementedError, match="reduce_op 'band' is not supported "
+                                                  r"\(supported: sum, avg, product, max, min\)"):
+        _reduce_op("band")
+
+
 def test_nkipy_device_native_call(backend, monkeypatch):
     """Calls on nkipy tensors take the one native call (spike_torch kernel_calls):
     int64 arguments narrowed, an int64 counter updated in place widened back, and

@@ -1019,16 +1019,70 @@ def sdpa_flash_cpu_backward(grad_out, q, k, v, out, logsumexp, dropout_p, is_cau
 
 # ---- collectives, markers, Python operators ---------------------------------------
 
+_REDUCE = {"sum": np.add, "avg": np.add, "product": np.multiply, "max": np.maximum,
+           "min": np.minimum}
+
+
+def _world_group(group_name) -> list:
+    """The replica groups of a torch process group: one group of every rank of
+    the job (the kernel runs on every rank, so its collectives do too)."""
+    from ..config import get_nkipy_backend_config
+
+    ws = get_nkipy_backend_config().world_size
+    ranks = list(range(ws))
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        from torch.distributed.distributed_c10d import _resolve_process_group
+
+        ranks = list(dist.get_process_group_ranks(_resolve_process_group(group_name)))
+    if sorted(ranks) != list(range(ws)):
+        raise NotImplementedError(
+            f"collectives in compiled graphs run over every rank of the job; process group "
+            f"{group_name!r} has ranks {ranks} of {ws}")
+    return [ranks]
+
+
+def _reduce_op(reduce_op):
+    op = str(reduce_op).lower()
+    if op not in _REDUCE:
+        raise NotImplementedError(f"collective reduce_op {reduce_op!r} is not supported "
+                                  f"(supported: {', '.join(_REDUCE)})")
+    return op
+
+
 @reg("_c10d_functional.all_reduce.default")
 def all_reduce(x, reduce_op, group_name):
-    if reduce_op not in ("sum", "SUM"):
-        raise NotImplementedError(f"all_reduce supports only sum, not {reduce_op!r}")
-    return ops.all_reduce(x, reduce_op=np.add)
+    op, groups = _reduce_op(reduce_op), _world_group(group_name)
+    r = ops.all_reduce(x, replica_groups=groups, reduce_op=_REDUCE[op])
+    return cast(r / len(groups[0]), x.dtype) if op == "avg" else r
 
 
 @reg("_c10d_functional.all_gather_into_tensor.default")
 def all_gather_into_tensor(x, group_size, group_name):
-    return ops.all_gather(x, all_gather_dim=0, replica_groups=[list(range(group_size))])
+    groups = _world_group(group_name)
+    if len(groups[0]) != group_size:
+        raise NotImplementedError(f"all_gather over {group_size} of {len(groups[0])} ranks")
+    return ops.all_gather(x, all_gather_dim=0, replica_groups=groups)
+
+
+@reg("_c10d_functional.reduce_scatter_tensor.default")
+def reduce_scatter_tensor(x, reduce_op, group_size, group_name):
+    op, groups = _reduce_op(reduce_op), _world_group(group_name)
+    if len(groups[0]) != group_size:
+        raise NotImplementedError(f"reduce_scatter over {group_size} of {len(groups[0])} ranks")
+    r = ops.reduce_scatter(x, reduce_scatter_dim=0, replica_groups=groups,
+                           reduce_op=_REDUCE[op])
+    return cast(r / group_size, x.dtype) if op == "avg" else r
+
+
+@reg("_c10d_functional.all_to_all_single.default")
+def all_to_all_single(x, output_split_sizes, input_split_sizes, group_name):
+    groups = _world_group(group_name)
+    for sizes in (output_split_sizes, input_split_sizes):
+        if sizes is not None and len(set(sizes)) > 1:
+            raise NotImplementedError(f"all_to_all_single with unequal splits {list(sizes)}")
+    return ops.all_to_all(x, split_dimension=0, concat_dimension=0, replica_groups=groups)
 
 
 @reg("nkipy.mark_subgraph_identity.default")
