@@ -10,9 +10,11 @@ Cache layout (one directory per kernel)::
         meta.json      inputs/outputs, flags, and the SHA-256 of kernel.neff
 
 ``hash16`` is the SHA-256 of (canonical IR, constants, compiler version,
-C compiler identity, flags, host ISA, NEFF ABI version). Every file is
-written to a temporary name and renamed into place, and meta.json is
-written last, so a reader sees a complete entry or none. An entry whose
+C compiler identity, flags, host ISA, NEFF ABI version). An entry is built
+in a private temporary directory beside it and renamed into place whole,
+meta.json included, so processes sharing a cache (the ranks of a job, say)
+never see or disturb each other's half-built entries; when two build the
+same kernel, the first to publish wins and the other uses it. An entry whose
 meta.json is missing or unreadable, or whose NEFF does not match the
 recorded hash, is rebuilt rather than loaded.
 """
@@ -179,24 +181,27 @@ def cache_key(graph: Graph, flags: tuple[str, ...]) -> str:
     return h.hexdigest()[:16]
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def _sha256_file(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def _publish(work: Path, entry: Path) -> None:
+    """Renames a finished build directory to its entry. A valid entry published
+    by another process meanwhile wins (ours is dropped); an invalid one (a
+    failed or interrupted build) is replaced."""
+    for _ in range(3):
+        try:
+            os.rename(work, entry)
+            return
+        except OSError:
+            if _entry_valid(entry):
+                break
+            shutil.rmtree(entry, ignore_errors=True)
+    shutil.rmtree(work, ignore_errors=True)
 
 
 def _entry_valid(entry: Path) -> bool:
@@ -233,23 +238,25 @@ def compile_graph(graph: Graph, *, cache_dir: str | os.PathLike | None = None,
                               compile_seconds=time.perf_counter() - start, graph=graph, **files)
     if entry.exists():
         log.warning("rebuilding corrupt or partial cache entry %s", entry)
-        shutil.rmtree(entry, ignore_errors=True)
-    entry.mkdir(parents=True, exist_ok=True)
-    source = codegen.generate_c(graph)
-    _write_atomic(entry / "kernel.ir", str(graph).encode())
-    _write_atomic(entry / "kernel.c", source.encode())
-    tmp_neff = entry / f".kernel.neff.{os.getpid()}"
-    cmd = [c_compiler(), *flags, "-I", runtime_include_dir(), "-I", prelude_dir(),
-           str(entry / "kernel.c"), "-o", str(tmp_neff), "-lm"]
-    log.debug("compiling %s: %s", graph.name, " ".join(cmd))
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    root.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(dir=root, prefix=f".{entry.name}."))
+    try:
+        source = codegen.generate_c(graph)
+        (work / "kernel.ir").write_text(str(graph))
+        (work / "kernel.c").write_text(source)
+        cmd = [c_compiler(), *flags, "-I", runtime_include_dir(), "-I", prelude_dir(),
+               str(work / "kernel.c"), "-o", str(work / "kernel.neff"), "-lm"]
+        log.debug("compiling %s: %s", graph.name, " ".join(cmd))
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
     if proc.returncode != 0:
-        if tmp_neff.exists():
-            tmp_neff.unlink()
+        (work / "kernel.neff").unlink(missing_ok=True)
+        _publish(work, entry)      # the failing source where the message says (no meta.json)
         raise CompileError(
             f"C compilation of kernel '{graph.name}' failed (source: {entry / 'kernel.c'}):\n"
             f"{proc.stderr.strip()}", str(entry / "kernel.c"), proc.stderr)
-    os.replace(tmp_neff, entry / "kernel.neff")
     meta = {
         "name": graph.name,
         "compiler_version": COMPILER_VERSION,
@@ -260,9 +267,10 @@ def compile_graph(graph: Graph, *, cache_dir: str | os.PathLike | None = None,
                      "alias_of": graph.inputs[graph.aliases[i]].name if i in graph.aliases
                      else None}
                     for i, (nm, v) in enumerate(zip(graph.output_names, graph.outputs))],
-        "neff_sha256": _sha256_file(entry / "kernel.neff"),
+        "neff_sha256": _sha256_file(work / "kernel.neff"),
     }
-    _write_atomic(entry / "meta.json", json.dumps(meta, indent=1).encode())
+    (work / "meta.json").write_text(json.dumps(meta, indent=1))
+    _publish(work, entry)
     seconds = time.perf_counter() - start
     log.info("compiled kernel %s in %.3f s (%s)", graph.name, seconds, entry)
     return CompiledKernel(graph.name, cache_key=key, cache_hit=False, compile_seconds=seconds,

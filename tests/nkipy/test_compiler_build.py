@@ -93,6 +93,33 @@ def test_second_process_reuses_cache(tmp_path):
     assert out.stdout.strip() == "True"
 
 
+def test_processes_building_the_same_kernels_at_once(tmp_path):
+    """The ranks of a job share a cache and start compiling together: every
+    process gets a working kernel, and no half-built entry or temporary
+    directory is left (before, one process could delete the entry another was
+    writing)."""
+    code = (
+        "import sys; sys.path.insert(0, %r)\n"
+        "from test_compiler_build import softmax_graph\n"
+        "from nkipy.compiler.build import compile_graph\n"
+        "for rows in range(2, 8):\n"
+        "    compile_graph(softmax_graph(rows=rows), cache_dir=%r)\n"
+        "print('done')\n"
+    ) % (os.path.dirname(__file__), str(tmp_path))
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0 and out.strip() == "done", err[-2000:]
+    entries = sorted(os.listdir(tmp_path))
+    assert len(entries) == 6 and not [e for e in entries if e.startswith(".")]
+    for rows in range(2, 8):
+        ck = compile_graph(softmax_graph(rows=rows), cache_dir=tmp_path)
+        assert ck.cache_hit
+        a = np.ones((rows, 33), np.float32)
+        np.testing.assert_allclose(run(ck.neff_path, x=a)["output0"], np_softmax(a), rtol=1e-6)
+
+
 def test_compile_error_names_source_and_message(tmp_path):
     with pytest.raises(CompileError) as info:
         compile_graph(softmax_graph(), cache_dir=tmp_path,
