@@ -2,7 +2,8 @@
 
 ``init_nkipy_backend()`` then ``torch.compile(model, backend="nkipy")``: FX graphs
 are lowered through the ATen op registry to NumPy source, compiled by nkipy
-and run on the device; unsupported ops run on the CPU.
+and run on the device; unsupported ops run on the CPU. Importing it also
+registers the ``torch.distributed`` backend ``"nkipy"`` (:mod:`.distributed`).
 """
 from .config import (NKIPyBackendConfig, get_nkipy_backend_config, init_nkipy_backend,
                      is_nkipy_backend_initialized, reset_nkipy_backend)
@@ -10,6 +11,9 @@ from .lowering import AtenOpRegistry
 from .kernel import NKIPyKernel, load_func_from_file
 from .custom_ops import NKIOpRegistry, NKIPyCustomKernelError, mark_subgraph_identity
 from . import backend  # noqa: F401  (registers "nkipy" with dynamo)
+from . import distributed
+
+distributed.register()   # torch.distributed.init_process_group("nkipy")
 
 __all__ = ["init_nkipy_backend", "is_nkipy_backend_initialized", "reset_nkipy_backend",
            "get_nkipy_backend_config", "NKIPyBackendConfig", "AtenOpRegistry", "NKIPyKernel",

@@ -29,6 +29,26 @@ def child_env(**extra: str) -> dict:
     return env
 
 
+def run_ranks(script: str, world: int = 2, **extra: str) -> None:
+    """Runs `script` as `world` ranks with torchrun's environment (a fresh
+    communicator name is agreed through torch.distributed); each rank must
+    exit 0 after printing 'OK <rank>'."""
+    procs = []
+    port = free_port()
+    for rank in range(world):
+        env = child_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(rank),
+                        LOCAL_RANK=str(rank), WORLD_SIZE=str(world), NKRT_CC_TIMEOUT="120",
+                        **extra)
+        env.pop("NKRT_CC_ID", None)
+        procs.append(subprocess.Popen([sys.executable, "-W", "ignore::FutureWarning", "-c",
+                                       script], env=env, text=True, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE))
+    outs = [p.communicate(timeout=300) for p in procs]
+    report = "\n".join(f"rank {r}: {err[-2000:]}" for r, (_, err) in enumerate(outs))
+    for rank, (p, (out, err)) in enumerate(zip(procs, outs)):
+        assert p.returncode == 0 and f"OK {rank}" in out, report
+
+
 def test_quickstart(nkipy_cache):
     from spiky.torch import init_nkipy_backend, reset_nkipy_backend
 
@@ -169,17 +189,7 @@ def test_two_ranks_with_gloo(tmp_path):
         dist.destroy_process_group()
         print("OK", cfg.rank)
     """)
-    procs = []
-    port = free_port()
-    for rank in range(2):
-        env = child_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(rank),
-                        LOCAL_RANK=str(rank), WORLD_SIZE="2")
-        procs.append(subprocess.Popen([sys.executable, "-c", script], env=env, text=True,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE))
-    outs = [p.communicate(timeout=300) for p in procs]
-    report = "\n".join(f"rank {r}: {err[-2000:]}" for r, (_, err) in enumerate(outs))
-    for rank, (p, (out, err)) in enumerate(zip(procs, outs)):
-        assert p.returncode == 0 and f"OK {rank}" in out, report
+    run_ranks(script)
     assert sorted(d.name for d in tmp_path.iterdir()) == ["rank_0", "rank_1"]
 
 
@@ -223,19 +233,75 @@ def test_collectives_in_compiled_graphs_two_ranks(tmp_path):
         dist.destroy_process_group()
         print("OK", r)
     """)
-    procs = []
-    port = free_port()
-    for rank in range(2):
-        env = child_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(rank),
-                        LOCAL_RANK=str(rank), WORLD_SIZE="2", NKRT_CC_TIMEOUT="120")
-        env.pop("NKRT_CC_ID", None)   # agreed through torch.distributed
-        procs.append(subprocess.Popen([sys.executable, "-W", "ignore::FutureWarning", "-c",
-                                       script], env=env, text=True, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE))
-    outs = [p.communicate(timeout=300) for p in procs]
-    report = "\n".join(f"rank {r}: {err[-2000:]}" for r, (_, err) in enumerate(outs))
-    for rank, (p, (out, err)) in enumerate(zip(procs, outs)):
-        assert p.returncode == 0 and f"OK {rank}" in out, report
+    run_ranks(script)
+
+
+def test_nkipy_process_group_two_ranks(tmp_path):
+    """The seed's FAQ as written: init_process_group("nkipy"), then
+    init_nkipy_backend(rank=dist.get_rank(), world_size=dist.get_world_size()).
+    Eager collectives on CPU and nkipy tensors, object collectives, point to
+    point, and a compiled dist.all_reduce."""
+    script = textwrap.dedent(f"""
+        import torch
+        import torch.distributed as dist
+        import torch.distributed._functional_collectives as funcol
+        import torch_to_nkipy
+        from torch_to_nkipy import init_nkipy_backend
+
+        torch.distributed.init_process_group("nkipy")
+        init_nkipy_backend(rank=dist.get_rank(), world_size=dist.get_world_size(),
+                           nkipy_cache={str(tmp_path)!r})
+        r, n = dist.get_rank(), dist.get_world_size()
+        assert dist.get_backend() == "nkipy"
+        for dev in ("cpu", "nkipy"):
+            t = (torch.arange(4.0) + r).to(dev)
+            dist.all_reduce(t)
+            assert t.device.type == dev and torch.equal(t.cpu(), 2 * torch.arange(4.0) + 1)
+            t = (torch.arange(4.0) + r).to(dev)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            assert torch.equal(t.cpu(), torch.arange(4.0) + 1)
+            outs = [torch.zeros(2, device=dev) for _ in range(n)]
+            dist.all_gather(outs, torch.full((2,), float(r), device=dev))
+            assert [o.cpu().tolist() for o in outs] == [[0.0, 0.0], [1.0, 1.0]]
+            big = torch.zeros(2 * n, device=dev)
+            dist.all_gather_into_tensor(big, torch.full((2,), float(r), device=dev))
+            assert big.cpu().tolist() == [0.0, 0.0, 1.0, 1.0]
+            b = torch.full((3,), float(r), device=dev)
+            dist.broadcast(b, src=1)
+            assert b.cpu().tolist() == [1.0, 1.0, 1.0]
+            out = torch.zeros(2, device=dev)
+            dist.reduce_scatter_tensor(out, (torch.arange(4.0) + r).to(dev))
+            assert out.cpu().tolist() == ([1.0, 3.0] if r == 0 else [5.0, 7.0])
+            a2a = torch.empty(4, device=dev)
+            dist.all_to_all_single(a2a, (torch.arange(4.0) + 10 * r).to(dev))
+            assert a2a.cpu().tolist() == ([0.0, 1.0, 10.0, 11.0] if r == 0 else
+                                          [2.0, 3.0, 12.0, 13.0])
+            if r == 0:
+                dist.send(torch.tensor([5.0], device=dev), dst=1)
+            else:
+                got = torch.zeros(1, device=dev)
+                dist.recv(got, src=0)
+                assert got.item() == 5.0
+            f = funcol.all_reduce(torch.ones(2, device=dev), "sum", dist.group.WORLD)
+            assert f.cpu().tolist() == [2.0, 2.0]
+        box = [{{"a": 1}}] if r == 0 else [None]
+        dist.broadcast_object_list(box, src=0)
+        assert box == [{{"a": 1}}]
+        dist.barrier()
+
+        def fn(x):
+            y = x * 2
+            dist.all_reduce(y)
+            return y
+
+        with torch.no_grad():
+            got = torch.compile(fn, backend="nkipy", fullgraph=True)(
+                torch.ones(3).to("nkipy") * (r + 1))
+        assert got.cpu().tolist() == [6.0, 6.0, 6.0]
+        dist.destroy_process_group()
+        print("OK", r)
+    """)
+    run_ranks(script, SPIKE_TORCH_FALLBACK_WARN="0")
 
 
 def test_close_then_use_again():
