@@ -170,6 +170,41 @@ nkrt_status_t nkrt_tensor_write(nkrt_tensor_t *t, const void *src, uint64_t offs
   return NULL;
 }
 
+#define UPDATE_BLOCK (16u << 10)
+
+nkrt_status_t nkrt_tensor_update(nkrt_tensor_t *t, const void *src, uint64_t offset,
+                                 uint64_t size, uint64_t *out_written) {
+  if (out_written) *out_written = 0;
+  nkrt_status_t st = check_range(t, offset, size, "update");
+  if (st) return st;
+  if (size && !src) return nkrt_status_make(NKRT_INVALID, "update: source buffer is NULL");
+  nkrt_range_t r = range_of(t, offset, size);
+  nkrt_hazard_wait(t->runtime, &r, 1, NKRT_HAZARD_ALL_CORES);
+  uint64_t id = trace_begin(t->runtime, NKRT_TRACE_WRITE, t->core, size, t->name);
+  const uint8_t *s = src;
+  uint8_t *d = t->va + offset;
+  uint64_t written = 0, run = 0; /* [run, off): differing blocks not yet written */
+  bool in_run = false;
+  for (uint64_t off = 0;;) {
+    uint64_t n = size - off < UPDATE_BLOCK ? size - off : UPDATE_BLOCK; /* 0 at the end */
+    bool differs = n && memcmp(d + off, s + off, n) != 0;
+    if (differs && !in_run) {
+      run = off;
+      in_run = true;
+    } else if (!differs && in_run) { /* write the run of differing blocks at once */
+      t->runtime->driver->copy(d + run, s + run, off - run);
+      nkrt_pack_invalidate(t->runtime, d + run, d + off);
+      written += off - run;
+      in_run = false;
+    }
+    if (!n) break;
+    off += n;
+  }
+  trace_end(t->runtime, NKRT_TRACE_WRITE, t->core, id, size, t->name);
+  if (out_written) *out_written = written;
+  return NULL;
+}
+
 nkrt_status_t nkrt_tensor_read(const nkrt_tensor_t *t, void *dst, uint64_t offset, uint64_t size) {
   nkrt_status_t st = check_range(t, offset, size, "read");
   if (st) return st;

@@ -625,3 +625,70 @@ TEST(gemm_packed_weights) {
   nkrt_gemm_reselect();
   free(saved);
 }
+
+/* nkrt_tensor_update writes only the 16 KiB blocks that differ: an unchanged
+ * weight keeps its packed copy, a changed one is rewritten and repacked. */
+TEST(tensor_update_keeps_unchanged_weights) {
+  nkrt_runtime_t *rt = nkrt_test_runtime("0", 16 << 20);
+  enum { BYTES = 40000 }; /* two whole blocks and a partial one */
+  uint8_t *src = malloc(BYTES), *back = malloc(BYTES);
+  for (int i = 0; i < BYTES; i++) src[i] = (uint8_t)(i * 7);
+  nkrt_tensor_t *t = tensor_of(rt, "t", NULL, BYTES);
+  uint64_t written = 1;
+  CHECK_OK(nkrt_tensor_update(t, src, 0, BYTES, &written));
+  CHECK(written == BYTES); /* fresh memory is zero: every block differs */
+  CHECK_OK(nkrt_tensor_update(t, src, 0, BYTES, &written));
+  CHECK(written == 0);
+  src[BYTES - 1] ^= 1; /* the partial last block */
+  src[20000] ^= 1;     /* the second block */
+  CHECK_OK(nkrt_tensor_update(t, src, 0, BYTES, &written));
+  CHECK(written == (BYTES - 16384));
+  CHECK_OK(nkrt_tensor_read(t, back, 0, BYTES));
+  CHECK(memcmp(back, src, BYTES) == 0);
+  src[5] ^= 1;
+  CHECK_OK(nkrt_tensor_update(t, src, 0, BYTES, NULL));
+  CHECK_OK(nkrt_tensor_read(t, back, 0, BYTES));
+  CHECK(memcmp(back, src, BYTES) == 0);
+  CHECK_ERR(nkrt_tensor_update(t, src, 8, BYTES, NULL), NKRT_INVALID, "update of 40000 bytes");
+  CHECK_ERR(nkrt_tensor_update(t, NULL, 0, 4, NULL), NKRT_INVALID, "source buffer is NULL");
+  CHECK_OK(nkrt_tensor_update(t, NULL, 0, 0, NULL));
+  nkrt_tensor_free(&t);
+  free(src);
+  free(back);
+  nkrt_runtime_destroy(rt);
+
+  const nkrt_gemm_provider_t *mkl = nkrt_gemm_find("mkl");
+  if (!mkl || !mkl->pack_b_size) return;
+  char *saved = getenv("NKRT_GEMM") ? strdup(getenv("NKRT_GEMM")) : NULL;
+  set_env("NKRT_GEMM", "mkl");
+  nkrt_gemm_reselect();
+  pack_fixture_t f = {.rt = nkrt_test_runtime("0", 16 << 20)};
+  CHECK_OK(nkrt_model_load_file(f.rt, nkrt_test_neff("matmul"), 0, NULL, &f.mm));
+  int64_t params[16] = {0, NKRT_DTYPE_FLOAT32, 1, 0, 1, PM, PN, PK, PK, PK, PN, 0, 0, 0, 0, 0};
+  float scal[2] = {1.0f, 0.0f};
+  for (int i = 0; i < PM * PK; i++) f.ha[i] = rnd();
+  for (int i = 0; i < PN * PK; i++) f.hb[i] = rnd();
+  f.params = tensor_of(f.rt, "params", params, sizeof(params));
+  f.scal = tensor_of(f.rt, "scal", scal, sizeof(scal));
+  f.a = tensor_of(f.rt, "a", NULL, CAP * 4);
+  f.b = tensor_of(f.rt, "b", NULL, CAP * 4);
+  f.c = tensor_of(f.rt, "c", NULL, CAP * 4);
+  CHECK_OK(nkrt_tensor_write(f.a, f.ha, 0, sizeof(f.ha)));
+  CHECK_OK(nkrt_tensor_write(f.b, f.hb, 0, sizeof(f.hb)));
+  CHECK(pack_run(&f) == 0 && pack_run(&f) == 0); /* packed */
+  CHECK(pack_stats(f.rt).packed_matrices == 1);
+  CHECK_OK(nkrt_tensor_update(f.b, f.hb, 0, sizeof(f.hb), &written)); /* the same bytes */
+  CHECK(written == 0 && pack_stats(f.rt).packed_matrices == 1);
+  CHECK(pack_run(&f) == 0 && pack_stats(f.rt).hits == 1);
+  f.hb[3] += 1.0f;
+  CHECK_OK(nkrt_tensor_update(f.b, f.hb, 0, sizeof(f.hb), &written));
+  CHECK(written > 0 && pack_stats(f.rt).packed_matrices == 0);
+  CHECK(pack_run(&f) == 0);
+  nkrt_tensor_free(&f.params), nkrt_tensor_free(&f.scal), nkrt_tensor_free(&f.a);
+  nkrt_tensor_free(&f.b), nkrt_tensor_free(&f.c);
+  nkrt_model_unload(f.mm);
+  nkrt_runtime_destroy(f.rt);
+  set_env("NKRT_GEMM", saved);
+  nkrt_gemm_reselect();
+  free(saved);
+}

@@ -49,6 +49,15 @@ void nkrt_tensor_free(nkrt_tensor_t **tensor);
 
 nkrt_status_t nkrt_tensor_write(nkrt_tensor_t *tensor, const void *src, uint64_t offset,
                                 uint64_t size);
+/* nkrt_tensor_write that leaves equal bytes alone: the bytes are compared in
+ * 16 KiB blocks and only the blocks that differ are written (and only their
+ * packed GEMM weights dropped, see nkrt_gemm_pack_stats). For inputs copied in
+ * again on every call that rarely change - weights handed over as host
+ * tensors - what the runtime derived from them survives, and an unchanged
+ * input costs a read instead of a write. *out_written (may be NULL): the
+ * bytes that were written. */
+nkrt_status_t nkrt_tensor_update(nkrt_tensor_t *tensor, const void *src, uint64_t offset,
+                                 uint64_t size, uint64_t *out_written);
 nkrt_status_t nkrt_tensor_read(const nkrt_tensor_t *tensor, void *dst, uint64_t offset,
                                uint64_t size);
 nkrt_status_t nkrt_tensor_copy(const nkrt_tensor_t *src, uint64_t src_offset, nkrt_tensor_t *dst,
