@@ -107,7 +107,8 @@ def _communicator_id(world_size: int) -> Optional[str]:
     (``$NKRT_CC_ID``, docs/runtime.md): kept if set; else agreed through
     ``torch.distributed`` when it is initialised (rank 0 draws it, every rank
     calls this, as every rank calls ``init_nkipy_backend``); else derived from
-    torchrun's ``TORCHELASTIC_RUN_ID`` / ``MASTER_ADDR`` / ``MASTER_PORT``;
+    torchrun's ``TORCHELASTIC_RUN_ID`` / ``MASTER_ADDR`` / ``MASTER_PORT`` /
+    ``TORCHELASTIC_RESTART_COUNT``;
     else None (kernels with collectives then fail saying NKRT_CC_ID is missing)."""
     if world_size < 2 or os.environ.get("NKRT_CC_ID"):
         return os.environ.get("NKRT_CC_ID")
@@ -120,8 +121,10 @@ def _communicator_id(world_size: int) -> Optional[str]:
         dist.broadcast_object_list(box, src=0)
         cc_id = f"torch-{box[0]}"
     else:
+        # the restart count too: a job restarted by torchrun must not meet the
+        # segment a killed attempt may have left half-joined
         parts = [os.environ.get(k, "") for k in ("TORCHELASTIC_RUN_ID", "MASTER_ADDR",
-                                                 "MASTER_PORT")]
+                                                 "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT")]
         if not any(parts):
             return None
         cc_id = "job-" + "-".join("".join(ch if ch.isalnum() or ch in "._-" else "_"

@@ -6,8 +6,8 @@ What the seed's distributed example writes::
     init_nkipy_backend(rank=dist.get_rank(), world_size=dist.get_world_size())
 
 The process group serves eager collectives (``dist.all_reduce``, ``all_gather``,
-``broadcast``, ``reduce_scatter``, ``all_to_all``, ``barrier``, ``send``/``recv``
-and the object collectives) on CPU and ``nkipy`` tensors: ``nkipy`` tensors are
+``broadcast``, ``reduce``, ``reduce_scatter``, ``all_to_all``, ``gather``,
+``scatter``, ``barrier``, ``send``/``recv`` and the object collectives) on CPU and ``nkipy`` tensors: ``nkipy`` tensors are
 staged through host memory (a copy each way) and the data moves with a gloo group
 built on the same store. Collectives inside *compiled* graphs do not come here:
 the kernels run them through the runtime's communicator (docs/runtime.md).
@@ -160,6 +160,36 @@ class NkipyProcessGroup(dist.ProcessGroup):
         return _DoneWork(output)
 
     all_to_all_single = alltoall_base
+
+    def alltoall(self, outputs: List[torch.Tensor], inputs: List[torch.Tensor],
+                 opts: Any = None) -> dist._Work:
+        """dist.all_to_all: tensor i goes to rank i (through alltoall_base)."""
+        flat_in = torch.cat([_host(t).reshape(-1) for t in inputs])
+        flat_out = torch.empty(sum(t.numel() for t in outputs), dtype=flat_in.dtype)
+        self._gloo.alltoall_base(flat_out, flat_in, [t.numel() for t in outputs],
+                                 [t.numel() for t in inputs],
+                                 opts if opts is not None else dist.AllToAllOptions()).wait()
+        for t, part in zip(outputs, torch.split(flat_out, [t.numel() for t in outputs])):
+            _back(t, part.view(t.shape))
+        return _DoneWork(outputs)
+
+    def gather(self, output_lists: List[List[torch.Tensor]], inputs: List[torch.Tensor],
+               opts: Any) -> dist._Work:
+        host_out = [[_host(t) for t in lst] for lst in output_lists]
+        self._gloo.gather(host_out, [_host(t) for t in inputs], opts).wait()
+        for lst, hl in zip(output_lists, host_out):
+            for t, h in zip(lst, hl):
+                _back(t, h)
+        return _DoneWork(output_lists)
+
+    def scatter(self, outputs: List[torch.Tensor], input_lists: List[List[torch.Tensor]],
+                opts: Any) -> dist._Work:
+        host_out = [_host(t) for t in outputs]
+        self._gloo.scatter(host_out, [[_host(t) for t in lst] for lst in input_lists],
+                           opts).wait()
+        for t, h in zip(outputs, host_out):
+            _back(t, h)
+        return _DoneWork(outputs)
 
     def barrier(self, opts: Any = None) -> dist._Work:
         self._gloo.barrier(opts if opts is not None else dist.BarrierOptions()).wait()

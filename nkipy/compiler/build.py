@@ -192,7 +192,11 @@ def _sha256_file(path: Path) -> str:
 def _publish(work: Path, entry: Path) -> None:
     """Renames a finished build directory to its entry. A valid entry published
     by another process meanwhile wins (ours is dropped); an invalid one (a
-    failed or interrupted build) is replaced."""
+    failed or interrupted build) is first renamed aside, atomically, so a
+    valid entry another process publishes in between is never deleted."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(work, 0o777 & ~umask)       # mkdtemp made it private; entries are shared
     for _ in range(3):
         try:
             os.rename(work, entry)
@@ -200,7 +204,12 @@ def _publish(work: Path, entry: Path) -> None:
         except OSError:
             if _entry_valid(entry):
                 break
-            shutil.rmtree(entry, ignore_errors=True)
+            aside = entry.with_name(f".{entry.name}.stale-{os.getpid()}-{time.monotonic_ns()}")
+            try:
+                os.rename(entry, aside)
+            except OSError:
+                continue                    # gone or replaced meanwhile: try again
+            shutil.rmtree(aside, ignore_errors=True)
     shutil.rmtree(work, ignore_errors=True)
 
 

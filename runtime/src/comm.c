@@ -33,8 +33,17 @@
 
 #define MAX_RANKS 1024
 #define SLOT_BYTES (4u << 20)
-#define HEADER_BYTES 8192
+#define HEADER_BYTES (64u << 10)
 #define SPIN_NS 50000
+
+/* What a rank is about to run, checked by every rank after the first barrier
+ * of a collective: ranks that drifted apart fail instead of mixing data. */
+typedef struct {
+  _Atomic uint64_t seq;   /* collectives this rank has started */
+  _Atomic uint64_t what;  /* kind << 32 | dtype << 16 | reduce op */
+  _Atomic int64_t count;
+  _Atomic uint64_t group; /* hash of the rank list */
+} desc_t;
 
 typedef struct {
   _Atomic uint32_t world_size; /* 0 until the first rank sets it */
@@ -44,6 +53,7 @@ typedef struct {
   _Atomic uint32_t failed;     /* a rank gave up waiting */
   _Atomic uint32_t join_word;  /* futex word for joins */
   _Atomic uint8_t present[MAX_RANKS];
+  desc_t desc[MAX_RANKS];
 } header_t;
 
 _Static_assert(sizeof(header_t) <= HEADER_BYTES, "comm header too large");
@@ -56,6 +66,7 @@ struct nkrt_comm {
   uint8_t *slots;
   size_t map_bytes;
   pthread_mutex_t mu; /* one collective at a time in this process */
+  uint64_t seq;       /* collectives started (under mu) */
 };
 
 static void futex_wait(_Atomic uint32_t *word, uint32_t expected, int64_t ns) {
@@ -260,6 +271,62 @@ static nkrt_status_t group_index(const nkrt_comm_t *c, const int32_t *ranks, uin
   return NULL;
 }
 
+static const char *kind_name(uint64_t kind) {
+  switch (kind) {
+    case NKRT_CC_ALL_REDUCE: return "all_reduce";
+    case NKRT_CC_ALL_GATHER: return "all_gather";
+    default: return "all_to_all";
+  }
+}
+
+static uint64_t group_hash(const int32_t *ranks, uint32_t n) {
+  uint64_t h = 1469598103934665603ull;
+  for (uint32_t i = 0; i < n; i++) h = (h ^ (uint32_t)ranks[i]) * 1099511628211ull;
+  return h ^ n;
+}
+
+/* Publishes what this rank is about to run (before its first barrier). */
+static void announce(nkrt_comm_t *c, uint32_t kind, uint32_t dtype, uint32_t op,
+                     int64_t count, const int32_t *ranks, uint32_t n) {
+  desc_t *d = &c->hdr->desc[c->rank];
+  atomic_store_explicit(&d->what, (uint64_t)kind << 32 | (uint64_t)dtype << 16 | op,
+                        memory_order_relaxed);
+  atomic_store_explicit(&d->count, count, memory_order_relaxed);
+  atomic_store_explicit(&d->group, group_hash(ranks, n), memory_order_relaxed);
+  atomic_store_explicit(&d->seq, ++c->seq, memory_order_release);
+}
+
+/* After the first barrier: every rank runs the same collective of the same
+ * size, and every member of the group passed the same rank list. */
+static nkrt_status_t agree(nkrt_comm_t *c, const int32_t *ranks, uint32_t n) {
+  const desc_t *mine = &c->hdr->desc[c->rank];
+  uint64_t what = atomic_load(&mine->what), group = atomic_load(&mine->group);
+  int64_t count = atomic_load(&mine->count);
+  for (uint32_t r = 0; r < c->world_size; r++) {
+    const desc_t *d = &c->hdr->desc[r];
+    uint64_t rseq = atomic_load_explicit(&d->seq, memory_order_acquire);
+    uint64_t rwhat = atomic_load(&d->what);
+    int64_t rcount = atomic_load(&d->count);
+    bool member = false;
+    for (uint32_t i = 0; i < n && !member; i++) member = (uint32_t)ranks[i] == r;
+    if (rseq == c->seq && rwhat == what && rcount == count &&
+        (!member || atomic_load(&d->group) == group))
+      continue;
+    atomic_store(&c->hdr->failed, 1);
+    futex_wake(&c->hdr->generation);
+    return nkrt_status_make(NKRT_INVALID, "communicator '%s': ranks out of step: rank %u runs "
+                            "collective #%" PRIu64 ", %s of %" PRId64 " elements (dtype %u, op %u), "
+                            "rank %u runs #%" PRIu64 ", %s of %" PRId64 " elements (dtype %u, op "
+                            "%u)%s; every rank must run the same collectives in the same order",
+                            c->name, c->rank, c->seq, kind_name(what >> 32), count,
+                            (unsigned)(what >> 16 & 0xffff), (unsigned)(what & 0xffff), r, rseq,
+                            kind_name(rwhat >> 32), rcount, (unsigned)(rwhat >> 16 & 0xffff),
+                            (unsigned)(rwhat & 0xffff),
+                            member && rwhat == what && rcount == count ? " with another group" : "");
+  }
+  return NULL;
+}
+
 static uint8_t *slot(const nkrt_comm_t *c, int32_t rank) {
   return c->slots + (size_t)rank * SLOT_BYTES;
 }
@@ -362,10 +429,12 @@ nkrt_status_t nkrt_comm_all_reduce(nkrt_comm_t *c, uint32_t dtype, uint32_t op,
   size_t es = nkrt_dtype_size(dtype);
   int64_t chunk = (int64_t)(SLOT_BYTES / es);
   pthread_mutex_lock(&c->mu);
-  for (int64_t off = 0; off < count && !st; off += chunk) {
+  announce(c, NKRT_CC_ALL_REDUCE, dtype, op, count, ranks, n);
+  for (int64_t off = 0; (off == 0 || off < count) && !st; off += chunk) {
     int64_t k = count - off < chunk ? count - off : chunk;
     memcpy(slot(c, (int32_t)c->rank), (const uint8_t *)src + off * (int64_t)es, (size_t)k * es);
     st = barrier(c, "all_reduce");
+    if (!st && off == 0) st = agree(c, ranks, n);
     if (!st) reduce_slots(c, dtype, op, ranks, n, (uint8_t *)dst + off * (int64_t)es, k);
     if (!st) st = barrier(c, "all_reduce");
   }
@@ -382,10 +451,12 @@ nkrt_status_t nkrt_comm_all_gather(nkrt_comm_t *c, uint32_t dtype, const int32_t
   size_t es = nkrt_dtype_size(dtype);
   int64_t chunk = (int64_t)(SLOT_BYTES / es);
   pthread_mutex_lock(&c->mu);
-  for (int64_t off = 0; off < count && !st; off += chunk) {
+  announce(c, NKRT_CC_ALL_GATHER, dtype, 0, count, ranks, n);
+  for (int64_t off = 0; (off == 0 || off < count) && !st; off += chunk) {
     int64_t k = count - off < chunk ? count - off : chunk;
     memcpy(slot(c, (int32_t)c->rank), (const uint8_t *)src + off * (int64_t)es, (size_t)k * es);
     st = barrier(c, "all_gather");
+    if (!st && off == 0) st = agree(c, ranks, n);
     for (uint32_t m = 0; m < n && !st; m++)
       memcpy((uint8_t *)dst + ((int64_t)m * count + off) * (int64_t)es, slot(c, ranks[m]),
              (size_t)k * es);
@@ -405,13 +476,15 @@ nkrt_status_t nkrt_comm_all_to_all(nkrt_comm_t *c, uint32_t dtype, const int32_t
   int64_t chunk = (int64_t)(SLOT_BYTES / (es * n)); /* n blocks of `chunk` per slot */
   if (chunk < 1) return nkrt_status_make(NKRT_INVALID, "all_to_all: group too large");
   pthread_mutex_lock(&c->mu);
-  for (int64_t off = 0; off < count && !st; off += chunk) {
+  announce(c, NKRT_CC_ALL_TO_ALL, dtype, 0, count, ranks, n);
+  for (int64_t off = 0; (off == 0 || off < count) && !st; off += chunk) {
     int64_t k = count - off < chunk ? count - off : chunk;
     uint8_t *mine = slot(c, (int32_t)c->rank);
     for (uint32_t b = 0; b < n; b++)
       memcpy(mine + (size_t)b * (size_t)k * es,
              (const uint8_t *)src + ((int64_t)b * count + off) * (int64_t)es, (size_t)k * es);
     st = barrier(c, "all_to_all");
+    if (!st && off == 0) st = agree(c, ranks, n);
     for (uint32_t m = 0; m < n && !st; m++)
       memcpy((uint8_t *)dst + ((int64_t)m * count + off) * (int64_t)es,
              slot(c, ranks[m]) + (size_t)me * (size_t)k * es, (size_t)k * es);
@@ -426,7 +499,7 @@ nkrt_status_t nkrt_comm_all_to_all(nkrt_comm_t *c, uint32_t dtype, const int32_t
 nkrt_status_t nkrt_runtime_comm(nkrt_runtime_t *rt, int32_t rank, int32_t world_size,
                                 nkrt_comm_t **out_comm) {
   *out_comm = NULL;
-  pthread_mutex_lock(&rt->mu);
+  pthread_mutex_lock(&rt->comm_mu);
   nkrt_status_t st = NULL;
   if (!rt->comm) {
     const char *id = getenv("NKRT_CC_ID");
@@ -448,7 +521,7 @@ nkrt_status_t nkrt_runtime_comm(nkrt_runtime_t *rt, int32_t rank, int32_t world_
                           world_size);
   }
   if (!st) *out_comm = rt->comm;
-  pthread_mutex_unlock(&rt->mu);
+  pthread_mutex_unlock(&rt->comm_mu);
   return st;
 }
 

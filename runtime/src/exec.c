@@ -192,6 +192,7 @@ static void unbind(const nkrt_model_t *m, nkrt_tensor_t **slots) {
 typedef struct exec_ctx {
   nkrt_model_t *model;
   void **ptrs;                  /* the tensors' addresses: inputs, then outputs */
+  uint64_t id;                  /* the execution's tracking id */
   uint64_t scratch_used;
   nkrt_tensor_t **extra;        /* scratch beyond the model's reservation */
   uint32_t extra_count, extra_cap;
@@ -262,11 +263,13 @@ static bool overlaps(uintptr_t lo, uintptr_t hi, const void *p, uint64_t size) {
   return lo < (uintptr_t)p + size && (uintptr_t)p < hi;
 }
 
-nkrt_pack_cache_t *nkrt_exec_ctx_packs(void *ctx, const void *lo, const void *hi) {
+nkrt_pack_cache_t *nkrt_exec_ctx_packs(void *ctx, const void *lo, const void *hi,
+                                       uint64_t *out_exec_id) {
   exec_ctx_t *x = ctx;
   const nkrt_model_t *m = x->model;
   const nkrt_neff_desc_t *d = m->desc;
   uintptr_t a = (uintptr_t)lo, b = (uintptr_t)hi;
+  *out_exec_id = x->id;
   bool inside = false;
   for (uint32_t i = 0; i < d->num_inputs && !inside; i++) {
     uintptr_t p = (uintptr_t)x->ptrs[i];
@@ -286,7 +289,7 @@ void nkrt_exec_ctx_fail(void *ctx, const char *msg) { env_set_error(ctx, msg); }
 /* Runs the kernel on its tensors' addresses: ptrs[0 .. inputs), then outputs. */
 static nkrt_status_t run_kernel(nkrt_model_t *m, void **ptrs, uint64_t id) {
   const nkrt_neff_desc_t *d = m->desc;
-  exec_ctx_t x = {.model = m, .ptrs = ptrs};
+  exec_ctx_t x = {.model = m, .ptrs = ptrs, .id = id};
   nkrt_kernel_env_t env = {
       .struct_size = sizeof(env),
       .abi_version = NKRT_NEFF_ABI_VERSION,
@@ -718,6 +721,7 @@ static nkrt_status_t bind_at(const nkrt_model_t *m, void *const *addresses,
     if (!p && !is_in && info->alias_input >= 0) p = ptrs[info->alias_input];
     nkrt_block_t *b = p ? nkrt_arena_find_locked(arena, p) : NULL;
     nkrt_tensor_t *owner = b ? b->owner : NULL;
+    if (owner && !nkrt_tensor_try_retain(owner)) owner = NULL; /* being freed */
     const char *kind = is_in ? "input" : "output";
     if (!p) {
       st = nkrt_status_make(NKRT_EXEC_BAD_INPUT, "missing %s tensor '%s' for model '%s': its "
@@ -731,8 +735,8 @@ static nkrt_status_t bind_at(const nkrt_model_t *m, void *const *addresses,
                             " bytes at %p, past the end of allocation '%s' (%" PRIu64
                             " bytes from %p)", kind, info->name, m->name, info->size, (void *)p,
                             owner->name, owner->size, (void *)owner->va);
+      slots[bound++] = owner; /* released below with the others */
     } else {
-      nkrt_tensor_retain(owner);
       slots[bound++] = owner;
       ptrs[i] = p;
       ranges[i] = (nkrt_range_t){(uintptr_t)p, (uintptr_t)p + (uintptr_t)info->size};

@@ -396,6 +396,7 @@ typedef struct gemm_job {
   int64_t panel;  /* rows (or columns, split_n) per panel */
   bool split_n;
   nkrt_pack_cache_t *packs; /* float32, batch 1: B is a weight that may be packed */
+  uint64_t exec_id;         /* the execution running the product */
   _Atomic bool failed;
 } gemm_job_t;
 
@@ -473,8 +474,9 @@ static void run_task(gemm_job_t *g, int64_t t) {
     const float *a = (const float *)g->a + aoff, *b = (const float *)g->b + boff;
     float *c = (float *)g->c + coff;
     void *entry = NULL;
-    const float *packed = g->packs ? nkrt_pack_acquire(g->packs, g->p, g->tb, i1 - i0, j1 - j0,
-                                                       g->k, g->alpha, b, g->ldb, &entry)
+    const float *packed = g->packs ? nkrt_pack_acquire(g->packs, g->p, g->exec_id, g->tb,
+                                                       i1 - i0, j1 - j0, g->k, g->alpha, b,
+                                                       g->ldb, &entry)
                                    : NULL;
     if (packed) {
       g->p->compute_packed_b(g->ta, i1 - i0, j1 - j0, g->k, a, g->lda, packed, g->beta, c,
@@ -583,7 +585,7 @@ static const char *sgemm_job(const nkrt_gemm_provider_t *p, nkrt_pool_t *pool, v
   atomic_init(&g.failed, false);
   if (ctx && batch == 1 && p->pack_b_size && m >= PACK_MIN_ROWS && n > 0 && k > 0) {
     int64_t rows = tb ? n : k, cols = tb ? k : n;
-    g.packs = nkrt_exec_ctx_packs(ctx, b, b + (rows - 1) * ldb + cols);
+    g.packs = nkrt_exec_ctx_packs(ctx, b, b + (rows - 1) * ldb + cols, &g.exec_id);
   }
   return run_job(&g, pool, batch);
 }

@@ -67,12 +67,13 @@ bool nkrt_gemm_ref_force_isa(const char *isa);
 const nkrt_gemm_provider_t *nkrt_gemm_mkl_open(const char *path, char *why, size_t why_len);
 
 /* A packed copy of B for this product from `cache` (gemm_pack.c), or NULL:
- * not packable by `p`, first sighting, being packed by another thread, or no
- * memory - the caller then runs a plain sgemm. A non-NULL result stays valid
- * until nkrt_pack_release(cache, *out_entry). */
-const float *nkrt_pack_acquire(nkrt_pack_cache_t *cache, const nkrt_gemm_provider_t *p, int tb,
-                               int64_t m, int64_t n, int64_t k, float alpha, const float *b,
-                               int64_t ldb, void **out_entry);
+ * not packable by `p`, not yet seen unchanged by an earlier execution than
+ * `exec_id`, being packed by another thread, or no room - the caller then
+ * runs a plain sgemm. A non-NULL result stays valid until
+ * nkrt_pack_release(cache, *out_entry). */
+const float *nkrt_pack_acquire(nkrt_pack_cache_t *cache, const nkrt_gemm_provider_t *p,
+                               uint64_t exec_id, int tb, int64_t m, int64_t n, int64_t k,
+                               float alpha, const float *b, int64_t ldb, void **out_entry);
 void nkrt_pack_release(nkrt_pack_cache_t *cache, void *entry);
 
 /* Temporary buffers for panels, recycled across calls (gemm.c). Any thread

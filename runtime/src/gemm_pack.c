@@ -7,10 +7,11 @@
  * one of the execution's inputs - and in none of its outputs, so the kernel
  * cannot change it - is looked up here by (address, layout, shape, alpha):
  *
- *   - first sighting: remembered, computed normally (one-off operands never
- *     cost a pack);
- *   - seen again with its bytes unchanged: packed, then computed from the
- *     packed copy; later executions reuse it.
+ *   - first sighting: remembered, computed normally;
+ *   - seen again by a later execution with its bytes unchanged: packed, then
+ *     computed from the packed copy; later executions reuse it. Operands
+ *     rewritten before every execution (activations fed back in) and panels
+ *     of one product seen twice within an execution never cost a pack.
  *
  * Unchanged is exact, not guessed: every write nkrt makes to device memory
  * (tensor writes, copies and memsets, 1-D and 2-D, synchronous or queued;
@@ -21,9 +22,13 @@
  *
  * Memory: packed copies live in host memory, at most NKRT_GEMM_PACK_LIMIT
  * bytes per runtime (default 1G; sizes as NKRT_CORE_MEMORY; 0 turns packing
- * off), least recently used evicted first. An entry in use by a running
- * product is never freed under it: invalidation or eviction marks it dead
- * and its last user frees it. */
+ * off). MKL asks for at least ~7.5 MB per packed operand, and a product cut
+ * into column panels packs each panel. When a new copy would pass the limit,
+ * it is not made (the product runs unpacked): evicting copies still in use
+ * would only trade them for each other on every execution. Remembered but
+ * unpacked entries are forgotten least recently used first beyond 4096. An
+ * entry in use by a running product is never freed under it: invalidation
+ * marks it dead and its last user frees it. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,6 +46,7 @@ typedef struct pack_entry {
   int64_t m, n, k, ldb;
   float alpha;
   float *packed;                  /* NULL until packed */
+  uint64_t seen_by;               /* the execution that last saw it unpacked */
   uint64_t bytes;
   uint32_t users;                 /* products computing from it now */
   bool packing;                   /* a thread is packing it (outside the lock) */
@@ -121,13 +127,12 @@ static void to_front_locked(nkrt_pack_cache_t *c, pack_entry_t *e) {
   c->head = e;
 }
 
-/* Drops least recently used entries, not `keep`, while over the limits. */
+/* Forgets least recently used unpacked entries, not `keep`, beyond MAX_ENTRIES. */
 static void evict_locked(nkrt_pack_cache_t *c, const pack_entry_t *keep) {
   pack_entry_t *e = c->tail;
-  while (e && (c->bytes > c->limit ||
-               atomic_load_explicit(&c->count, memory_order_relaxed) > MAX_ENTRIES)) {
+  while (e && atomic_load_explicit(&c->count, memory_order_relaxed) > MAX_ENTRIES) {
     pack_entry_t *prev = e->prev;
-    if (e != keep && !e->packing) {
+    if (e != keep && !e->packing && !e->packed) {
       c->evictions++;
       entry_drop_locked(c, e);
     }
@@ -135,9 +140,9 @@ static void evict_locked(nkrt_pack_cache_t *c, const pack_entry_t *keep) {
   }
 }
 
-const float *nkrt_pack_acquire(nkrt_pack_cache_t *c, const nkrt_gemm_provider_t *p, int tb,
-                               int64_t m, int64_t n, int64_t k, float alpha, const float *b,
-                               int64_t ldb, void **out_entry) {
+const float *nkrt_pack_acquire(nkrt_pack_cache_t *c, const nkrt_gemm_provider_t *p,
+                               uint64_t exec_id, int tb, int64_t m, int64_t n, int64_t k,
+                               float alpha, const float *b, int64_t ldb, void **out_entry) {
   *out_entry = NULL;
   if (!c->limit || !p->pack_b_size) return NULL;
   pthread_mutex_lock(&c->mu);
@@ -158,6 +163,7 @@ const float *nkrt_pack_acquire(nkrt_pack_cache_t *c, const nkrt_gemm_provider_t 
       e->k = k;
       e->ldb = ldb;
       e->alpha = alpha;
+      e->seen_by = exec_id;
       e->next = c->head;
       if (c->head) c->head->prev = e;
       else c->tail = e;
@@ -177,7 +183,8 @@ const float *nkrt_pack_acquire(nkrt_pack_cache_t *c, const nkrt_gemm_provider_t 
     return e->packed;
   }
   uint64_t bytes = p->pack_b_size(m, n, k);
-  if (e->packing || bytes == 0 || bytes > c->limit) {
+  if (e->packing || e->seen_by == exec_id || bytes == 0 || bytes > c->limit - c->bytes) {
+    e->seen_by = exec_id;
     pthread_mutex_unlock(&c->mu);
     return NULL;
   }
@@ -194,12 +201,16 @@ const float *nkrt_pack_acquire(nkrt_pack_cache_t *c, const nkrt_gemm_provider_t 
     pthread_mutex_unlock(&c->mu);
     return NULL;
   }
+  if (bytes > c->limit - c->bytes) { /* another copy took the room meanwhile */
+    free(packed);
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+  }
   e->packed = packed;
   e->bytes = bytes;
   c->bytes += bytes;
   c->packs++;
   e->users++;
-  evict_locked(c, e);
   pthread_mutex_unlock(&c->mu);
   *out_entry = e;
   return packed;

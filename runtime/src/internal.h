@@ -166,8 +166,9 @@ void nkrt_pack_invalidate_slow(nkrt_pack_cache_t *cache, uintptr_t lo, uintptr_t
   } while (0)
 /* The cache a GEMM of the running execution `ctx` may use for B = [lo, hi):
  * non-NULL only when those bytes lie inside one input and overlap no output
- * or scratch of the execution (exec.c). */
-nkrt_pack_cache_t *nkrt_exec_ctx_packs(void *ctx, const void *lo, const void *hi);
+ * or scratch of the execution (exec.c); *out_exec_id: the execution's id. */
+nkrt_pack_cache_t *nkrt_exec_ctx_packs(void *ctx, const void *lo, const void *hi,
+                                       uint64_t *out_exec_id);
 
 /* ---- collectives between processes (comm.c) ----------------------------- */
 
@@ -181,6 +182,10 @@ int nkrt_lib_collective(void *ctx, uint32_t kind, uint32_t dtype, uint32_t reduc
                         int64_t count);
 /* The model an execution context runs (exec.c). */
 const struct nkrt_model *nkrt_exec_ctx_model(void *ctx);
+
+/* Retains t unless its last reference is already gone (a release racing
+ * with a lookup by address); false then. */
+bool nkrt_tensor_try_retain(nkrt_tensor_t *tensor);
 
 /* Copies without checks or hazard waits (queued work uses them). */
 void nkrt_tensor_write_raw(nkrt_tensor_t *tensor, const void *src, uint64_t offset, uint64_t size);
@@ -239,7 +244,9 @@ struct nkrt_runtime {
   uint32_t hazard_waiters;
   nkrt_pack_cache_t *packs;         /* GEMM weights packed once (gemm_pack.c) */
   struct nkrt_comm *comm;           /* the job's communicator, joined at the first
-                                       collective (comm.c); guarded by mu */
+                                       collective (comm.c); guarded by comm_mu */
+  pthread_mutex_t comm_mu;          /* held while joining: may wait minutes for the
+                                       other ranks, so not mu */
   /* tracing (trace.c) */
   atomic_uint trace_active;         /* recording sessions */
   pthread_mutex_t trace_mu;

@@ -204,6 +204,7 @@ nkrt_status_t nkrt_runtime_create(const nkrt_options_t *options, nkrt_runtime_t 
   atomic_init(&rt->trace_active, 0);
   pthread_mutex_init(&rt->mu, NULL);
   pthread_mutex_init(&rt->trace_mu, NULL);
+  pthread_mutex_init(&rt->comm_mu, NULL);
   atomic_init(&rt->hazard_count, 0);
   atomic_init(&rt->hazard_removals, 0);
   pthread_mutex_init(&rt->hazard_mu, NULL);
@@ -248,6 +249,7 @@ void nkrt_runtime_destroy(nkrt_runtime_t *rt) {
   pthread_mutex_destroy(&rt->hazard_mu);
   nkrt_pack_cache_destroy(rt->packs);
   nkrt_comm_destroy(rt->comm);
+  pthread_mutex_destroy(&rt->comm_mu);
   free(rt->cores);
   free(rt);
 }

@@ -90,6 +90,15 @@ nkrt_status_t nkrt_tensor_slice(nkrt_tensor_t *src, uint64_t offset, uint64_t si
   return NULL;
 }
 
+bool nkrt_tensor_try_retain(nkrt_tensor_t *t) {
+  unsigned refs = atomic_load_explicit(&t->refs, memory_order_relaxed);
+  while (refs != 0)
+    if (atomic_compare_exchange_weak_explicit(&t->refs, &refs, refs + 1, memory_order_acquire,
+                                              memory_order_relaxed))
+      return true;
+  return false; /* being released: no longer live */
+}
+
 void nkrt_tensor_retain(nkrt_tensor_t *t) {
   if (t) atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed);
 }

@@ -160,6 +160,18 @@ static void lonely_body(rank_job_t *j, nkrt_comm_t *c) {
   }
 }
 
+static void mismatch_body(rank_job_t *j, nkrt_comm_t *c) {
+  int32_t all[2] = {0, 1};
+  float x[8] = {0}, y[16];
+  /* rank 1 gathers 5 elements where rank 0 reduces 4: both refuse */
+  nkrt_status_t st = j->rank == 0
+                         ? nkrt_comm_all_reduce(c, NKRT_DTYPE_FLOAT32, NKRT_CC_ADD, all, 2, x, y, 4)
+                         : nkrt_comm_all_gather(c, NKRT_DTYPE_FLOAT32, all, 2, x, y, 5);
+  CHECK_ERR(st, NKRT_INVALID, "ranks out of step");
+  /* and the communicator stays failed */
+  CHECK_ERR(nkrt_comm_barrier(c), NKRT_TIMEOUT, "another rank failed");
+}
+
 TEST(comm_timeouts_and_errors) {
   nkrt_comm_t *c = NULL;
   CHECK_ERR(nkrt_comm_join("bad name!", 0, 2, 0, &c), NKRT_INVALID,
@@ -170,6 +182,7 @@ TEST(comm_timeouts_and_errors) {
             "1 of 2 ranks joined within 0 s (rank 1 is missing");
   CHECK(c == NULL);
   CHECK(run_ranks(cc_name("lonely"), 2, 300000000, lonely_body) == 0);
+  CHECK(run_ranks(cc_name("mismatch"), 2, 5000000000ll, mismatch_body) == 0);
   CHECK_ERR(nkrt_comm_barrier(NULL), NKRT_INVALID_HANDLE, "communicator is NULL");
 }
 

@@ -692,3 +692,59 @@ TEST(tensor_update_keeps_unchanged_weights) {
   nkrt_gemm_reselect();
   free(saved);
 }
+
+/* A B rewritten before every execution is never packed, even when its
+ * product is cut into panels that meet the same entry within an execution;
+ * past NKRT_GEMM_PACK_LIMIT weights run unpacked and results stay right. */
+TEST(gemm_packing_skips_one_off_operands_and_respects_the_limit) {
+  const nkrt_gemm_provider_t *mkl = nkrt_gemm_find("mkl");
+  if (!mkl || !mkl->pack_b_size) return;
+  char *saved = getenv("NKRT_GEMM") ? strdup(getenv("NKRT_GEMM")) : NULL;
+  set_env("NKRT_GEMM", "mkl");
+  nkrt_gemm_reselect();
+  enum { S = 256 }; /* 2 * 256^3 flops: split into panels over the pool */
+  for (int limited = 0; limited < 2; limited++) {
+    if (limited) set_env("NKRT_GEMM_PACK_LIMIT", "1M"); /* below one packed copy */
+    nkrt_runtime_t *rt = nkrt_test_runtime("0", 16 << 20);
+    nkrt_model_t *mm = NULL;
+    CHECK_OK(nkrt_model_load_file(rt, nkrt_test_neff("matmul"), 0, NULL, &mm));
+    int64_t params[16] = {0, NKRT_DTYPE_FLOAT32, 1, 0, 1, S, S, S, S, S, S, 0, 0, 0, 0, 0};
+    float scal[2] = {1.0f, 0.0f};
+    float *a = malloc(S * S * 4), *b = malloc(S * S * 4), *c = malloc(S * S * 4);
+    for (int i = 0; i < S * S; i++) a[i] = rnd(), b[i] = rnd();
+    nkrt_tensor_t *tp = tensor_of(rt, "params", params, sizeof(params));
+    nkrt_tensor_t *ts = tensor_of(rt, "scal", scal, sizeof(scal));
+    nkrt_tensor_t *ta = tensor_of(rt, "a", a, CAP * 4), *tb = tensor_of(rt, "b", NULL, CAP * 4);
+    nkrt_tensor_t *tc = tensor_of(rt, "c", NULL, CAP * 4);
+    void *addrs[6] = {nkrt_tensor_va(tp), nkrt_tensor_va(ts), nkrt_tensor_va(ta),
+                      nkrt_tensor_va(tb), nkrt_tensor_va(tc), NULL};
+    for (int rep = 0; rep < 4; rep++) {
+      /* unlimited: new bytes before every execution; limited: the same weight */
+      if (!limited || rep == 0) {
+        b[rep] += 1.0f;
+        CHECK_OK(nkrt_tensor_write(tb, b, 0, S * S * 4));
+      }
+      CHECK_OK(nkrt_execute_at(mm, addrs));
+      CHECK_OK(nkrt_tensor_read(tc, c, 0, S * S * 4));
+      int bad = 0;
+      for (int i = 0; i < S; i += 37)
+        for (int j = 0; j < S; j += 41) {
+          double want = 0;
+          for (int q = 0; q < S; q++) want += (double)a[i * S + q] * b[j * S + q];
+          bad += fabs(c[i * S + j] - want) > 1e-3 * (1 + fabs(want));
+        }
+      CHECK(bad == 0);
+    }
+    nkrt_gemm_pack_stats_t s = pack_stats(rt);
+    CHECK(s.packs == 0 && s.packed_matrices == 0 && s.hits == 0);
+    nkrt_tensor_free(&tp), nkrt_tensor_free(&ts), nkrt_tensor_free(&ta), nkrt_tensor_free(&tb);
+    nkrt_tensor_free(&tc);
+    nkrt_model_unload(mm);
+    nkrt_runtime_destroy(rt);
+    free(a), free(b), free(c);
+  }
+  set_env("NKRT_GEMM_PACK_LIMIT", NULL);
+  set_env("NKRT_GEMM", saved);
+  nkrt_gemm_reselect();
+  free(saved);
+}

@@ -69,6 +69,15 @@ struct KernelCall {
 // A Python exception is already set; unwinds to the entry point.
 struct PyErrorSet {};
 
+// An owned reference, released on scope exit.
+struct PyRef {
+  PyObject* p;
+  explicit PyRef(PyObject* o) : p(o) {}
+  ~PyRef() { Py_XDECREF(p); }
+  PyRef(const PyRef&) = delete;
+  PyRef& operator=(const PyRef&) = delete;
+};
+
 std::vector<int64_t> parse_sizes(PyObject* seq, const char* what) {
   PyObject* fast = PySequence_Fast(seq, what);
   if (!fast) throw PyErrorSet{};
@@ -235,12 +244,22 @@ PyObject* run_kernel_call(PyObject*, PyObject* const* argv, Py_ssize_t argc) {
     return nullptr;
   }
   auto* kc = static_cast<KernelCall*>(PyCapsule_GetPointer(argv[0], kCapsule));
+  if (!PyList_Check(argv[1]) && !PyTuple_Check(argv[1])) {
+    PyErr_Format(PyExc_TypeError, "expected a list or tuple, got %s", Py_TYPE(argv[1])->tp_name);
+    return nullptr;
+  }
+  // The GIL is released while the kernel runs: hold our own references to the
+  // arguments (another thread may change the list) and to the inputs' storages
+  // (so their memory cannot be handed to another tensor meanwhile).
+  PyRef snapshot(PySequence_Tuple(argv[1]));
+  if (!snapshot.p) return nullptr;
   try {
     Py_ssize_t nargs;
-    PyObject* const* args = items_of(argv[1], &nargs);
+    PyObject* const* args = items_of(snapshot.p, &nargs);
     size_t n_in = kc->ins.size(), n_out = kc->outs.size();
     std::vector<void*> addresses(n_in + n_out, nullptr);
-    std::vector<at::Tensor> narrowed(n_in);
+    std::vector<at::Tensor> narrowed(n_in), inputs(n_in);
+    std::vector<c10::Storage> pinned(n_in);
     bool any_write_back = false;
     for (size_t k = 0; k < n_in; k++) {
       const InSpec& s = kc->ins[k];
@@ -256,6 +275,8 @@ PyObject* run_kernel_call(PyObject*, PyObject* const* argv, Py_ssize_t argc) {
           t.scalar_type() != s.dtype || t.sizes() != c10::IntArrayRef(s.sizes) ||
           !t.is_contiguous())
         Py_RETURN_NONE;
+      inputs[k] = t;
+      pinned[k] = t.storage();
       if (!s.narrow) {
         addresses[k] = t.data_ptr();
         continue;
@@ -277,7 +298,7 @@ PyObject* run_kernel_call(PyObject*, PyObject* const* argv, Py_ssize_t argc) {
       return nullptr;
     if (any_write_back)
       for (size_t k = 0; k < n_in; k++)
-        if (kc->ins[k].write_back) widen_into(narrowed[k], THPVariable_Unpack(args[kc->ins[k].arg]));
+        if (kc->ins[k].write_back) widen_into(narrowed[k], inputs[k]);
     PyObject* out = PyList_New(static_cast<Py_ssize_t>(kc->results.size()));
     if (!out) return nullptr;
     for (size_t i = 0; i < kc->results.size(); i++) {

@@ -3,13 +3,12 @@ call (the per-call path of torch_to_nkipy's executor)."""
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 import pytest
 import torch
 
-from conftest import REPO
-
-KERNELS = REPO / "runtime" / "tests" / "kernels"
+KERNELS = Path(__file__).resolve().parents[2] / "runtime" / "tests" / "kernels"
 N = 1024  # the sleep kernel: output0 = x + 1 over float32[1024] after ms[0] ms
 
 

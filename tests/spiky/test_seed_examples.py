@@ -284,9 +284,26 @@ def test_nkipy_process_group_two_ranks(tmp_path):
                 assert got.item() == 5.0
             f = funcol.all_reduce(torch.ones(2, device=dev), "sum", dist.group.WORLD)
             assert f.cpu().tolist() == [2.0, 2.0]
+            outs = [torch.zeros(1, device=dev) for _ in range(n)]
+            dist.all_to_all(outs, [torch.full((1,), 10.0 * r + i, device=dev) for i in range(n)])
+            assert [o.item() for o in outs] == [float(r), 10.0 + r]
+            gathered = [torch.zeros(1, device=dev) for _ in range(n)] if r == 0 else None
+            dist.gather(torch.full((1,), float(r), device=dev), gathered, dst=0)
+            if r == 0:
+                assert [g.item() for g in gathered] == [0.0, 1.0]
+            mine = torch.zeros(1, device=dev)
+            dist.scatter(mine, [torch.full((1,), 5.0 + i, device=dev) for i in range(n)]
+                         if r == 0 else None, src=0)
+            assert mine.item() == 5.0 + r
         box = [{{"a": 1}}] if r == 0 else [None]
         dist.broadcast_object_list(box, src=0)
         assert box == [{{"a": 1}}]
+        objs = [None] * n
+        dist.all_gather_object(objs, ("rank", r))
+        assert objs == [("rank", 0), ("rank", 1)]
+        got = [None] * n if r == 0 else None
+        dist.gather_object(r * 10, got, dst=0)
+        assert r != 0 or got == [0, 10]
         dist.barrier()
 
         def fn(x):

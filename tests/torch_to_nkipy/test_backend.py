@@ -501,14 +501,18 @@ def test_communicator_id(monkeypatch):
     """The name the ranks' runtimes meet under for collectives ($NKRT_CC_ID)."""
     from torch_to_nkipy.config import _communicator_id
 
-    for k in ("NKRT_CC_ID", "TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT"):
+    for k in ("NKRT_CC_ID", "TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT",
+              "TORCHELASTIC_RESTART_COUNT"):
         monkeypatch.setenv(k, "")
         monkeypatch.delenv(k)
     assert _communicator_id(1) is None
     assert _communicator_id(2) is None and "NKRT_CC_ID" not in os.environ  # nothing to go by
     monkeypatch.setenv("MASTER_ADDR", "10.0.0.1")
     monkeypatch.setenv("MASTER_PORT", "29500")
-    assert _communicator_id(2) == "job--10.0.0.1-29500" == os.environ["NKRT_CC_ID"]
+    assert _communicator_id(2) == "job--10.0.0.1-29500-" == os.environ["NKRT_CC_ID"]
+    monkeypatch.delenv("NKRT_CC_ID")
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")     # a restarted attempt: a new name
+    assert _communicator_id(2) == "job--10.0.0.1-29500-1"
     monkeypatch.setenv("NKRT_CC_ID", "mine")
     assert _communicator_id(4) == "mine"
 

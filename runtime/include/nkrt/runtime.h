@@ -102,7 +102,8 @@ void nkrt_free(void *ptr);
  * whose B is a kernel input the kernel does not write are packed into the
  * GEMM library's layout on their second sighting with unchanged bytes and
  * reused until any nkrt write touches those bytes. Host memory, at most
- * NKRT_GEMM_PACK_LIMIT bytes per runtime (default 1G, 0 disables). */
+ * NKRT_GEMM_PACK_LIMIT bytes per runtime (default 1G, 0 disables); past the
+ * limit new weights simply run unpacked. */
 typedef struct nkrt_gemm_pack_stats {
   uint64_t packed_matrices; /* packed copies held now */
   uint64_t packed_bytes;    /* their host memory */
@@ -110,7 +111,7 @@ typedef struct nkrt_gemm_pack_stats {
   uint64_t hits;            /* products computed from a packed copy */
   uint64_t packs;           /* copies made */
   uint64_t invalidations;   /* entries dropped because their bytes were written */
-  uint64_t evictions;       /* entries dropped for the limits */
+  uint64_t evictions;       /* remembered (unpacked) entries forgotten beyond 4096 */
 } nkrt_gemm_pack_stats_t;
 
 nkrt_status_t nkrt_gemm_pack_stats(nkrt_runtime_t *runtime, nkrt_gemm_pack_stats_t *out_stats);
