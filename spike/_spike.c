@@ -1202,22 +1202,30 @@ static int check_bounds(NrtTensorObject *t, const char *op, uint64_t offset, uin
 }
 
 /* Copies between host memory and a tensor without the GIL: write when
- * `src` is given, else read into `dst`. The tensor is retained meanwhile. */
-static PyObject *tensor_copy_nogil(NrtTensorObject *t, const void *src, void *dst,
-                                   uint64_t offset, uint64_t size) {
+ * `src` is given (only the blocks that differ with `only_changes`:
+ * nkrt_tensor_update), else read into `dst`. The tensor is retained
+ * meanwhile. */
+static PyObject *tensor_copy_nogil_ex(NrtTensorObject *t, const void *src, void *dst,
+                                      uint64_t offset, uint64_t size, int only_changes) {
   SpikeCtx *ctx = t->ctx;
   nkrt_tensor_t *tensor = t->tensor;
   if (ctx_enter(ctx) < 0) return NULL;
   nkrt_tensor_retain(tensor);
   nkrt_status_t st;
   Py_BEGIN_ALLOW_THREADS
-  st = src ? nkrt_tensor_write(tensor, src, offset, size)
-           : nkrt_tensor_read(tensor, dst, offset, size);
+  st = !src          ? nkrt_tensor_read(tensor, dst, offset, size)
+       : only_changes ? nkrt_tensor_update(tensor, src, offset, size, NULL)
+                      : nkrt_tensor_write(tensor, src, offset, size);
   nkrt_tensor_release(tensor);
   ctx_leave(ctx);
   Py_END_ALLOW_THREADS
   if (st) return nrt_error(st);
   Py_RETURN_NONE;
+}
+
+static PyObject *tensor_copy_nogil(NrtTensorObject *t, const void *src, void *dst,
+                                   uint64_t offset, uint64_t size) {
+  return tensor_copy_nogil_ex(t, src, dst, offset, size, 0);
 }
 
 static PyObject *spike_tensor_write(SpikeObject *self, PyObject *args, PyObject *kwds) {
@@ -1293,11 +1301,12 @@ static int get_contiguous_buffer(PyObject *obj, Py_buffer *view, int writable) {
 
 static PyObject *spike_tensor_write_from_pybuffer(SpikeObject *self, PyObject *args,
                                                   PyObject *kwds) {
-  static char *kwlist[] = {"tensor", "buffer", "offset", NULL};
+  static char *kwlist[] = {"tensor", "buffer", "offset", "only_changes", NULL};
   PyObject *arg, *buffer;
   long long offset = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|L:tensor_write_from_pybuffer", kwlist, &arg,
-                                   &buffer, &offset))
+  int only_changes = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|Lp:tensor_write_from_pybuffer", kwlist, &arg,
+                                   &buffer, &offset, &only_changes))
     return NULL;
   NrtTensorObject *tensor;
   if (check_non_negative("offset", offset) < 0 || spike_check_open(self) < 0 ||
@@ -1307,7 +1316,8 @@ static PyObject *spike_tensor_write_from_pybuffer(SpikeObject *self, PyObject *a
   if (get_contiguous_buffer(buffer, &view, 0) < 0) return NULL;
   PyObject *result = NULL;
   if (check_bounds(tensor, "write", (uint64_t)offset, (uint64_t)view.len) == 0)
-    result = tensor_copy_nogil(tensor, view.buf, NULL, (uint64_t)offset, (uint64_t)view.len);
+    result = tensor_copy_nogil_ex(tensor, view.buf, NULL, (uint64_t)offset, (uint64_t)view.len,
+                                  only_changes);
   PyBuffer_Release(&view);
   return result;
 }
@@ -2334,8 +2344,10 @@ static PyMethodDef spike_methods[] = {
      "means to the end."},
     {"tensor_write_from_pybuffer", (PyCFunction)(void (*)(void))spike_tensor_write_from_pybuffer,
      KW,
-     "tensor_write_from_pybuffer(tensor, buffer, offset=0) -> None\n\nCopies a C-contiguous "
-     "buffer (e.g. a NumPy array) straight to the device, without the GIL."},
+     "tensor_write_from_pybuffer(tensor, buffer, offset=0, only_changes=False) -> None\n\n"
+     "Copies a C-contiguous buffer (e.g. a NumPy array) straight to the device, without the "
+     "GIL. With only_changes, compares first and writes only the 16 KiB blocks that differ "
+     "(nkrt_tensor_update: unchanged weights keep their packed GEMM copies)."},
     {"tensor_read_to_pybuffer", (PyCFunction)(void (*)(void))spike_tensor_read_to_pybuffer, KW,
      "tensor_read_to_pybuffer(tensor, buffer, offset=0, size=0) -> None\n\nCopies device bytes "
      "straight into a writable C-contiguous buffer, without the GIL; size 0 means to the end."},

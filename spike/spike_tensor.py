@@ -116,8 +116,12 @@ class SpikeTensor:
         self._spike.tensor_read_to_pybuffer(self.tensor_ref, _as_bytes_view(out))
         return out
 
-    def write_from_numpy(self, array: np.ndarray) -> None:
-        """Overwrites the device contents with ``array`` (same dtype and size; no realloc)."""
+    def write_from_numpy(self, array: np.ndarray, only_changes: bool = False) -> None:
+        """Overwrites the device contents with ``array`` (same dtype and size; no realloc).
+
+        ``only_changes=True`` compares first and writes only the 16 KiB blocks
+        that differ: for inputs written again on every call that seldom change
+        (weights), which then keep their packed GEMM copies (docs/gemm.md)."""
         ensure_usable(self.tensor_ref)
         array = np.asarray(array)
         if array.dtype != self.dtype:
@@ -131,7 +135,8 @@ class SpikeTensor:
                 f"elements (shape {self.shape}), got {array.size} (shape {array.shape})"
             )
         array = _contiguous(array)
-        self._spike.tensor_write_from_pybuffer(self.tensor_ref, _as_bytes_view(array))
+        self._spike.tensor_write_from_pybuffer(self.tensor_ref, _as_bytes_view(array),
+                                               only_changes=only_changes)
 
     def free(self) -> None:
         """Frees the device memory now; later use raises SpikeError."""

@@ -338,7 +338,7 @@ class Executor:
                 return device.to_device(a, self.core), None
             arr = device.torch_to_numpy(a)
             buf = bufs.buffer(p, arr.shape, arr.dtype)
-            buf.write_from_numpy(arr)
+            buf.write_from_numpy(arr, only_changes=True)   # weights: usually unchanged
             return buf, None
         shape, np_dtype = self.in_specs[p]
         geo = PadGeometry.of(tuple(a.shape), pd.dim, pd.mult * pad.bucket, np_dtype.itemsize)

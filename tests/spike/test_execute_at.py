@@ -70,3 +70,4 @@ def test_runs_after_queued_work(raw_spike, neff):
     assert ev.done
     got = np.frombuffer(raw_spike.tensor_read(out), np.float32)
     assert np.array_equal(got, np.full(N, 2, np.float32))
+

@@ -504,3 +504,21 @@ def test_quiet_reset_helper_closes_singleton():
     quiet_reset()
     s = Spike()  # possible again
     s.close()
+
+
+def test_write_only_changes(raw_spike):
+    """tensor_write_from_pybuffer(only_changes=True) ends with the same bytes as
+    a plain write, whatever differed."""
+    t = raw_spike.allocate_tensor(100000, name="t")
+    a = np.arange(25000, dtype=np.float32)
+    raw_spike.tensor_write_from_pybuffer(t, a, only_changes=True)
+    assert np.array_equal(np.frombuffer(raw_spike.tensor_read(t), np.float32), a)
+    a[[0, 12345, 24999]] = -1
+    raw_spike.tensor_write_from_pybuffer(t, a, only_changes=True)
+    assert np.array_equal(np.frombuffer(raw_spike.tensor_read(t), np.float32), a)
+    raw_spike.tensor_write_from_pybuffer(t, a[:10], 40, only_changes=True)
+    b = a.copy()
+    b[10:20] = a[:10]
+    assert np.array_equal(np.frombuffer(raw_spike.tensor_read(t), np.float32), b)
+    with pytest.raises(SpikeError, match="exceeds the tensor bound"):
+        raw_spike.tensor_write_from_pybuffer(t, a, 4, only_changes=True)
