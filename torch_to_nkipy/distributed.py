@@ -17,7 +17,7 @@ Registered when ``torch_to_nkipy`` is imported (:func:`register`).
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any, Callable, List, Sequence
+from typing import Any, Callable, List
 
 import torch
 import torch.distributed as dist
@@ -46,16 +46,24 @@ class _DoneWork(dist._Work):
         return self._future
 
 
-def _host(t: torch.Tensor) -> torch.Tensor:
-    """t itself when on the CPU, else a CPU copy."""
-    return t if t.device.type == "cpu" else t.detach().to("cpu")
+def _to_host(x: Any) -> Any:
+    """Tensors (in lists, at any depth) on the CPU: themselves, or CPU copies."""
+    if isinstance(x, torch.Tensor):
+        return x if x.device.type == "cpu" else x.detach().to("cpu")
+    if isinstance(x, list):
+        return [_to_host(v) for v in x]
+    return x
 
 
-def _back(dst: torch.Tensor, src: torch.Tensor) -> None:
-    """Writes a CPU result into dst when dst is not that CPU tensor."""
-    if dst is not src:
-        with torch.no_grad():
-            dst.copy_(src)
+def _write_back(dst: Any, host: Any) -> None:
+    """Writes host results into the caller's tensors that are not those results."""
+    if isinstance(dst, torch.Tensor):
+        if dst is not host:
+            with torch.no_grad():
+                dst.copy_(host.view(dst.shape))
+    elif isinstance(dst, list):
+        for d, h in zip(dst, host):
+            _write_back(d, h)
 
 
 class NkipyProcessGroup(dist.ProcessGroup):
@@ -89,118 +97,85 @@ class NkipyProcessGroup(dist.ProcessGroup):
     def name(self) -> str:
         return BACKEND
 
-    def _run(self, op: Callable[..., Any], tensors: Sequence[torch.Tensor],
-             *args: Any) -> List[torch.Tensor]:
-        """op(host copies of tensors, *args), then the results written back."""
-        host = [_host(t) for t in tensors]
-        op(host, *args).wait()
-        for t, h in zip(tensors, host):
-            _back(t, h)
-        return list(tensors)
+    @staticmethod
+    def _staged(op: Callable[..., Any], outputs: Any, *args: Any) -> dist._Work:
+        """op(outputs, *args) with every tensor on the host, then the outputs
+        (a tensor or lists of them) written back."""
+        host = _to_host(outputs)
+        op(host, *[_to_host(a) for a in args]).wait()
+        _write_back(outputs, host)
+        return _DoneWork(outputs)
 
     def allreduce(self, tensors: List[torch.Tensor], opts: Any = None) -> dist._Work:
-        opts = opts if opts is not None else dist.AllreduceOptions()
-        return _DoneWork(self._run(self._gloo.allreduce, tensors, opts))
+        return self._staged(self._gloo.allreduce, tensors, opts or dist.AllreduceOptions())
 
     def broadcast(self, tensors: List[torch.Tensor], opts: Any = None) -> dist._Work:
-        opts = opts if opts is not None else dist.BroadcastOptions()
-        return _DoneWork(self._run(self._gloo.broadcast, tensors, opts))
+        return self._staged(self._gloo.broadcast, tensors, opts or dist.BroadcastOptions())
 
     def reduce(self, tensors: List[torch.Tensor], opts: Any) -> dist._Work:
-        return _DoneWork(self._run(self._gloo.reduce, tensors, opts))
+        return self._staged(self._gloo.reduce, tensors, opts)
 
     def allgather(self, output_lists: List[List[torch.Tensor]], inputs: List[torch.Tensor],
                   opts: Any = None) -> dist._Work:
-        opts = opts if opts is not None else dist.AllgatherOptions()
-        host_out = [[_host(t) for t in lst] for lst in output_lists]
-        self._gloo.allgather(host_out, [_host(t) for t in inputs], opts).wait()
-        for lst, hl in zip(output_lists, host_out):
-            for t, h in zip(lst, hl):
-                _back(t, h)
-        return _DoneWork(output_lists)
+        return self._staged(self._gloo.allgather, output_lists, inputs,
+                            opts or dist.AllgatherOptions())
 
     def _allgather_base(self, output: torch.Tensor, input: torch.Tensor,  # noqa: A002
                         opts: Any = None) -> dist._Work:
-        opts = opts if opts is not None else dist.AllgatherOptions()
-        host = _host(output)
-        self._gloo._allgather_base(host, _host(input), opts).wait()
-        _back(output, host)
-        return _DoneWork(output)
+        return self._staged(self._gloo._allgather_base, output, input,
+                            opts or dist.AllgatherOptions())
 
     all_gather_single = _allgather_base     # the names newer torch calls
 
     def reduce_scatter(self, outputs: List[torch.Tensor], input_lists: List[List[torch.Tensor]],
                        opts: Any = None) -> dist._Work:
-        opts = opts if opts is not None else dist.ReduceScatterOptions()
-        host_out = [_host(t) for t in outputs]
-        self._gloo.reduce_scatter(host_out, [[_host(t) for t in lst] for lst in input_lists],
-                                  opts).wait()
-        for t, h in zip(outputs, host_out):
-            _back(t, h)
-        return _DoneWork(outputs)
+        return self._staged(self._gloo.reduce_scatter, outputs, input_lists,
+                            opts or dist.ReduceScatterOptions())
 
     def _reduce_scatter_base(self, output: torch.Tensor, input: torch.Tensor,  # noqa: A002
                              opts: Any = None) -> dist._Work:
-        opts = opts if opts is not None else dist.ReduceScatterOptions()
-        host = _host(output)
-        self._gloo._reduce_scatter_base(host, _host(input), opts).wait()
-        _back(output, host)
-        return _DoneWork(output)
+        return self._staged(self._gloo._reduce_scatter_base, output, input,
+                            opts or dist.ReduceScatterOptions())
 
     reduce_scatter_single = _reduce_scatter_base
 
     def alltoall_base(self, output: torch.Tensor, input: torch.Tensor,  # noqa: A002
                       output_split_sizes: List[int], input_split_sizes: List[int],
                       opts: Any = None) -> dist._Work:
-        opts = opts if opts is not None else dist.AllToAllOptions()
-        host = _host(output)
-        self._gloo.alltoall_base(host, _host(input), output_split_sizes, input_split_sizes,
-                                 opts).wait()
-        _back(output, host)
-        return _DoneWork(output)
+        return self._staged(self._gloo.alltoall_base, output, input, output_split_sizes,
+                            input_split_sizes, opts or dist.AllToAllOptions())
 
     all_to_all_single = alltoall_base
 
     def alltoall(self, outputs: List[torch.Tensor], inputs: List[torch.Tensor],
                  opts: Any = None) -> dist._Work:
         """dist.all_to_all: tensor i goes to rank i (through alltoall_base)."""
-        flat_in = torch.cat([_host(t).reshape(-1) for t in inputs])
+        flat_in = torch.cat([_to_host(t).reshape(-1) for t in inputs])
         flat_out = torch.empty(sum(t.numel() for t in outputs), dtype=flat_in.dtype)
         self._gloo.alltoall_base(flat_out, flat_in, [t.numel() for t in outputs],
                                  [t.numel() for t in inputs],
-                                 opts if opts is not None else dist.AllToAllOptions()).wait()
-        for t, part in zip(outputs, torch.split(flat_out, [t.numel() for t in outputs])):
-            _back(t, part.view(t.shape))
+                                 opts or dist.AllToAllOptions()).wait()
+        _write_back(outputs, list(torch.split(flat_out, [t.numel() for t in outputs])))
         return _DoneWork(outputs)
 
     def gather(self, output_lists: List[List[torch.Tensor]], inputs: List[torch.Tensor],
                opts: Any) -> dist._Work:
-        host_out = [[_host(t) for t in lst] for lst in output_lists]
-        self._gloo.gather(host_out, [_host(t) for t in inputs], opts).wait()
-        for lst, hl in zip(output_lists, host_out):
-            for t, h in zip(lst, hl):
-                _back(t, h)
-        return _DoneWork(output_lists)
+        return self._staged(self._gloo.gather, output_lists, inputs, opts)
 
     def scatter(self, outputs: List[torch.Tensor], input_lists: List[List[torch.Tensor]],
                 opts: Any) -> dist._Work:
-        host_out = [_host(t) for t in outputs]
-        self._gloo.scatter(host_out, [[_host(t) for t in lst] for lst in input_lists],
-                           opts).wait()
-        for t, h in zip(outputs, host_out):
-            _back(t, h)
-        return _DoneWork(outputs)
+        return self._staged(self._gloo.scatter, outputs, input_lists, opts)
 
     def barrier(self, opts: Any = None) -> dist._Work:
         self._gloo.barrier(opts if opts is not None else dist.BarrierOptions()).wait()
         return _DoneWork(None)
 
     def send(self, tensors: List[torch.Tensor], dst: int, tag: int = 0) -> dist._Work:
-        self._gloo.send([_host(t) for t in tensors], dst, tag).wait()
+        self._gloo.send(_to_host(tensors), dst, tag).wait()
         return _DoneWork(tensors)
 
     def recv(self, tensors: List[torch.Tensor], src: int, tag: int = 0) -> dist._Work:
-        return _DoneWork(self._run(lambda host: self._gloo.recv(host, src, tag), tensors))
+        return self._staged(lambda host: self._gloo.recv(host, src, tag), tensors)
 
 
 def _create(opts: Any, backend_options: Any = None) -> NkipyProcessGroup:

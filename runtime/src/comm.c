@@ -271,13 +271,7 @@ static nkrt_status_t group_index(const nkrt_comm_t *c, const int32_t *ranks, uin
   return NULL;
 }
 
-static const char *kind_name(uint64_t kind) {
-  switch (kind) {
-    case NKRT_CC_ALL_REDUCE: return "all_reduce";
-    case NKRT_CC_ALL_GATHER: return "all_gather";
-    default: return "all_to_all";
-  }
-}
+static const char *const kind_names[] = {"all_reduce", "all_gather", "all_to_all"};
 
 static uint64_t group_hash(const int32_t *ranks, uint32_t n) {
   uint64_t h = 1469598103934665603ull;
@@ -318,9 +312,9 @@ static nkrt_status_t agree(nkrt_comm_t *c, const int32_t *ranks, uint32_t n) {
                             "collective #%" PRIu64 ", %s of %" PRId64 " elements (dtype %u, op %u), "
                             "rank %u runs #%" PRIu64 ", %s of %" PRId64 " elements (dtype %u, op "
                             "%u)%s; every rank must run the same collectives in the same order",
-                            c->name, c->rank, c->seq, kind_name(what >> 32), count,
+                            c->name, c->rank, c->seq, kind_names[(what >> 32) % 3], count,
                             (unsigned)(what >> 16 & 0xffff), (unsigned)(what & 0xffff), r, rseq,
-                            kind_name(rwhat >> 32), rcount, (unsigned)(rwhat >> 16 & 0xffff),
+                            kind_names[(rwhat >> 32) % 3], rcount, (unsigned)(rwhat >> 16 & 0xffff),
                             (unsigned)(rwhat & 0xffff),
                             member && rwhat == what && rcount == count ? " with another group" : "");
   }
@@ -416,82 +410,99 @@ static void reduce_slots(const nkrt_comm_t *comm, uint32_t dtype, uint32_t op,
   }
 }
 
-nkrt_status_t nkrt_comm_all_reduce(nkrt_comm_t *c, uint32_t dtype, uint32_t op,
-                                   const int32_t *ranks, uint32_t n, const void *src, void *dst,
-                                   int64_t count) {
+/* One collective, moved slot-sized chunk by chunk: fill() puts this rank's
+ * part of elements [off, off + k) in its slot, the ranks meet (and check they
+ * run the same thing), take() reads what it needs from the members' slots,
+ * and the ranks meet again before the slots are reused. */
+typedef struct xfer {
+  nkrt_comm_t *c;
+  uint32_t kind, dtype, op;
+  const int32_t *ranks;
+  uint32_t n, me; /* group size, the caller's index in it */
+  const uint8_t *src;
+  uint8_t *dst;
+  int64_t count;
+  size_t es;
+  void (*fill)(const struct xfer *x, int64_t off, int64_t k);
+  void (*take)(const struct xfer *x, int64_t off, int64_t k);
+} xfer_t;
+
+static void fill_own(const xfer_t *x, int64_t off, int64_t k) {
+  memcpy(slot(x->c, (int32_t)x->c->rank), x->src + off * (int64_t)x->es, (size_t)k * x->es);
+}
+
+static void take_reduced(const xfer_t *x, int64_t off, int64_t k) {
+  reduce_slots(x->c, x->dtype, x->op, x->ranks, x->n, x->dst + off * (int64_t)x->es, k);
+}
+
+static void take_gathered(const xfer_t *x, int64_t off, int64_t k) {
+  for (uint32_t m = 0; m < x->n; m++)
+    memcpy(x->dst + ((int64_t)m * x->count + off) * (int64_t)x->es, slot(x->c, x->ranks[m]),
+           (size_t)k * x->es);
+}
+
+/* all_to_all: n blocks of k elements per slot, block b for member b */
+static void fill_blocks(const xfer_t *x, int64_t off, int64_t k) {
+  uint8_t *mine = slot(x->c, (int32_t)x->c->rank);
+  for (uint32_t b = 0; b < x->n; b++)
+    memcpy(mine + (size_t)b * (size_t)k * x->es,
+           x->src + ((int64_t)b * x->count + off) * (int64_t)x->es, (size_t)k * x->es);
+}
+
+static void take_blocks(const xfer_t *x, int64_t off, int64_t k) {
+  for (uint32_t m = 0; m < x->n; m++)
+    memcpy(x->dst + ((int64_t)m * x->count + off) * (int64_t)x->es,
+           slot(x->c, x->ranks[m]) + (size_t)x->me * (size_t)k * x->es, (size_t)k * x->es);
+}
+
+static nkrt_status_t run_chunks(xfer_t *x) {
+  nkrt_comm_t *c = x->c;
   if (!c) return nkrt_status_make(NKRT_INVALID_HANDLE, "communicator is NULL");
-  uint32_t me;
-  nkrt_status_t st = group_index(c, ranks, n, dtype, count, &me);
+  nkrt_status_t st = group_index(c, x->ranks, x->n, x->dtype, x->count, &x->me);
   if (st) return st;
-  if (op > NKRT_CC_MIN) return nkrt_status_make(NKRT_INVALID, "all_reduce: unknown op %u", op);
-  if (dtype == NKRT_DTYPE_FLOAT64 || dtype == NKRT_DTYPE_UINT64)
-    return nkrt_status_make(NKRT_INVALID, "all_reduce: dtype %u is not supported", dtype);
-  size_t es = nkrt_dtype_size(dtype);
-  int64_t chunk = (int64_t)(SLOT_BYTES / es);
+  x->es = nkrt_dtype_size(x->dtype);
+  int64_t per_slot = (int64_t)(SLOT_BYTES / x->es);
+  int64_t chunk = x->kind == NKRT_CC_ALL_TO_ALL ? per_slot / x->n : per_slot;
+  if (chunk < 1) return nkrt_status_make(NKRT_INVALID, "all_to_all: group too large");
+  const char *what = kind_names[x->kind];
   pthread_mutex_lock(&c->mu);
-  announce(c, NKRT_CC_ALL_REDUCE, dtype, op, count, ranks, n);
-  for (int64_t off = 0; (off == 0 || off < count) && !st; off += chunk) {
-    int64_t k = count - off < chunk ? count - off : chunk;
-    memcpy(slot(c, (int32_t)c->rank), (const uint8_t *)src + off * (int64_t)es, (size_t)k * es);
-    st = barrier(c, "all_reduce");
-    if (!st && off == 0) st = agree(c, ranks, n);
-    if (!st) reduce_slots(c, dtype, op, ranks, n, (uint8_t *)dst + off * (int64_t)es, k);
-    if (!st) st = barrier(c, "all_reduce");
+  announce(c, x->kind, x->dtype, x->op, x->count, x->ranks, x->n);
+  for (int64_t off = 0; (off == 0 || off < x->count) && !st; off += chunk) {
+    int64_t k = x->count - off < chunk ? x->count - off : chunk;
+    x->fill(x, off, k);
+    st = barrier(c, what);
+    if (!st && off == 0) st = agree(c, x->ranks, x->n);
+    if (!st) x->take(x, off, k);
+    if (!st) st = barrier(c, what);
   }
   pthread_mutex_unlock(&c->mu);
   return st;
+}
+
+nkrt_status_t nkrt_comm_all_reduce(nkrt_comm_t *c, uint32_t dtype, uint32_t op,
+                                   const int32_t *ranks, uint32_t n, const void *src, void *dst,
+                                   int64_t count) {
+  if (op > NKRT_CC_MIN) return nkrt_status_make(NKRT_INVALID, "all_reduce: unknown op %u", op);
+  if (dtype == NKRT_DTYPE_FLOAT64 || dtype == NKRT_DTYPE_UINT64)
+    return nkrt_status_make(NKRT_INVALID, "all_reduce: dtype %u is not supported", dtype);
+  xfer_t x = {.c = c, .kind = NKRT_CC_ALL_REDUCE, .dtype = dtype, .op = op, .ranks = ranks,
+              .n = n, .src = src, .dst = dst, .count = count, .fill = fill_own,
+              .take = take_reduced};
+  return run_chunks(&x);
 }
 
 nkrt_status_t nkrt_comm_all_gather(nkrt_comm_t *c, uint32_t dtype, const int32_t *ranks,
                                    uint32_t n, const void *src, void *dst, int64_t count) {
-  if (!c) return nkrt_status_make(NKRT_INVALID_HANDLE, "communicator is NULL");
-  uint32_t me;
-  nkrt_status_t st = group_index(c, ranks, n, dtype, count, &me);
-  if (st) return st;
-  size_t es = nkrt_dtype_size(dtype);
-  int64_t chunk = (int64_t)(SLOT_BYTES / es);
-  pthread_mutex_lock(&c->mu);
-  announce(c, NKRT_CC_ALL_GATHER, dtype, 0, count, ranks, n);
-  for (int64_t off = 0; (off == 0 || off < count) && !st; off += chunk) {
-    int64_t k = count - off < chunk ? count - off : chunk;
-    memcpy(slot(c, (int32_t)c->rank), (const uint8_t *)src + off * (int64_t)es, (size_t)k * es);
-    st = barrier(c, "all_gather");
-    if (!st && off == 0) st = agree(c, ranks, n);
-    for (uint32_t m = 0; m < n && !st; m++)
-      memcpy((uint8_t *)dst + ((int64_t)m * count + off) * (int64_t)es, slot(c, ranks[m]),
-             (size_t)k * es);
-    if (!st) st = barrier(c, "all_gather");
-  }
-  pthread_mutex_unlock(&c->mu);
-  return st;
+  xfer_t x = {.c = c, .kind = NKRT_CC_ALL_GATHER, .dtype = dtype, .ranks = ranks, .n = n,
+              .src = src, .dst = dst, .count = count, .fill = fill_own, .take = take_gathered};
+  return run_chunks(&x);
 }
 
 nkrt_status_t nkrt_comm_all_to_all(nkrt_comm_t *c, uint32_t dtype, const int32_t *ranks,
                                    uint32_t n, const void *src, void *dst, int64_t count) {
-  if (!c) return nkrt_status_make(NKRT_INVALID_HANDLE, "communicator is NULL");
-  uint32_t me;
-  nkrt_status_t st = group_index(c, ranks, n, dtype, count, &me);
-  if (st) return st;
-  size_t es = nkrt_dtype_size(dtype);
-  int64_t chunk = (int64_t)(SLOT_BYTES / (es * n)); /* n blocks of `chunk` per slot */
-  if (chunk < 1) return nkrt_status_make(NKRT_INVALID, "all_to_all: group too large");
-  pthread_mutex_lock(&c->mu);
-  announce(c, NKRT_CC_ALL_TO_ALL, dtype, 0, count, ranks, n);
-  for (int64_t off = 0; (off == 0 || off < count) && !st; off += chunk) {
-    int64_t k = count - off < chunk ? count - off : chunk;
-    uint8_t *mine = slot(c, (int32_t)c->rank);
-    for (uint32_t b = 0; b < n; b++)
-      memcpy(mine + (size_t)b * (size_t)k * es,
-             (const uint8_t *)src + ((int64_t)b * count + off) * (int64_t)es, (size_t)k * es);
-    st = barrier(c, "all_to_all");
-    if (!st && off == 0) st = agree(c, ranks, n);
-    for (uint32_t m = 0; m < n && !st; m++)
-      memcpy((uint8_t *)dst + ((int64_t)m * count + off) * (int64_t)es,
-             slot(c, ranks[m]) + (size_t)me * (size_t)k * es, (size_t)k * es);
-    if (!st) st = barrier(c, "all_to_all");
-  }
-  pthread_mutex_unlock(&c->mu);
-  return st;
+  xfer_t x = {.c = c, .kind = NKRT_CC_ALL_TO_ALL, .dtype = dtype, .ranks = ranks, .n = n,
+              .src = src, .dst = dst, .count = count, .fill = fill_blocks, .take = take_blocks};
+  return run_chunks(&x);
 }
 
 /* ---- the kernels' entry (env->lib->collective) ---------------------------- */
