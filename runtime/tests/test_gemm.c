@@ -523,6 +523,22 @@ static int pack_run(pack_fixture_t *f) {
   return bad;
 }
 
+/* Random A (PM x PK) and B (PN x PK) in fresh tensors, the matmul NEFF's
+ * parameters for C = A @ B^T. */
+static void pack_fixture_fill(pack_fixture_t *f) {
+  int64_t params[16] = {0, NKRT_DTYPE_FLOAT32, 1, 0, 1, PM, PN, PK, PK, PK, PN, 0, 0, 0, 0, 0};
+  float scal[2] = {1.0f, 0.0f};
+  for (int i = 0; i < PM * PK; i++) f->ha[i] = rnd();
+  for (int i = 0; i < PN * PK; i++) f->hb[i] = rnd();
+  f->params = tensor_of(f->rt, "params", params, sizeof(params));
+  f->scal = tensor_of(f->rt, "scal", scal, sizeof(scal));
+  f->a = tensor_of(f->rt, "a", NULL, CAP * 4);
+  f->b = tensor_of(f->rt, "b", NULL, CAP * 4);
+  f->c = tensor_of(f->rt, "c", NULL, CAP * 4);
+  CHECK_OK(nkrt_tensor_write(f->a, f->ha, 0, sizeof(f->ha)));
+  CHECK_OK(nkrt_tensor_write(f->b, f->hb, 0, sizeof(f->hb)));
+}
+
 static nkrt_gemm_pack_stats_t pack_stats(nkrt_runtime_t *rt) {
   nkrt_gemm_pack_stats_t s;
   CHECK_OK(nkrt_gemm_pack_stats(rt, &s));
@@ -545,17 +561,7 @@ TEST(gemm_packed_weights) {
   CHECK_OK(nkrt_model_load_file(f.rt, nkrt_test_neff("matmul"), 0, NULL, &f.mm));
   nkrt_model_t *inc = NULL;
   CHECK_OK(nkrt_model_load_file(f.rt, nkrt_test_neff("inplace"), 0, NULL, &inc));
-  int64_t params[16] = {0, NKRT_DTYPE_FLOAT32, 1, 0, 1, PM, PN, PK, PK, PK, PN, 0, 0, 0, 0, 0};
-  float scal[2] = {1.0f, 0.0f};
-  for (int i = 0; i < PM * PK; i++) f.ha[i] = rnd();
-  for (int i = 0; i < PN * PK; i++) f.hb[i] = rnd();
-  f.params = tensor_of(f.rt, "params", params, sizeof(params));
-  f.scal = tensor_of(f.rt, "scal", scal, sizeof(scal));
-  f.a = tensor_of(f.rt, "a", NULL, CAP * 4);
-  f.b = tensor_of(f.rt, "b", NULL, CAP * 4);
-  f.c = tensor_of(f.rt, "c", NULL, CAP * 4);
-  CHECK_OK(nkrt_tensor_write(f.a, f.ha, 0, sizeof(f.ha)));
-  CHECK_OK(nkrt_tensor_write(f.b, f.hb, 0, sizeof(f.hb)));
+  pack_fixture_fill(&f);
   nkrt_gemm_pack_stats_t s = pack_stats(f.rt);
   CHECK(s.limit_bytes == 1ull << 30 && s.packs == 0 && s.packed_matrices == 0);
 
@@ -664,17 +670,7 @@ TEST(tensor_update_keeps_unchanged_weights) {
   nkrt_gemm_reselect();
   pack_fixture_t f = {.rt = nkrt_test_runtime("0", 16 << 20)};
   CHECK_OK(nkrt_model_load_file(f.rt, nkrt_test_neff("matmul"), 0, NULL, &f.mm));
-  int64_t params[16] = {0, NKRT_DTYPE_FLOAT32, 1, 0, 1, PM, PN, PK, PK, PK, PN, 0, 0, 0, 0, 0};
-  float scal[2] = {1.0f, 0.0f};
-  for (int i = 0; i < PM * PK; i++) f.ha[i] = rnd();
-  for (int i = 0; i < PN * PK; i++) f.hb[i] = rnd();
-  f.params = tensor_of(f.rt, "params", params, sizeof(params));
-  f.scal = tensor_of(f.rt, "scal", scal, sizeof(scal));
-  f.a = tensor_of(f.rt, "a", NULL, CAP * 4);
-  f.b = tensor_of(f.rt, "b", NULL, CAP * 4);
-  f.c = tensor_of(f.rt, "c", NULL, CAP * 4);
-  CHECK_OK(nkrt_tensor_write(f.a, f.ha, 0, sizeof(f.ha)));
-  CHECK_OK(nkrt_tensor_write(f.b, f.hb, 0, sizeof(f.hb)));
+  pack_fixture_fill(&f);
   CHECK(pack_run(&f) == 0 && pack_run(&f) == 0); /* packed */
   CHECK(pack_stats(f.rt).packed_matrices == 1);
   CHECK_OK(nkrt_tensor_update(f.b, f.hb, 0, sizeof(f.hb), &written)); /* the same bytes */
