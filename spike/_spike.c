@@ -2572,6 +2572,14 @@ static nkrt_status_t capi_tensor_write(uint64_t generation, nkrt_tensor_t *tenso
   return st;
 }
 
+static nkrt_status_t capi_tensor_update(uint64_t generation, nkrt_tensor_t *tensor,
+                                        const void *src, uint64_t offset, uint64_t size) {
+  if (!capi_enter(generation)) return capi_closed_status();
+  nkrt_status_t st = nkrt_tensor_update(tensor, src, offset, size, NULL);
+  capi_leave();
+  return st;
+}
+
 static nkrt_status_t capi_tensor_copy(uint64_t generation, const nkrt_tensor_t *src,
                                       uint64_t src_offset, nkrt_tensor_t *dst,
                                       uint64_t dst_offset, uint64_t size) {
@@ -2629,6 +2637,7 @@ static const spike_capi_t g_capi = {
     .code_name = nkrt_code_name,
     .status_free = nkrt_status_free,
     .model_execute_at = model_execute_at,
+    .tensor_update = capi_tensor_update,
 };
 
 static PyObject *module_nkrt_capi(PyObject *module, PyObject *unused) {

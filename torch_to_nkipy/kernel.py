@@ -412,47 +412,48 @@ class Executor:
             outs.append((name, torch.Size(shape), _FAST_DTYPES[dt]))
         return ins, tuple(outs), k.device_kernel.model_ref
 
-    def _cpu_bindings(self) -> Tuple[Any, ...]:
-        """The persistent device buffers CPU calls write into (made on first use)."""
-        bind = self.__dict__.get("_cpu_bind")
-        if bind is None:
-            ins, outs, _ = self._plan
+    def _cpu_call(self) -> Any:
+        """The native staged call for CPU tensors (``kernel_calls`` with the
+        persistent device buffers it writes into and reads from; made on first use,
+        so kernels only ever called on nkipy tensors allocate no buffers)."""
+        call = self.__dict__.get("_cpu_call_made")
+        if call is None:
+            ins, outs, model = self._plan
             bufs = self.sets[0]
-            in_set = {p: bufs.buffer(p, shape, np_dt).tensor_ref for _, p, shape, np_dt, _ in ins}
+            dk = self.k.device_kernel
+            by_name = {p: (i, shape, np_dt, dt) for i, p, shape, np_dt, dt in ins}
+            inputs, in_addrs = [], []
+            for p in dk.input_tensors_info:
+                i, shape, np_dt, dt = by_name[p]
+                inputs.append((i, shape, dt, False, False))
+                in_addrs.append(bufs.buffer(p, shape, np_dt).tensor_ref.va)
             if bufs.outputs is None:
                 bufs.outputs = dict(zip([n for n, _, _ in self.out_specs],
-                                        self.k.device_kernel.allocate_output_tensors()))
-            out_set = {n: t.tensor_ref for n, t in bufs.outputs.items()}
-            bind = self._cpu_bind = (
-                tuple((i, in_set[p], shape, dt, math.prod(shape) * np_dt.itemsize)
-                      for i, p, shape, np_dt, dt in ins),
-                tuple((out_set[n], shape, dt) for n, shape, dt in outs), in_set, out_set)
-        return bind
+                                        dk.allocate_output_tensors()))
+            fresh = {name: (shape, dt) for name, shape, dt in outs}
+            outputs, out_addrs, index = [], [], {}
+            for name in dk.output_tensors_info:
+                index[name] = len(outputs)
+                outputs.append(fresh[name])
+                out_addrs.append(bufs.outputs[name].tensor_ref.va)
+            results = [("output", index[name]) for name in self.k.out_names]
+            call = self._cpu_call_made = kernel_calls.kernel_call(
+                model, self.core, inputs, outputs, results, (in_addrs, out_addrs))
+        return call
 
     def _run_fast(self, args: Sequence[Any], plan: Tuple[Any, ...]) -> Optional[List[Any]]:
-        """The common call on CPU tensors, in one runtime call without the GIL
-        (``Spike.execute_staged``): each input copied from its tensor's memory into
-        a persistent device buffer, the kernel, each output copied into a fresh
-        tensor."""
+        """The common call on CPU tensors, in one native call: each input written
+        into a persistent device buffer (only the blocks that differ, without the
+        GIL), the kernel, each output read into a fresh CPU tensor (None: an input
+        is not what the kernel was built for)."""
         if self.sets[0].event is not None or self.sets[1].event is not None:
             return None
-        ins, outs, in_set, out_set = self._cpu_bindings()
-        writes = []
-        for i, ref, shape, dt, nbytes in ins:
-            a = args[i]
-            if not a.is_cpu or a.dtype is not dt or a.shape != shape or not a.is_contiguous():
-                return None
-            writes.append((ref, a.data_ptr(), nbytes))
-        results: List[Any] = []
-        reads = []
-        for ref, shape, dt in outs:
-            r = torch.empty(shape, dtype=dt)
-            results.append(r)
-            reads.append((ref, r.data_ptr(), ref.size))
+        call = self._cpu_call()
         t0 = time.perf_counter()
-        w_ns, e_ns, r_ns = self.rt.execute_staged(plan[2], in_set, out_set, writes, reads)
-        record_execution(None, 1.0, (time.perf_counter() - t0) * 1e3, w_ns / 1e6, e_ns / 1e6,
-                         r_ns / 1e6)
+        results = kernel_calls.run_kernel_call(call, args)
+        if results is not None:
+            ms = (time.perf_counter() - t0) * 1e3
+            record_execution(None, 1.0, ms, 0.0, ms, 0.0)
         return results
 
     def _device_plan(self) -> Optional[Any]:

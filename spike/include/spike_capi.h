@@ -86,6 +86,9 @@ typedef struct spike_capi {
    * Returns 0, or -1 with a Python exception set (SpikeError, ValueError,
    * NrtError), exactly as Spike.execute_at raises. */
   int (*model_execute_at)(struct _object *model, void *const *addresses, uint32_t count);
+  /* nkrt_tensor_update: writes only the 16 KiB blocks that differ. */
+  nkrt_status_t (*tensor_update)(uint64_t generation, nkrt_tensor_t *tensor, const void *src,
+                                 uint64_t offset, uint64_t size);
 } spike_capi_t;
 
 #ifdef __cplusplus

@@ -1,7 +1,8 @@
 // spike_torch/csrc/kernel_call.cpp - the per-call path of a compiled kernel on
 // nkipy tensors (torch_to_nkipy's executor), in one Python call:
 //
-//   call = spike_torch._C.kernel_call(model, core, inputs, outputs, results)
+//   call = spike_torch._C.kernel_call(model, core, inputs, outputs, results,
+//                                     staged=None)
 //   results = spike_torch._C.run_kernel_call(call, args)   # None: not this path
 //
 // It checks every input tensor against the kernel's signature, narrows 64-bit
@@ -9,6 +10,12 @@
 // nkipy device, runs the kernel with every tensor given by address (spike's C
 // API model_execute_at: no tensor sets, slices or names), widens narrowed
 // inputs the kernel updated in place back, and returns the results.
+//
+// Staged calls (`staged` = the device addresses of persistent input and
+// output buffers, in the model's order) take CPU tensors instead: each input
+// is written into its buffer (only the blocks that differ, without the GIL),
+// the kernel runs on the buffers, and each output is read into a fresh CPU
+// tensor.
 //
 // This translation unit is the one place spike_torch reads torch tensors from
 // Python objects (THPVariable_Unpack / THPVariable_Wrap): PyTorch offers that
@@ -56,6 +63,8 @@ struct ResultSpec {
 struct KernelCall {
   PyObject* model = nullptr;   // spike NrtModel (owned)
   c10::DeviceIndex core = 0;
+  bool staged = false;         // CPU tensors through persistent device buffers
+  std::vector<void*> in_buffers, out_buffers;  // staged: device addresses, model order
   std::vector<InSpec> ins;
   std::vector<OutSpec> outs;
   std::vector<ResultSpec> results;
@@ -122,14 +131,37 @@ void capsule_destructor(PyObject* capsule) {
   delete static_cast<KernelCall*>(PyCapsule_GetPointer(capsule, kCapsule));
 }
 
-// kernel_call(model, core, inputs, outputs, results) -> capsule
+std::vector<void*> parse_addresses(PyObject* seq, size_t want, const char* what) {
+  Py_ssize_t n;
+  PyObject* const* items = items_of(seq, &n);
+  if (static_cast<size_t>(n) != want) {
+    PyErr_Format(PyExc_ValueError, "kernel_call: staged %s has %zd addresses, the kernel %zu",
+                 what, n, want);
+    throw PyErrorSet{};
+  }
+  std::vector<void*> out;
+  for (Py_ssize_t i = 0; i < n; i++) {
+    void* p = PyLong_AsVoidPtr(items[i]);
+    if (!p) {
+      if (!PyErr_Occurred()) PyErr_Format(PyExc_ValueError, "kernel_call: staged %s address "
+                                          "%zd is NULL", what, i);
+      throw PyErrorSet{};
+    }
+    out.push_back(p);
+  }
+  return out;
+}
+
+// kernel_call(model, core, inputs, outputs, results, staged=None) -> capsule
 //   inputs:  (arg index, sizes, dtype, narrow, write_back) per kernel input, in order
 //   outputs: (sizes, dtype) per kernel output, or None for an aliased one
 //   results: ("output", j) | ("arg", i) | ("value", obj) per result
+//   staged:  (input buffer addresses, output buffer addresses): CPU tensors
 PyObject* kernel_call(PyObject*, PyObject* args) {
-  PyObject *model, *inputs, *outputs, *results;
+  PyObject *model, *inputs, *outputs, *results, *staged = Py_None;
   int core;
-  if (!PyArg_ParseTuple(args, "OiOOO:kernel_call", &model, &core, &inputs, &outputs, &results))
+  if (!PyArg_ParseTuple(args, "OiOOO|O:kernel_call", &model, &core, &inputs, &outputs, &results,
+                        &staged))
     return nullptr;
   auto* kc = new KernelCall();
   try {
@@ -188,6 +220,29 @@ PyObject* kernel_call(PyObject*, PyObject* args) {
       kc->results.push_back({k == "output" ? ResultKind::Output : ResultKind::Arg, index,
                              nullptr});
     }
+    if (staged != Py_None) {
+      PyObject *ins_addr, *outs_addr;
+      if (!PyArg_ParseTuple(staged, "OO:kernel_call staged", &ins_addr, &outs_addr))
+        throw PyErrorSet{};
+      kc->in_buffers = parse_addresses(ins_addr, kc->ins.size(), "inputs");
+      kc->out_buffers = parse_addresses(outs_addr, kc->outs.size(), "outputs");
+      for (const auto& s : kc->ins)
+        if (s.narrow) {
+          PyErr_SetString(PyExc_ValueError, "kernel_call: staged calls do not narrow inputs");
+          throw PyErrorSet{};
+        }
+      for (size_t j = 0; j < kc->outs.size(); j++)
+        if (!kc->outs[j].fresh) {
+          PyErr_SetString(PyExc_ValueError, "kernel_call: staged calls have no aliased outputs");
+          throw PyErrorSet{};
+        }
+      for (const auto& r : kc->results)
+        if (r.kind == ResultKind::Arg) {
+          PyErr_SetString(PyExc_ValueError, "kernel_call: staged calls return no arguments");
+          throw PyErrorSet{};
+        }
+      kc->staged = true;
+    }
   } catch (const PyErrorSet&) {
     delete kc;
     return nullptr;
@@ -230,6 +285,84 @@ void widen_into(const at::Tensor& src, const at::Tensor& dst) {
   spike_torch::write_bytes(dst, wide.data(), static_cast<uint64_t>(n) * 8);
 }
 
+// A device buffer of a staged call: its nkrt tensor and offset (looked up on
+// every call, so a freed buffer is an error, never a stale pointer).
+struct DevBuffer {
+  nkrt_tensor_t* tensor;
+  uint64_t offset;
+};
+
+// Raises RuntimeError for a non-NULL status (freeing it).
+void raise_status(nkrt_status_t st, const char* what) {
+  const spike_capi_t& a = spike_torch::capi();
+  PyErr_Format(PyExc_RuntimeError, "%s: %s: %s", what, a.code_name(a.status_code(st)),
+               a.status_message(st));
+  a.status_free(st);
+  throw PyErrorSet{};
+}
+
+PyObject* run_staged(KernelCall* kc, PyObject* const* args, Py_ssize_t nargs) {
+  const spike_capi_t& a = spike_torch::capi();
+  size_t n_in = kc->ins.size(), n_out = kc->outs.size();
+  std::vector<const void*> host(n_in);
+  std::vector<uint64_t> in_bytes(n_in);
+  std::vector<at::Tensor> inputs(n_in);
+  for (size_t k = 0; k < n_in; k++) {
+    const InSpec& s = kc->ins[k];
+    if (s.arg >= nargs || !THPVariable_Check(args[s.arg])) Py_RETURN_NONE;
+    const at::Tensor& t = THPVariable_Unpack(args[s.arg]);
+    if (!t.device().is_cpu() || t.scalar_type() != s.dtype ||
+        t.sizes() != c10::IntArrayRef(s.sizes) || !t.is_contiguous())
+      Py_RETURN_NONE;
+    inputs[k] = t;   // keeps the memory alive without the GIL
+    host[k] = t.const_data_ptr();
+    in_bytes[k] = static_cast<uint64_t>(t.numel()) * t.itemsize();
+  }
+  std::vector<at::Tensor> fresh(n_out);
+  for (size_t j = 0; j < n_out; j++)
+    fresh[j] = at::empty(kc->outs[j].sizes, at::TensorOptions().dtype(kc->outs[j].dtype));
+  uint64_t gen = a.live_generation();
+  std::vector<DevBuffer> in_dev(n_in), out_dev(n_out);
+  for (size_t k = 0; k < n_in; k++)
+    if (nkrt_status_t st = a.tensor_lookup(gen, kc->in_buffers[k], &in_dev[k].tensor,
+                                           &in_dev[k].offset))
+      raise_status(st, "staged input buffer");
+  for (size_t j = 0; j < n_out; j++)
+    if (nkrt_status_t st = a.tensor_lookup(gen, kc->out_buffers[j], &out_dev[j].tensor,
+                                           &out_dev[j].offset))
+      raise_status(st, "staged output buffer");
+  nkrt_status_t st = nullptr;
+  Py_BEGIN_ALLOW_THREADS
+  for (size_t k = 0; k < n_in && !st; k++)
+    st = a.tensor_update(gen, in_dev[k].tensor, host[k], in_dev[k].offset, in_bytes[k]);
+  Py_END_ALLOW_THREADS
+  if (st) raise_status(st, "writing an input");
+  std::vector<void*> addresses(kc->in_buffers);
+  addresses.insert(addresses.end(), kc->out_buffers.begin(), kc->out_buffers.end());
+  if (a.model_execute_at(kc->model, addresses.data(), static_cast<uint32_t>(addresses.size())) < 0)
+    throw PyErrorSet{};
+  Py_BEGIN_ALLOW_THREADS
+  for (size_t j = 0; j < n_out && !st; j++)
+    st = a.tensor_read(gen, out_dev[j].tensor, fresh[j].data_ptr(), out_dev[j].offset,
+                       static_cast<uint64_t>(fresh[j].numel()) * fresh[j].itemsize());
+  Py_END_ALLOW_THREADS
+  if (st) raise_status(st, "reading an output");
+  PyObject* out = PyList_New(static_cast<Py_ssize_t>(kc->results.size()));
+  if (!out) return nullptr;
+  for (size_t i = 0; i < kc->results.size(); i++) {
+    const ResultSpec& r = kc->results[i];
+    PyObject* item = r.kind == ResultKind::Value
+                         ? (Py_INCREF(r.value), r.value)
+                         : THPVariable_Wrap(fresh[static_cast<size_t>(r.index)]);
+    if (!item) {
+      Py_DECREF(out);
+      return nullptr;
+    }
+    PyList_SET_ITEM(out, static_cast<Py_ssize_t>(i), item);
+  }
+  return out;
+}
+
 // run_kernel_call(call, args) -> list of results, or None when an input is not
 // what the kernel was built for (another device or core, dtype, shape, a
 // non-contiguous layout): the caller then takes its general path.
@@ -256,6 +389,7 @@ PyObject* run_kernel_call(PyObject*, PyObject* const* argv, Py_ssize_t argc) {
   try {
     Py_ssize_t nargs;
     PyObject* const* args = items_of(snapshot.p, &nargs);
+    if (kc->staged) return run_staged(kc, args, nargs);
     size_t n_in = kc->ins.size(), n_out = kc->outs.size();
     std::vector<void*> addresses(n_in + n_out, nullptr);
     std::vector<at::Tensor> narrowed(n_in), inputs(n_in);
@@ -335,10 +469,11 @@ PyObject* run_kernel_call(PyObject*, PyObject* const* argv, Py_ssize_t argc) {
 
 PyMethodDef g_methods[] = {
     {"kernel_call", kernel_call, METH_VARARGS,
-     "kernel_call(model, core, inputs, outputs, results) -> capsule\n\n"
+     "kernel_call(model, core, inputs, outputs, results, staged=None) -> capsule\n\n"
      "How to call a loaded kernel on nkipy tensors: inputs (arg index, sizes, dtype, narrow, "
      "write_back) and outputs ((sizes, dtype), or None when aliased) in the model's order; "
-     "results ('output', j) / ('arg', i) / ('value', obj)."},
+     "results ('output', j) / ('arg', i) / ('value', obj). staged=(input buffer addresses, "
+     "output buffer addresses): CPU tensors, copied through those device buffers."},
     {"run_kernel_call", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(run_kernel_call)),
      METH_FASTCALL,
      "run_kernel_call(call, args) -> list or None\n\n"

@@ -70,7 +70,7 @@ def test_capsule():
     ptr = get(cap, b"spike._spike.nkrt_capi")
     head = (ctypes.c_uint32 * 2).from_address(ptr)
     assert head[1] == 2  # SPIKE_CAPI_VERSION
-    assert head[0] >= 8 + 8 * 20  # struct_size covers the version-2 table
+    assert head[0] >= 8 + 8 * 21  # struct_size covers the version-2 table
 
 
 class _Capi:
@@ -101,7 +101,8 @@ class _Capi:
                   ("code_name", C.CFUNCTYPE(C.c_char_p, C.c_int)),
                   ("status_free", C.CFUNCTYPE(None, vp)),
                   # version 2: a Python API (GIL held), hence PYFUNCTYPE
-                  ("model_execute_at", C.PYFUNCTYPE(C.c_int, C.py_object, C.POINTER(vp), u32))]
+                  ("model_execute_at", C.PYFUNCTYPE(C.c_int, C.py_object, C.POINTER(vp), u32)),
+                  ("tensor_update", C.CFUNCTYPE(vp, u64, vp, vp, u64, u64))]
 
         class Table(C.Structure):
             _fields_ = fields
@@ -130,6 +131,9 @@ def test_capi_generations(raw_spike):
     assert t.tensor_write(gen, tensor, buf, 0, 128) is None
     out = (C.c_uint8 * 4)()
     assert t.tensor_read(gen, tensor, out, 10, 4) is None and list(out) == [10, 11, 12, 13]
+    buf[11] = 99                                           # only what differs is written
+    assert t.tensor_update(gen, tensor, buf, 0, 128) is None
+    assert t.tensor_read(gen, tensor, out, 10, 4) is None and list(out) == [10, 99, 12, 13]
     found, off = C.c_void_p(), C.c_uint64()
     assert t.tensor_lookup(gen, va + 5, C.byref(found), C.byref(off)) is None
     assert found.value == tensor.value and off.value == 5

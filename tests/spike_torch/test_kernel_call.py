@@ -118,3 +118,55 @@ def test_errors(models):
     bad = kc.kernel_call(models["sleep"], 0, spec, [None], [])
     with pytest.raises(Exception, match="missing output tensor 'output0'"):
         kc.run_kernel_call(bad, (x, ms))     # the runtime's refusal, as an NrtError
+
+
+def staged_call(models):
+    """The sleep kernel on CPU tensors through persistent device buffers."""
+    import spike
+
+    rt = spike.get_spike_singleton()
+    bufs = [rt.allocate_tensor(4 * N, name="x"), rt.allocate_tensor(4, name="ms"),
+            rt.allocate_tensor(4 * N, name="out")]
+    call = calls().kernel_call(models["sleep"], 0,
+                               [(0, (N,), torch.float32, False, False),
+                                (1, (1,), torch.int32, False, False)],
+                               [((N,), torch.float32)], [("output", 0), ("value", 3)],
+                               ([bufs[0].va, bufs[1].va], [bufs[2].va]))
+    return call, bufs
+
+
+def test_staged_cpu_tensors(models):
+    call, bufs = staged_call(models)
+    x = torch.arange(N, dtype=torch.float32)
+    ms = torch.zeros(1, dtype=torch.int32)
+    for step in range(3):             # unchanged inputs are compared, not rewritten
+        out, three = calls().run_kernel_call(call, [x + step, ms])
+        assert out.device.type == "cpu" and three == 3
+        assert torch.equal(out, x + step + 1)
+    run = calls().run_kernel_call
+    assert run(call, (x.to("nkipy"), ms)) is None           # not a CPU tensor
+    assert run(call, (x.double(), ms)) is None              # dtype
+    assert run(call, (torch.ones(2 * N)[::2], ms)) is None  # layout
+
+
+def test_staged_errors(models):
+    import spike
+
+    kc = calls()
+    ins = [(0, (N,), torch.float32, False, False), (1, (1,), torch.int32, False, False)]
+    outs = [((N,), torch.float32)]
+    call, bufs = staged_call(models)
+    with pytest.raises(ValueError, match="staged inputs has 1 addresses, the kernel 2"):
+        kc.kernel_call(models["sleep"], 0, ins, outs, [("output", 0)], ([bufs[0].va], [1]))
+    with pytest.raises(ValueError, match="staged outputs address 0 is NULL"):
+        kc.kernel_call(models["sleep"], 0, ins, outs, [("output", 0)],
+                       ([bufs[0].va, bufs[1].va], [0]))
+    with pytest.raises(ValueError, match="staged calls do not narrow inputs"):
+        kc.kernel_call(models["sleep"], 0, [ins[0], (1, (1,), torch.int64, True, False)], outs,
+                       [("output", 0)], ([bufs[0].va, bufs[1].va], [bufs[2].va]))
+    with pytest.raises(ValueError, match="staged calls return no arguments"):
+        kc.kernel_call(models["sleep"], 0, ins, outs, [("arg", 0)],
+                       ([bufs[0].va, bufs[1].va], [bufs[2].va]))
+    spike.get_spike_singleton().free_tensor(bufs[2])
+    with pytest.raises(RuntimeError, match="staged output buffer: NRT_INVALID: address"):
+        kc.run_kernel_call(call, (torch.ones(N), torch.zeros(1, dtype=torch.int32)))
