@@ -20,7 +20,6 @@ import hashlib
 import importlib.util
 import json
 import logging
-import math
 import os
 import tempfile
 import threading
