@@ -2572,6 +2572,13 @@ static nkrt_status_t capi_tensor_write(uint64_t generation, nkrt_tensor_t *tenso
   return st;
 }
 
+static nkrt_status_t capi_tensor_retain(uint64_t generation, nkrt_tensor_t *tensor) {
+  if (!capi_enter(generation)) return capi_closed_status();
+  nkrt_tensor_retain(tensor);
+  capi_leave();
+  return NULL;
+}
+
 static nkrt_status_t capi_tensor_update(uint64_t generation, nkrt_tensor_t *tensor,
                                         const void *src, uint64_t offset, uint64_t size) {
   if (!capi_enter(generation)) return capi_closed_status();
@@ -2638,6 +2645,7 @@ static const spike_capi_t g_capi = {
     .status_free = nkrt_status_free,
     .model_execute_at = model_execute_at,
     .tensor_update = capi_tensor_update,
+    .tensor_retain = capi_tensor_retain,
 };
 
 static PyObject *module_nkrt_capi(PyObject *module, PyObject *unused) {

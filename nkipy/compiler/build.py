@@ -189,14 +189,25 @@ def _sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+def _umask() -> int:
+    """The process umask, read without changing it (os.umask would, for a moment,
+    for every thread)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o022
+
+
 def _publish(work: Path, entry: Path) -> None:
     """Renames a finished build directory to its entry. A valid entry published
     by another process meanwhile wins (ours is dropped); an invalid one (a
     failed or interrupted build) is first renamed aside, atomically, so a
     valid entry another process publishes in between is never deleted."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(work, 0o777 & ~umask)       # mkdtemp made it private; entries are shared
+    os.chmod(work, 0o777 & ~_umask())    # mkdtemp made it private; entries are shared
     for _ in range(3):
         try:
             os.rename(work, entry)
@@ -211,6 +222,9 @@ def _publish(work: Path, entry: Path) -> None:
                 continue                    # gone or replaced meanwhile: try again
             shutil.rmtree(aside, ignore_errors=True)
     shutil.rmtree(work, ignore_errors=True)
+    if not _entry_valid(entry):
+        raise OSError(f"could not publish the cache entry {entry}: another process keeps "
+                      "replacing it with an invalid one")
 
 
 def _entry_valid(entry: Path) -> bool:

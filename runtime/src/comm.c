@@ -462,7 +462,10 @@ static nkrt_status_t run_chunks(xfer_t *x) {
   if (st) return st;
   x->es = nkrt_dtype_size(x->dtype);
   int64_t per_slot = (int64_t)(SLOT_BYTES / x->es);
-  int64_t chunk = x->kind == NKRT_CC_ALL_TO_ALL ? per_slot / x->n : per_slot;
+  /* all_to_all holds n blocks per slot; sized by the world, not the group, so
+   * ranks of groups of different sizes go through the same number of chunks
+   * (every barrier is world-wide) */
+  int64_t chunk = x->kind == NKRT_CC_ALL_TO_ALL ? per_slot / c->world_size : per_slot;
   if (chunk < 1) return nkrt_status_make(NKRT_INVALID, "all_to_all: group too large");
   const char *what = kind_names[x->kind];
   pthread_mutex_lock(&c->mu);

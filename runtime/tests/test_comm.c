@@ -143,6 +143,34 @@ static void collectives_body(rank_job_t *j, nkrt_comm_t *c) {
   ok(j, nkrt_comm_barrier(c));
 }
 
+/* all_to_all in groups of different sizes ({0, 1} and {2}) over more than a
+ * slot: every rank goes through the same chunks (barriers are world-wide). */
+static void uneven_groups_body(rank_job_t *j, nkrt_comm_t *c) {
+  enum { COUNT = 1 << 20 };
+  int32_t pair[2] = {0, 1}, alone[1] = {2};
+  bool in_pair = j->rank < 2;
+  uint32_t n = in_pair ? 2 : 1;
+  float *src = malloc((size_t)n * COUNT * sizeof(float)), *dst = malloc((size_t)n * COUNT * sizeof(float));
+  for (uint32_t b = 0; b < n; b++)
+    for (int64_t i = 0; i < COUNT; i++) src[b * COUNT + i] = (float)(1000 * j->rank + 10 * b) + (float)(i % 7);
+  if (ok(j, nkrt_comm_all_to_all(c, NKRT_DTYPE_FLOAT32, in_pair ? pair : alone, n, src, dst,
+                                 COUNT))) {
+    int bad = 0;
+    for (uint32_t m = 0; m < n; m++) {
+      uint32_t from = in_pair ? m : 2, me = in_pair ? j->rank : 0;
+      for (int64_t i = 0; i < COUNT; i += 997)
+        bad += dst[m * COUNT + i] != (float)(1000 * from + 10 * me) + (float)(i % 7);
+    }
+    RCHECK(j, bad == 0);
+  }
+  free(src);
+  free(dst);
+}
+
+TEST(comm_all_to_all_uneven_groups) {
+  CHECK(run_ranks(cc_name("uneven"), 3, 60000000000ll, uneven_groups_body) == 0);
+}
+
 TEST(comm_collectives) {
   CHECK(run_ranks(cc_name("coll"), 3, 20000000000ll, collectives_body) == 0);
 }

@@ -744,3 +744,39 @@ TEST(gemm_packing_skips_one_off_operands_and_respects_the_limit) {
   nkrt_gemm_reselect();
   free(saved);
 }
+
+/* Past NKRT_GEMM_PACK_LIMIT the first weight keeps its packed copy and the
+ * second runs unpacked, call after call (nothing is evicted to make room). */
+TEST(gemm_pack_limit_keeps_what_it_packed) {
+  const nkrt_gemm_provider_t *mkl = nkrt_gemm_find("mkl");
+  if (!mkl || !mkl->pack_b_size) return;
+  char *saved = getenv("NKRT_GEMM") ? strdup(getenv("NKRT_GEMM")) : NULL;
+  set_env("NKRT_GEMM", "mkl");
+  nkrt_gemm_reselect();
+  char limit[32];
+  snprintf(limit, sizeof(limit), "%llu",
+           (unsigned long long)(mkl->pack_b_size(PM, PN, PK) * 3 / 2)); /* room for one */
+  set_env("NKRT_GEMM_PACK_LIMIT", limit);
+  pack_fixture_t f = {.rt = nkrt_test_runtime("0", 16 << 20)};
+  CHECK_OK(nkrt_model_load_file(f.rt, nkrt_test_neff("matmul"), 0, NULL, &f.mm));
+  pack_fixture_fill(&f);
+  nkrt_tensor_t *first = f.b, *second = tensor_of(f.rt, "b2", NULL, CAP * 4);
+  CHECK_OK(nkrt_tensor_write(second, f.hb, 0, sizeof(f.hb)));
+  for (int rep = 0; rep < 4; rep++)
+    for (int w = 0; w < 2; w++) {
+      f.b = w ? second : first; /* the same values at two addresses */
+      CHECK(pack_run(&f) == 0);
+    }
+  nkrt_gemm_pack_stats_t s = pack_stats(f.rt);
+  CHECK(s.packs == 1 && s.packed_matrices == 1 && s.hits == 2); /* packed on rep 1 */
+  f.b = first;
+  nkrt_tensor_free(&second);
+  nkrt_tensor_free(&f.params), nkrt_tensor_free(&f.scal), nkrt_tensor_free(&f.a);
+  nkrt_tensor_free(&f.b), nkrt_tensor_free(&f.c);
+  nkrt_model_unload(f.mm);
+  nkrt_runtime_destroy(f.rt);
+  set_env("NKRT_GEMM_PACK_LIMIT", NULL);
+  set_env("NKRT_GEMM", saved);
+  nkrt_gemm_reselect();
+  free(saved);
+}

@@ -35,7 +35,7 @@ extern "C" {
 #endif
 
 #define SPIKE_CAPI_CAPSULE "spike._spike.nkrt_capi"
-#define SPIKE_CAPI_VERSION 2u
+#define SPIKE_CAPI_VERSION 3u
 
 typedef struct spike_capi {
   uint32_t struct_size; /* sizeof(spike_capi_t) of the exporter */
@@ -86,9 +86,12 @@ typedef struct spike_capi {
    * Returns 0, or -1 with a Python exception set (SpikeError, ValueError,
    * NrtError), exactly as Spike.execute_at raises. */
   int (*model_execute_at)(struct _object *model, void *const *addresses, uint32_t count);
-  /* nkrt_tensor_update: writes only the 16 KiB blocks that differ. */
+  /* Version 3. nkrt_tensor_update: writes only the 16 KiB blocks that differ. */
   nkrt_status_t (*tensor_update)(uint64_t generation, nkrt_tensor_t *tensor, const void *src,
                                  uint64_t offset, uint64_t size);
+  /* Version 3. Takes a reference (a tensor_lookup result is borrowed), dropped
+   * with tensor_release: the memory stays the same allocation meanwhile. */
+  nkrt_status_t (*tensor_retain)(uint64_t generation, nkrt_tensor_t *tensor);
 } spike_capi_t;
 
 #ifdef __cplusplus

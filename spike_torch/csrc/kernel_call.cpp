@@ -60,11 +60,20 @@ struct ResultSpec {
   PyObject* value;             // Value: the object returned (owned)
 };
 
+// A device buffer of a staged call: its allocation, retained for the call's
+// life (so the address stays that allocation), and the offset in it.
+struct DevBuffer {
+  nkrt_tensor_t* tensor;
+  uint64_t offset;
+};
+
 struct KernelCall {
   PyObject* model = nullptr;   // spike NrtModel (owned)
   c10::DeviceIndex core = 0;
   bool staged = false;         // CPU tensors through persistent device buffers
   std::vector<void*> in_buffers, out_buffers;  // staged: device addresses, model order
+  std::vector<DevBuffer> in_dev, out_dev;      // staged: the same, retained
+  uint64_t generation = 0;     // staged: the runtime the buffers belong to
   std::vector<InSpec> ins;
   std::vector<OutSpec> outs;
   std::vector<ResultSpec> results;
@@ -72,6 +81,9 @@ struct KernelCall {
   ~KernelCall() {
     Py_XDECREF(model);
     for (auto& r : results) Py_XDECREF(r.value);
+    // a no-op when the runtime closed meanwhile (its memory is gone anyway)
+    for (auto* v : {&in_dev, &out_dev})
+      for (const DevBuffer& b : *v) spike_torch::capi().tensor_release(generation, b.tensor);
   }
 };
 
@@ -152,6 +164,35 @@ std::vector<void*> parse_addresses(PyObject* seq, size_t want, const char* what)
   return out;
 }
 
+// Raises RuntimeError for a non-NULL status (freeing it).
+void raise_status(nkrt_status_t st, const char* what) {
+  const spike_capi_t& a = spike_torch::capi();
+  PyErr_Format(PyExc_RuntimeError, "%s: %s: %s", what, a.code_name(a.status_code(st)),
+               a.status_message(st));
+  a.status_free(st);
+  throw PyErrorSet{};
+}
+
+// Finds and retains the allocations behind a staged call's buffer addresses,
+// in the live runtime: they cannot be freed (and their addresses handed to
+// other tensors) while the call exists, and once that runtime is closed every
+// use fails with NRT_CLOSED before anything is written.
+void retain_buffers(KernelCall* kc) {
+  const spike_capi_t& a = spike_torch::capi();
+  kc->generation = a.live_generation();
+  for (auto [addrs, devs] : {std::pair{&kc->in_buffers, &kc->in_dev},
+                             std::pair{&kc->out_buffers, &kc->out_dev}}) {
+    for (void* p : *addrs) {
+      DevBuffer b{nullptr, 0};
+      if (nkrt_status_t st = a.tensor_lookup(kc->generation, p, &b.tensor, &b.offset))
+        raise_status(st, "kernel_call: staged buffer");
+      if (nkrt_status_t st = a.tensor_retain(kc->generation, b.tensor))
+        raise_status(st, "kernel_call: staged buffer");
+      devs->push_back(b);
+    }
+  }
+}
+
 // kernel_call(model, core, inputs, outputs, results, staged=None) -> capsule
 //   inputs:  (arg index, sizes, dtype, narrow, write_back) per kernel input, in order
 //   outputs: (sizes, dtype) per kernel output, or None for an aliased one
@@ -226,6 +267,7 @@ PyObject* kernel_call(PyObject*, PyObject* args) {
         throw PyErrorSet{};
       kc->in_buffers = parse_addresses(ins_addr, kc->ins.size(), "inputs");
       kc->out_buffers = parse_addresses(outs_addr, kc->outs.size(), "outputs");
+      retain_buffers(kc);
       for (const auto& s : kc->ins)
         if (s.narrow) {
           PyErr_SetString(PyExc_ValueError, "kernel_call: staged calls do not narrow inputs");
@@ -285,28 +327,12 @@ void widen_into(const at::Tensor& src, const at::Tensor& dst) {
   spike_torch::write_bytes(dst, wide.data(), static_cast<uint64_t>(n) * 8);
 }
 
-// A device buffer of a staged call: its nkrt tensor and offset (looked up on
-// every call, so a freed buffer is an error, never a stale pointer).
-struct DevBuffer {
-  nkrt_tensor_t* tensor;
-  uint64_t offset;
-};
-
-// Raises RuntimeError for a non-NULL status (freeing it).
-void raise_status(nkrt_status_t st, const char* what) {
-  const spike_capi_t& a = spike_torch::capi();
-  PyErr_Format(PyExc_RuntimeError, "%s: %s: %s", what, a.code_name(a.status_code(st)),
-               a.status_message(st));
-  a.status_free(st);
-  throw PyErrorSet{};
-}
-
 PyObject* run_staged(KernelCall* kc, PyObject* const* args, Py_ssize_t nargs) {
   const spike_capi_t& a = spike_torch::capi();
   size_t n_in = kc->ins.size(), n_out = kc->outs.size();
   std::vector<const void*> host(n_in);
   std::vector<uint64_t> in_bytes(n_in);
-  std::vector<at::Tensor> inputs(n_in);
+  std::vector<c10::Storage> pinned(n_in);   // their memory, whatever happens to the tensors
   for (size_t k = 0; k < n_in; k++) {
     const InSpec& s = kc->ins[k];
     if (s.arg >= nargs || !THPVariable_Check(args[s.arg])) Py_RETURN_NONE;
@@ -314,23 +340,16 @@ PyObject* run_staged(KernelCall* kc, PyObject* const* args, Py_ssize_t nargs) {
     if (!t.device().is_cpu() || t.scalar_type() != s.dtype ||
         t.sizes() != c10::IntArrayRef(s.sizes) || !t.is_contiguous())
       Py_RETURN_NONE;
-    inputs[k] = t;   // keeps the memory alive without the GIL
+    pinned[k] = t.storage();
     host[k] = t.const_data_ptr();
     in_bytes[k] = static_cast<uint64_t>(t.numel()) * t.itemsize();
   }
   std::vector<at::Tensor> fresh(n_out);
   for (size_t j = 0; j < n_out; j++)
     fresh[j] = at::empty(kc->outs[j].sizes, at::TensorOptions().dtype(kc->outs[j].dtype));
-  uint64_t gen = a.live_generation();
-  std::vector<DevBuffer> in_dev(n_in), out_dev(n_out);
-  for (size_t k = 0; k < n_in; k++)
-    if (nkrt_status_t st = a.tensor_lookup(gen, kc->in_buffers[k], &in_dev[k].tensor,
-                                           &in_dev[k].offset))
-      raise_status(st, "staged input buffer");
-  for (size_t j = 0; j < n_out; j++)
-    if (nkrt_status_t st = a.tensor_lookup(gen, kc->out_buffers[j], &out_dev[j].tensor,
-                                           &out_dev[j].offset))
-      raise_status(st, "staged output buffer");
+  uint64_t gen = kc->generation;
+  const std::vector<DevBuffer>& in_dev = kc->in_dev;
+  const std::vector<DevBuffer>& out_dev = kc->out_dev;
   nkrt_status_t st = nullptr;
   Py_BEGIN_ALLOW_THREADS
   for (size_t k = 0; k < n_in && !st; k++)

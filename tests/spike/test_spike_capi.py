@@ -69,12 +69,12 @@ def test_capsule():
     get.restype = ctypes.c_void_p
     ptr = get(cap, b"spike._spike.nkrt_capi")
     head = (ctypes.c_uint32 * 2).from_address(ptr)
-    assert head[1] == 2  # SPIKE_CAPI_VERSION
-    assert head[0] >= 8 + 8 * 21  # struct_size covers the version-2 table
+    assert head[1] == 3  # SPIKE_CAPI_VERSION
+    assert head[0] >= 8 + 8 * 22  # struct_size covers the version-3 table
 
 
 class _Capi:
-    """ctypes view of spike_capi_t (spike/include/spike_capi.h), version 2."""
+    """ctypes view of spike_capi_t (spike/include/spike_capi.h), version 3."""
 
     def __init__(self):
         import ctypes as C
@@ -102,7 +102,8 @@ class _Capi:
                   ("status_free", C.CFUNCTYPE(None, vp)),
                   # version 2: a Python API (GIL held), hence PYFUNCTYPE
                   ("model_execute_at", C.PYFUNCTYPE(C.c_int, C.py_object, C.POINTER(vp), u32)),
-                  ("tensor_update", C.CFUNCTYPE(vp, u64, vp, vp, u64, u64))]
+                  ("tensor_update", C.CFUNCTYPE(vp, u64, vp, vp, u64, u64)),
+                  ("tensor_retain", C.CFUNCTYPE(vp, u64, vp))]
 
         class Table(C.Structure):
             _fields_ = fields
@@ -117,7 +118,7 @@ class _Capi:
 def test_capi_generations(raw_spike):
     api = _Capi()
     C, t = api.C, api.t
-    assert t.version == 2 and t.struct_size == C.sizeof(type(t))
+    assert t.version == 3 and t.struct_size == C.sizeof(type(t))
     rt, gen = C.c_void_p(), C.c_uint64()
     assert t.acquire_runtime(C.byref(rt), C.byref(gen)) is None  # NULL status: success
     assert rt.value and gen.value == t.live_generation() != 0
@@ -137,6 +138,9 @@ def test_capi_generations(raw_spike):
     found, off = C.c_void_p(), C.c_uint64()
     assert t.tensor_lookup(gen, va + 5, C.byref(found), C.byref(off)) is None
     assert found.value == tensor.value and off.value == 5
+    assert t.tensor_retain(gen, found) is None    # a second reference: one release keeps it
+    t.tensor_release(gen, found)
+    assert t.tensor_read(gen, tensor, out, 10, 4) is None
     st = t.tensor_read(gen, tensor, out, 126, 4)  # out of bounds
     assert st and t.code_name(t.status_code(st)) == b"NRT_INVALID"
     t.status_free(st)

@@ -167,6 +167,53 @@ def test_staged_errors(models):
     with pytest.raises(ValueError, match="staged calls return no arguments"):
         kc.kernel_call(models["sleep"], 0, ins, outs, [("arg", 0)],
                        ([bufs[0].va, bufs[1].va], [bufs[2].va]))
-    spike.get_spike_singleton().free_tensor(bufs[2])
-    with pytest.raises(RuntimeError, match="staged output buffer: NRT_INVALID: address"):
-        kc.run_kernel_call(call, (torch.ones(N), torch.zeros(1, dtype=torch.int32)))
+    with pytest.raises(RuntimeError, match="kernel_call: staged buffer: NRT_INVALID: address"):
+        kc.kernel_call(models["sleep"], 0, ins, outs, [("output", 0)],
+                       ([bufs[0].va, bufs[1].va], [12345]))
+
+
+def test_staged_buffers_are_held(models):
+    """A staged call keeps its buffers' memory: freeing a buffer's tensor object
+    cannot hand its address to another tensor while the call exists."""
+    import spike
+
+    rt = spike.get_spike_singleton()
+    call, bufs = staged_call(models)
+    rt.free_tensor(bufs[2])                       # the output buffer's handle
+    victim = torch.full((N,), 7.0, device="nkipy")
+    x = torch.arange(N, dtype=torch.float32)
+    out, _ = calls().run_kernel_call(call, (x, torch.zeros(1, dtype=torch.int32)))
+    assert torch.equal(out, x + 1)
+    assert torch.equal(victim.cpu(), torch.full((N,), 7.0))
+
+
+def test_staged_call_after_the_runtime_closed():
+    """After spike_torch.reset() a compiled function's staged call fails with the
+    runtime closed, and writes nothing into the new runtime's tensors (the same
+    addresses may now belong to them)."""
+    import os
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "NEURON_RT_VISIBLE_CORES"}
+    env["PYTHONPATH"] = str(KERNELS.parents[2])
+    code = """
+import torch, tempfile, spike_torch
+from torch_to_nkipy import init_nkipy_backend
+init_nkipy_backend(nkipy_cache=tempfile.mkdtemp(), log_level=40)
+f = torch.compile(lambda x, y: x * 2 + y, backend="nkipy")
+x, y = torch.ones(64), torch.ones(64)
+f(x, y)
+spike_torch.reset()
+a = torch.full((64,), 5.0, device="nkipy"); b = torch.full((64,), 6.0, device="nkipy")
+c = torch.full((64,), 7.0, device="nkipy")
+try:
+    f(x + 40, y)
+    raise SystemExit("no error")
+except Exception as e:
+    assert "NRT_CLOSED" in str(e) or "closed" in str(e), e
+assert [t.cpu()[0].item() for t in (a, b, c)] == [5.0, 6.0, 7.0]
+print("OK")
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       timeout=300)
+    assert r.returncode == 0 and "OK" in r.stdout, r.stderr[-3000:]
