@@ -71,8 +71,8 @@ struct KernelCall {
   PyObject* model = nullptr;   // spike NrtModel (owned)
   c10::DeviceIndex core = 0;
   bool staged = false;         // CPU tensors through persistent device buffers
-  std::vector<void*> in_buffers, out_buffers;  // staged: device addresses, model order
-  std::vector<DevBuffer> in_dev, out_dev;      // staged: the same, retained
+  std::vector<void*> buffers;  // staged: device addresses, inputs then outputs (model order)
+  std::vector<DevBuffer> dev;  // staged: the same, retained
   uint64_t generation = 0;     // staged: the runtime the buffers belong to
   std::vector<InSpec> ins;
   std::vector<OutSpec> outs;
@@ -82,8 +82,7 @@ struct KernelCall {
     Py_XDECREF(model);
     for (auto& r : results) Py_XDECREF(r.value);
     // a no-op when the runtime closed meanwhile (its memory is gone anyway)
-    for (auto* v : {&in_dev, &out_dev})
-      for (const DevBuffer& b : *v) spike_torch::capi().tensor_release(generation, b.tensor);
+    for (const DevBuffer& b : dev) spike_torch::capi().tensor_release(generation, b.tensor);
   }
 };
 
@@ -180,16 +179,13 @@ void raise_status(nkrt_status_t st, const char* what) {
 void retain_buffers(KernelCall* kc) {
   const spike_capi_t& a = spike_torch::capi();
   kc->generation = a.live_generation();
-  for (auto [addrs, devs] : {std::pair{&kc->in_buffers, &kc->in_dev},
-                             std::pair{&kc->out_buffers, &kc->out_dev}}) {
-    for (void* p : *addrs) {
-      DevBuffer b{nullptr, 0};
-      if (nkrt_status_t st = a.tensor_lookup(kc->generation, p, &b.tensor, &b.offset))
-        raise_status(st, "kernel_call: staged buffer");
-      if (nkrt_status_t st = a.tensor_retain(kc->generation, b.tensor))
-        raise_status(st, "kernel_call: staged buffer");
-      devs->push_back(b);
-    }
+  for (void* p : kc->buffers) {
+    DevBuffer b{nullptr, 0};
+    if (nkrt_status_t st = a.tensor_lookup(kc->generation, p, &b.tensor, &b.offset))
+      raise_status(st, "kernel_call: staged buffer");
+    if (nkrt_status_t st = a.tensor_retain(kc->generation, b.tensor))
+      raise_status(st, "kernel_call: staged buffer");
+    kc->dev.push_back(b);
   }
 }
 
@@ -265,8 +261,9 @@ PyObject* kernel_call(PyObject*, PyObject* args) {
       PyObject *ins_addr, *outs_addr;
       if (!PyArg_ParseTuple(staged, "OO:kernel_call staged", &ins_addr, &outs_addr))
         throw PyErrorSet{};
-      kc->in_buffers = parse_addresses(ins_addr, kc->ins.size(), "inputs");
-      kc->out_buffers = parse_addresses(outs_addr, kc->outs.size(), "outputs");
+      kc->buffers = parse_addresses(ins_addr, kc->ins.size(), "inputs");
+      std::vector<void*> outs_buffers = parse_addresses(outs_addr, kc->outs.size(), "outputs");
+      kc->buffers.insert(kc->buffers.end(), outs_buffers.begin(), outs_buffers.end());
       retain_buffers(kc);
       for (const auto& s : kc->ins)
         if (s.narrow) {
@@ -327,6 +324,38 @@ void widen_into(const at::Tensor& src, const at::Tensor& dst) {
   spike_torch::write_bytes(dst, wide.data(), static_cast<uint64_t>(n) * 8);
 }
 
+// The call's results: fresh outputs, arguments (as returned by the graph:
+// detached), constants.
+PyObject* results_list(const KernelCall* kc, const std::vector<at::Tensor>& fresh,
+                       PyObject* const* args, Py_ssize_t nargs) {
+  PyObject* out = PyList_New(static_cast<Py_ssize_t>(kc->results.size()));
+  if (!out) return nullptr;
+  for (size_t i = 0; i < kc->results.size(); i++) {
+    const ResultSpec& r = kc->results[i];
+    PyObject* item;
+    if (r.kind == ResultKind::Value) {
+      Py_INCREF(r.value);
+      item = r.value;
+    } else if (r.kind == ResultKind::Output) {
+      item = THPVariable_Wrap(fresh[static_cast<size_t>(r.index)]);
+    } else {
+      if (r.index >= nargs || !THPVariable_Check(args[r.index])) {
+        Py_DECREF(out);
+        PyErr_Format(PyExc_IndexError, "run_kernel_call: result %zu is argument %zd, not a "
+                     "tensor", i, r.index);
+        return nullptr;
+      }
+      item = THPVariable_Wrap(THPVariable_Unpack(args[r.index]).detach());
+    }
+    if (!item) {
+      Py_DECREF(out);
+      return nullptr;
+    }
+    PyList_SET_ITEM(out, static_cast<Py_ssize_t>(i), item);
+  }
+  return out;
+}
+
 PyObject* run_staged(KernelCall* kc, PyObject* const* args, Py_ssize_t nargs) {
   const spike_capi_t& a = spike_torch::capi();
   size_t n_in = kc->ins.size(), n_out = kc->outs.size();
@@ -348,17 +377,16 @@ PyObject* run_staged(KernelCall* kc, PyObject* const* args, Py_ssize_t nargs) {
   for (size_t j = 0; j < n_out; j++)
     fresh[j] = at::empty(kc->outs[j].sizes, at::TensorOptions().dtype(kc->outs[j].dtype));
   uint64_t gen = kc->generation;
-  const std::vector<DevBuffer>& in_dev = kc->in_dev;
-  const std::vector<DevBuffer>& out_dev = kc->out_dev;
+  const DevBuffer* in_dev = kc->dev.data();
+  const DevBuffer* out_dev = in_dev + n_in;
   nkrt_status_t st = nullptr;
   Py_BEGIN_ALLOW_THREADS
   for (size_t k = 0; k < n_in && !st; k++)
     st = a.tensor_update(gen, in_dev[k].tensor, host[k], in_dev[k].offset, in_bytes[k]);
   Py_END_ALLOW_THREADS
   if (st) raise_status(st, "writing an input");
-  std::vector<void*> addresses(kc->in_buffers);
-  addresses.insert(addresses.end(), kc->out_buffers.begin(), kc->out_buffers.end());
-  if (a.model_execute_at(kc->model, addresses.data(), static_cast<uint32_t>(addresses.size())) < 0)
+  if (a.model_execute_at(kc->model, kc->buffers.data(),
+                         static_cast<uint32_t>(kc->buffers.size())) < 0)
     throw PyErrorSet{};
   Py_BEGIN_ALLOW_THREADS
   for (size_t j = 0; j < n_out && !st; j++)
@@ -366,20 +394,7 @@ PyObject* run_staged(KernelCall* kc, PyObject* const* args, Py_ssize_t nargs) {
                        static_cast<uint64_t>(fresh[j].numel()) * fresh[j].itemsize());
   Py_END_ALLOW_THREADS
   if (st) raise_status(st, "reading an output");
-  PyObject* out = PyList_New(static_cast<Py_ssize_t>(kc->results.size()));
-  if (!out) return nullptr;
-  for (size_t i = 0; i < kc->results.size(); i++) {
-    const ResultSpec& r = kc->results[i];
-    PyObject* item = r.kind == ResultKind::Value
-                         ? (Py_INCREF(r.value), r.value)
-                         : THPVariable_Wrap(fresh[static_cast<size_t>(r.index)]);
-    if (!item) {
-      Py_DECREF(out);
-      return nullptr;
-    }
-    PyList_SET_ITEM(out, static_cast<Py_ssize_t>(i), item);
-  }
-  return out;
+  return results_list(kc, fresh, args, nargs);
 }
 
 // run_kernel_call(call, args) -> list of results, or None when an input is not
@@ -452,32 +467,7 @@ PyObject* run_kernel_call(PyObject*, PyObject* const* argv, Py_ssize_t argc) {
     if (any_write_back)
       for (size_t k = 0; k < n_in; k++)
         if (kc->ins[k].write_back) widen_into(narrowed[k], inputs[k]);
-    PyObject* out = PyList_New(static_cast<Py_ssize_t>(kc->results.size()));
-    if (!out) return nullptr;
-    for (size_t i = 0; i < kc->results.size(); i++) {
-      const ResultSpec& r = kc->results[i];
-      PyObject* item;
-      if (r.kind == ResultKind::Value) {
-        Py_INCREF(r.value);
-        item = r.value;
-      } else if (r.kind == ResultKind::Output) {
-        item = THPVariable_Wrap(fresh[static_cast<size_t>(r.index)]);
-      } else {
-        if (r.index >= nargs || !THPVariable_Check(args[r.index])) {
-          Py_DECREF(out);
-          PyErr_Format(PyExc_IndexError, "run_kernel_call: result %zu is argument %zd, not a "
-                       "tensor", i, r.index);
-          return nullptr;
-        }
-        item = THPVariable_Wrap(THPVariable_Unpack(args[r.index]).detach());
-      }
-      if (!item) {
-        Py_DECREF(out);
-        return nullptr;
-      }
-      PyList_SET_ITEM(out, static_cast<Py_ssize_t>(i), item);
-    }
-    return out;
+    return results_list(kc, fresh, args, nargs);
   } catch (const PyErrorSet&) {
     return nullptr;
   } catch (const std::exception& e) {
