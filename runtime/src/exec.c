@@ -748,22 +748,49 @@ static nkrt_status_t bind_at(const nkrt_model_t *m, void *const *addresses,
   return st;
 }
 
+/* Stack arrays for up to 32 tensors, heap beyond (a model with its weights as
+ * inputs): what an execution binds, before it runs or is queued. */
+typedef struct {
+  nkrt_tensor_t *slots_buf[32];
+  void *ptrs_buf[32];
+  nkrt_range_t ranges_buf[32];
+  nkrt_tensor_t **slots;
+  void **ptrs;
+  nkrt_range_t *ranges;
+} exec_arrays_t;
+
+static nkrt_status_t arrays_init(exec_arrays_t *a, const nkrt_model_t *m, uint32_t n) {
+  if (n <= 32) {
+    a->slots = a->slots_buf;
+    a->ptrs = a->ptrs_buf;
+    a->ranges = a->ranges_buf;
+    return NULL;
+  }
+  a->slots = calloc(n, sizeof(*a->slots));
+  a->ptrs = calloc(n, sizeof(*a->ptrs));
+  a->ranges = calloc(n, sizeof(*a->ranges));
+  if (a->slots && a->ptrs && a->ranges) return NULL;
+  return nkrt_status_make(NKRT_RESOURCE, "out of host memory executing '%s'", m->name);
+}
+
+static void arrays_free(exec_arrays_t *a) {
+  if (a->slots == a->slots_buf) return;
+  free(a->slots);
+  free(a->ptrs);
+  free(a->ranges);
+}
+
 static nkrt_status_t make_exec_work(nkrt_model_t *m, const nkrt_tensor_set_t *in,
                                     const nkrt_tensor_set_t *out, nkrt_work_t **out_work) {
   uint32_t n = m->desc->num_inputs + m->desc->num_outputs;
-  nkrt_tensor_t **slots = calloc(n ? n : 1, sizeof(*slots));
-  void **ptrs = calloc(n ? n : 1, sizeof(*ptrs));
-  nkrt_range_t *ranges = calloc(n ? n : 1, sizeof(*ranges));
-  nkrt_status_t st = slots && ptrs && ranges ? bind(m, in, out, slots)
-                                             : nkrt_status_make(NKRT_RESOURCE,
-                                                                "out of host memory");
+  exec_arrays_t a;
+  nkrt_status_t st = arrays_init(&a, m, n);
+  if (!st) st = bind(m, in, out, a.slots);
   if (!st) {
-    slot_addresses(slots, n, ptrs, ranges);
-    st = exec_work_from(m, slots, ptrs, ranges, n, out_work);
+    slot_addresses(a.slots, n, a.ptrs, a.ranges);
+    st = exec_work_from(m, a.slots, a.ptrs, a.ranges, n, out_work);
   }
-  free(slots);
-  free(ptrs);
-  free(ranges);
+  arrays_free(&a);
   return st;
 }
 
@@ -823,38 +850,6 @@ static nkrt_status_t execute_bound(nkrt_model_t *m, nkrt_tensor_t **slots, void 
   pthread_cond_broadcast(&q->idle_cv);
   pthread_mutex_unlock(&q->mu);
   return st;
-}
-
-/* Stack arrays for up to 32 tensors, heap beyond (a model with its weights as
- * inputs), for nkrt_execute and nkrt_execute_at. */
-typedef struct {
-  nkrt_tensor_t *slots_buf[32];
-  void *ptrs_buf[32];
-  nkrt_range_t ranges_buf[32];
-  nkrt_tensor_t **slots;
-  void **ptrs;
-  nkrt_range_t *ranges;
-} exec_arrays_t;
-
-static nkrt_status_t arrays_init(exec_arrays_t *a, const nkrt_model_t *m, uint32_t n) {
-  if (n <= 32) {
-    a->slots = a->slots_buf;
-    a->ptrs = a->ptrs_buf;
-    a->ranges = a->ranges_buf;
-    return NULL;
-  }
-  a->slots = calloc(n, sizeof(*a->slots));
-  a->ptrs = calloc(n, sizeof(*a->ptrs));
-  a->ranges = calloc(n, sizeof(*a->ranges));
-  if (a->slots && a->ptrs && a->ranges) return NULL;
-  return nkrt_status_make(NKRT_RESOURCE, "out of host memory executing '%s'", m->name);
-}
-
-static void arrays_free(exec_arrays_t *a) {
-  if (a->slots == a->slots_buf) return;
-  free(a->slots);
-  free(a->ptrs);
-  free(a->ranges);
 }
 
 nkrt_status_t nkrt_execute(nkrt_model_t *m, const nkrt_tensor_set_t *in,
