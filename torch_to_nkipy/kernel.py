@@ -385,19 +385,20 @@ class Executor:
 
     def _fast_inputs(self) -> Optional[Tuple[Any, ...]]:
         """(argument index, parameter, shape, NumPy dtype, torch dtype) of every
-        input, or None when one has a dtype the fast paths do not take."""
+        input in the model's order, or None when one has a dtype the fast paths
+        do not take."""
         ins = []
-        for p, i in self.k.param_index.items():
+        for p in self.k.device_kernel.input_tensors_info:
             shape, np_dtype = self.in_specs[p]
             if np_dtype.name not in _FAST_DTYPES:
                 return None
-            ins.append((i, p, shape, np_dtype, _FAST_DTYPES[np_dtype.name]))
+            ins.append((self.k.param_index[p], p, shape, np_dtype, _FAST_DTYPES[np_dtype.name]))
         return tuple(ins)
 
     def _fast_plan(self) -> Optional[Tuple[Any, ...]]:
         """Precomputed bindings for calls on CPU tensors: no padding, no aliasing,
         no constant outputs (None when the kernel is not like that):
-        (inputs, outputs, model)."""
+        (inputs, outputs, model), both in the model's order."""
         k = self.k
         ins = self._fast_inputs()
         if ins is None or k.aliases or k.static_outputs or len(k.out_names) != k.n_outputs:
@@ -419,23 +420,15 @@ class Executor:
         if call is None:
             ins, outs, model = self._plan
             bufs = self.sets[0]
-            dk = self.k.device_kernel
-            by_name = {p: (i, shape, np_dt, dt) for i, p, shape, np_dt, dt in ins}
-            inputs, in_addrs = [], []
-            for p in dk.input_tensors_info:
-                i, shape, np_dt, dt = by_name[p]
-                inputs.append((i, shape, dt, False, False))
-                in_addrs.append(bufs.buffer(p, shape, np_dt).tensor_ref.va)
             if bufs.outputs is None:
                 bufs.outputs = dict(zip([n for n, _, _ in self.out_specs],
-                                        dk.allocate_output_tensors()))
-            fresh = {name: (shape, dt) for name, shape, dt in outs}
-            outputs, out_addrs, index = [], [], {}
-            for name in dk.output_tensors_info:
-                index[name] = len(outputs)
-                outputs.append(fresh[name])
-                out_addrs.append(bufs.outputs[name].tensor_ref.va)
-            results = [("output", index[name]) for name in self.k.out_names]
+                                        self.k.device_kernel.allocate_output_tensors()))
+            inputs = [(i, shape, dt, False, False) for i, _, shape, _, dt in ins]
+            in_addrs = [bufs.buffer(p, shape, np_dt).tensor_ref.va
+                        for _, p, shape, np_dt, _ in ins]
+            outputs = [(shape, dt) for _, shape, dt in outs]
+            out_addrs = [bufs.outputs[name].tensor_ref.va for name, _, _ in outs]
+            results = [("output", j) for j in range(len(outs))]
             call = self._cpu_call_made = kernel_calls.kernel_call(
                 model, self.core, inputs, outputs, results, (in_addrs, out_addrs))
         return call
@@ -466,10 +459,9 @@ class Executor:
         if ins is None or any(isinstance(v, np.ndarray) for v in k.static_outputs.values()):
             return None
         dk = k.device_kernel
-        by_name = {p: (i, shape, dt) for i, p, shape, _, dt in ins}
+        by_name = {p: (i, dt) for i, p, _, _, dt in ins}
         inputs = []
-        for p in dk.input_tensors_info:
-            i, shape, dt = by_name[p]
+        for i, p, shape, _, dt in ins:
             arg_dt = k.arg_dtypes[i]
             narrow = arg_dt is torch.int64 and dt is torch.int32
             if arg_dt is not dt and not narrow:
@@ -490,7 +482,7 @@ class Executor:
         for pos, name in zip(k.tensor_out_pos, k.out_names):
             want = k.out_dtypes[pos] if pos < len(k.out_dtypes) else None
             if name in k.aliases:
-                i, _, dt = by_name[k.aliases[name]]
+                i, dt = by_name[k.aliases[name]]
                 results[pos] = ("arg", i)
             else:
                 dt = outputs[index[name]][1]
