@@ -545,18 +545,35 @@ static nkrt_gemm_pack_stats_t pack_stats(nkrt_runtime_t *rt) {
   return s;
 }
 
+/* Makes MKL the provider for a packed-weight test and returns it; NULL (the
+ * checks are skipped) without an MKL that packs. *saved: NKRT_GEMM to put
+ * back with restore_gemm. */
+static const nkrt_gemm_provider_t *use_packing_mkl(char **saved) {
+  const nkrt_gemm_provider_t *mkl = nkrt_gemm_find("mkl");
+  *saved = NULL;
+  if (!mkl || !mkl->pack_b_size) {
+    printf("  (packed-weight checks skipped: no MKL with packed GEMM)\n");
+    return NULL;
+  }
+  *saved = getenv("NKRT_GEMM") ? strdup(getenv("NKRT_GEMM")) : NULL;
+  set_env("NKRT_GEMM", "mkl");
+  nkrt_gemm_reselect();
+  return mkl;
+}
+
+static void restore_gemm(char *saved) {
+  set_env("NKRT_GEMM", saved);
+  nkrt_gemm_reselect();
+  free(saved);
+}
+
 /* A weight is packed on its second sighting and reused after; every kind of
  * write to its bytes (a tensor write, a memset, a kernel's output) drops the
  * packed copy, so results always follow the current bytes. */
 TEST(gemm_packed_weights) {
-  const nkrt_gemm_provider_t *mkl = nkrt_gemm_find("mkl");
-  if (!mkl || !mkl->pack_b_size) {
-    printf("  (skipped: no MKL with packed GEMM)\n");
-    return;
-  }
-  char *saved = getenv("NKRT_GEMM") ? strdup(getenv("NKRT_GEMM")) : NULL;
-  set_env("NKRT_GEMM", "mkl");
-  nkrt_gemm_reselect();
+  char *saved;
+  const nkrt_gemm_provider_t *mkl = use_packing_mkl(&saved);
+  if (!mkl) return;
   pack_fixture_t f = {.rt = nkrt_test_runtime("0", 16 << 20)};
   CHECK_OK(nkrt_model_load_file(f.rt, nkrt_test_neff("matmul"), 0, NULL, &f.mm));
   nkrt_model_t *inc = NULL;
@@ -627,9 +644,7 @@ TEST(gemm_packed_weights) {
   CHECK(rt == NULL);
   set_env("NKRT_GEMM_PACK_LIMIT", NULL);
   CHECK_ERR(nkrt_gemm_pack_stats(NULL, &s), NKRT_INVALID_HANDLE, "runtime handle is NULL");
-  set_env("NKRT_GEMM", saved);
-  nkrt_gemm_reselect();
-  free(saved);
+  restore_gemm(saved);
 }
 
 /* nkrt_tensor_update writes only the 16 KiB blocks that differ: an unchanged
@@ -663,11 +678,9 @@ TEST(tensor_update_keeps_unchanged_weights) {
   free(back);
   nkrt_runtime_destroy(rt);
 
-  const nkrt_gemm_provider_t *mkl = nkrt_gemm_find("mkl");
-  if (!mkl || !mkl->pack_b_size) return;
-  char *saved = getenv("NKRT_GEMM") ? strdup(getenv("NKRT_GEMM")) : NULL;
-  set_env("NKRT_GEMM", "mkl");
-  nkrt_gemm_reselect();
+  char *saved;
+  const nkrt_gemm_provider_t *mkl = use_packing_mkl(&saved);
+  if (!mkl) return;
   pack_fixture_t f = {.rt = nkrt_test_runtime("0", 16 << 20)};
   CHECK_OK(nkrt_model_load_file(f.rt, nkrt_test_neff("matmul"), 0, NULL, &f.mm));
   pack_fixture_fill(&f);
@@ -684,20 +697,16 @@ TEST(tensor_update_keeps_unchanged_weights) {
   nkrt_tensor_free(&f.b), nkrt_tensor_free(&f.c);
   nkrt_model_unload(f.mm);
   nkrt_runtime_destroy(f.rt);
-  set_env("NKRT_GEMM", saved);
-  nkrt_gemm_reselect();
-  free(saved);
+  restore_gemm(saved);
 }
 
 /* A B rewritten before every execution is never packed, even when its
  * product is cut into panels that meet the same entry within an execution;
  * past NKRT_GEMM_PACK_LIMIT weights run unpacked and results stay right. */
 TEST(gemm_packing_skips_one_off_operands_and_respects_the_limit) {
-  const nkrt_gemm_provider_t *mkl = nkrt_gemm_find("mkl");
-  if (!mkl || !mkl->pack_b_size) return;
-  char *saved = getenv("NKRT_GEMM") ? strdup(getenv("NKRT_GEMM")) : NULL;
-  set_env("NKRT_GEMM", "mkl");
-  nkrt_gemm_reselect();
+  char *saved;
+  const nkrt_gemm_provider_t *mkl = use_packing_mkl(&saved);
+  if (!mkl) return;
   enum { S = 256 }; /* 2 * 256^3 flops: split into panels over the pool */
   for (int limited = 0; limited < 2; limited++) {
     if (limited) set_env("NKRT_GEMM_PACK_LIMIT", "1M"); /* below one packed copy */
@@ -740,19 +749,15 @@ TEST(gemm_packing_skips_one_off_operands_and_respects_the_limit) {
     free(a), free(b), free(c);
   }
   set_env("NKRT_GEMM_PACK_LIMIT", NULL);
-  set_env("NKRT_GEMM", saved);
-  nkrt_gemm_reselect();
-  free(saved);
+  restore_gemm(saved);
 }
 
 /* Past NKRT_GEMM_PACK_LIMIT the first weight keeps its packed copy and the
  * second runs unpacked, call after call (nothing is evicted to make room). */
 TEST(gemm_pack_limit_keeps_what_it_packed) {
-  const nkrt_gemm_provider_t *mkl = nkrt_gemm_find("mkl");
-  if (!mkl || !mkl->pack_b_size) return;
-  char *saved = getenv("NKRT_GEMM") ? strdup(getenv("NKRT_GEMM")) : NULL;
-  set_env("NKRT_GEMM", "mkl");
-  nkrt_gemm_reselect();
+  char *saved;
+  const nkrt_gemm_provider_t *mkl = use_packing_mkl(&saved);
+  if (!mkl) return;
   char limit[32];
   snprintf(limit, sizeof(limit), "%llu",
            (unsigned long long)(mkl->pack_b_size(PM, PN, PK) * 3 / 2)); /* room for one */
@@ -776,7 +781,5 @@ TEST(gemm_pack_limit_keeps_what_it_packed) {
   nkrt_model_unload(f.mm);
   nkrt_runtime_destroy(f.rt);
   set_env("NKRT_GEMM_PACK_LIMIT", NULL);
-  set_env("NKRT_GEMM", saved);
-  nkrt_gemm_reselect();
-  free(saved);
+  restore_gemm(saved);
 }
