@@ -51,7 +51,6 @@ typedef struct {
   _Atomic uint32_t arrived;    /* barrier */
   _Atomic uint32_t generation; /* barrier; also the futex word */
   _Atomic uint32_t failed;     /* a rank gave up waiting */
-  _Atomic uint32_t join_word;  /* futex word for joins */
   _Atomic uint8_t present[MAX_RANKS];
   desc_t desc[MAX_RANKS];
 } header_t;
@@ -102,7 +101,7 @@ static bool wait_change(nkrt_comm_t *c, _Atomic uint32_t *word, uint32_t value) 
 static nkrt_status_t give_up(nkrt_comm_t *c, const char *what) {
   bool other = atomic_exchange(&c->hdr->failed, 1) != 0;
   futex_wake(&c->hdr->generation);
-  futex_wake(&c->hdr->join_word);
+  futex_wake(&c->hdr->joined);
   if (other)
     return nkrt_status_make(NKRT_TIMEOUT, "communicator '%s': another rank failed during %s "
                             "(rank %u of %u)", c->name, what, c->rank, c->world_size);
@@ -199,13 +198,12 @@ nkrt_status_t nkrt_comm_join(const char *name, uint32_t rank, uint32_t world_siz
   }
   if (!st) {
     uint32_t joined = atomic_fetch_add(&c->hdr->joined, 1) + 1;
-    atomic_fetch_add(&c->hdr->join_word, 1);
-    futex_wake(&c->hdr->join_word);
+    futex_wake(&c->hdr->joined);
     if (joined == world_size) shm_unlink(shm_name); /* all mapped: nothing to leave behind */
     uint64_t t0 = nkrt_now_ns();
-    while (!st && atomic_load(&c->hdr->joined) < world_size) {
-      uint32_t w = atomic_load(&c->hdr->join_word);
-      if (atomic_load(&c->hdr->joined) >= world_size) break;
+    while (!st) {
+      uint32_t w = atomic_load(&c->hdr->joined);  /* also the futex word */
+      if (w >= world_size) break;
       if (atomic_load(&c->hdr->failed) || (int64_t)(nkrt_now_ns() - t0) > c->timeout_ns) {
         uint32_t missing = UINT32_MAX;
         for (uint32_t r = 0; r < world_size && missing == UINT32_MAX; r++)
@@ -217,7 +215,7 @@ nkrt_status_t nkrt_comm_join(const char *name, uint32_t rank, uint32_t world_siz
                               (double)c->timeout_ns / 1e9, missing);
         shm_unlink(shm_name);
       } else {
-        futex_wait(&c->hdr->join_word, w, 10000000);
+        futex_wait(&c->hdr->joined, w, 10000000);
       }
     }
   }
