@@ -780,16 +780,22 @@ static void arrays_free(exec_arrays_t *a) {
   free(a->ranges);
 }
 
+/* Binds tensor sets into `a` (arrays_free it afterwards, whatever the result):
+ * the tensors retained, their addresses and ranges. */
+static nkrt_status_t bind_sets(const nkrt_model_t *m, const nkrt_tensor_set_t *in,
+                               const nkrt_tensor_set_t *out, uint32_t n, exec_arrays_t *a) {
+  nkrt_status_t st = arrays_init(a, m, n);
+  if (!st) st = bind(m, in, out, a->slots);
+  if (!st) slot_addresses(a->slots, n, a->ptrs, a->ranges);
+  return st;
+}
+
 static nkrt_status_t make_exec_work(nkrt_model_t *m, const nkrt_tensor_set_t *in,
                                     const nkrt_tensor_set_t *out, nkrt_work_t **out_work) {
   uint32_t n = m->desc->num_inputs + m->desc->num_outputs;
   exec_arrays_t a;
-  nkrt_status_t st = arrays_init(&a, m, n);
-  if (!st) st = bind(m, in, out, a.slots);
-  if (!st) {
-    slot_addresses(a.slots, n, a.ptrs, a.ranges);
-    st = exec_work_from(m, a.slots, a.ptrs, a.ranges, n, out_work);
-  }
+  nkrt_status_t st = bind_sets(m, in, out, n, &a);
+  if (!st) st = exec_work_from(m, a.slots, a.ptrs, a.ranges, n, out_work);
   arrays_free(&a);
   return st;
 }
@@ -857,12 +863,8 @@ nkrt_status_t nkrt_execute(nkrt_model_t *m, const nkrt_tensor_set_t *in,
   if (!m) return nkrt_status_make(NKRT_INVALID_HANDLE, "model is NULL");
   uint32_t n = m->desc->num_inputs + m->desc->num_outputs;
   exec_arrays_t a;
-  nkrt_status_t st = arrays_init(&a, m, n);
-  if (!st) st = bind(m, in, out, a.slots);
-  if (!st) {
-    slot_addresses(a.slots, n, a.ptrs, a.ranges);
-    st = execute_bound(m, a.slots, a.ptrs, a.ranges, n);
-  }
+  nkrt_status_t st = bind_sets(m, in, out, n, &a);
+  if (!st) st = execute_bound(m, a.slots, a.ptrs, a.ranges, n);
   arrays_free(&a);
   return st;
 }
