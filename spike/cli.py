@@ -98,6 +98,7 @@ class _Run:
 
     def _run(self) -> None:
         from . import SpikeModel, SpikeTensor
+        from .safe_files import safe_child
 
         args = self.args
         world = args.world_size if args.world_size is not None else max(args.num_cores, 1)
@@ -138,11 +139,15 @@ class _Run:
         out_dir = args.output_dir
         if out_dir is not None and args.num_cores > 1:
             out_dir = os.path.join(out_dir, f"rank{self.rank}")
+        # every output name is checked before anything is written: a NEFF's
+        # output named "../x" must not place a file outside OUTDIR
+        paths = {name: safe_child(out_dir, f"{name}.npy", "output")
+                 for name in bound} if out_dir is not None else {}
         for name, tensor in bound.items():
             array = tensor.numpy()
             if out_dir is not None:
+                path = paths[name]
                 os.makedirs(out_dir, exist_ok=True)
-                path = os.path.join(out_dir, f"{name}.npy")
                 np.save(path, array)
                 self.lines.append(f"output {name} -> {path} ({_describe(array)})")
             else:

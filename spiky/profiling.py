@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 from typing import Any, Dict, List, Optional, Tuple
+
+from spike.safe_files import write_atomic
 
 
 class ExecutionProfile:
@@ -76,14 +77,12 @@ class ExecutionProfile:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         doc = {"traceEvents": self.chrome_events(), "displayTimeUnit": "ns",
                "otherData": {"producer": "spiky", "clock": "CLOCK_MONOTONIC"}}
-        tmp = f"{path}.tmp{os.getpid()}"
-        with open(tmp, "w") as f:
-            json.dump(doc, f)
-        os.replace(tmp, path)
+        write_atomic(path, json.dumps(doc))
         if neff_path:
             dst = os.path.join(os.path.dirname(os.path.abspath(path)), "file.neff")
-            if not os.path.exists(dst):
-                shutil.copyfile(neff_path, dst)
+            if not os.path.lexists(dst):
+                with open(neff_path, "rb") as f:
+                    write_atomic(dst, f.read())
         return path
 
 

@@ -107,3 +107,18 @@ def test_entry_point_installed():
         pytest.skip("spike-run is not installed in this environment")
     r = subprocess.run([str(exe), "--help"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "usage: spike-run" in r.stdout
+
+
+def test_output_name_outside_outdir_refused(tmp_path, compile_neff):
+    """A NEFF whose output is named "../../escape" must not make spike-run write
+    outside -o DIR; the error names the output and nothing is written."""
+    src = (Path(REPO) / "runtime/tests/kernels/add.c").read_text()
+    neff_path = compile_neff(src.replace('{"output0",', '{"../../escape",'), "escape")
+    np.save(tmp_path / "a.npy", np.ones((64, 33), np.float32))
+    np.save(tmp_path / "b.npy", np.ones((64, 33), np.float32))
+    out = tmp_path / "deep" / "out"
+    r = spike_run(neff_path, "-i", "a=a.npy", "-i", "b=b.npy", "-o", str(out), cwd=tmp_path)
+    assert r.returncode == 1, r.stdout
+    assert "refusing output name '../../escape.npy'" in r.stderr
+    assert "Traceback" not in r.stderr
+    assert not (tmp_path / "escape.npy").exists() and not out.exists()

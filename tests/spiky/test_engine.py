@@ -162,3 +162,24 @@ def test_execution_profile_records_any_code(tmp_path):
 def test_runtime_lifecycle_calls():
     spiky.init(0)
     assert spiky.is_initialized() and spiky.device_count() >= 1
+
+
+def test_profile_save_never_follows_planted_symlinks(tmp_path):
+    """A symlink planted at the profile's old temporary name, at the trace path
+    or at file.neff beside it is replaced, never written through."""
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    path = tmp_path / "trace.ntff"
+    (tmp_path / f"trace.ntff.tmp{os.getpid()}").symlink_to(victim)
+    (tmp_path / "file.neff").symlink_to(victim)
+    neff = tmp_path / "k.neff"
+    neff.write_bytes(b"neff bytes")
+    prof = spiky.ExecutionProfile()
+    prof.span("phase", 1, 2)
+    prof.save(str(path), neff_path=str(neff))
+    assert victim.read_text() == "precious"
+    assert json.loads(path.read_text())["traceEvents"]
+    path.unlink()
+    path.symlink_to(victim)
+    prof.save(str(path))
+    assert victim.read_text() == "precious" and not path.is_symlink()
