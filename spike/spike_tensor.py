@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import math
+import operator
 from typing import Any, Optional, Sequence, Tuple
 
 import numpy as np
@@ -19,6 +20,24 @@ logger = logging.getLogger(__name__)
 def _contiguous(array: np.ndarray) -> np.ndarray:
     """``array`` itself if C-contiguous, else a C-contiguous copy (shape kept, 0-d too)."""
     return array if array.flags.c_contiguous else np.ascontiguousarray(array)
+
+
+def _as_shape(shape: Sequence[int]) -> Tuple[int, ...]:
+    """``shape`` as a tuple of non-negative ints; a non-integer extent (4.5, "4")
+    or a negative one is refused, never truncated."""
+    try:
+        dims = tuple(shape)
+    except TypeError:
+        raise TypeError(f"shape must be a sequence of integers, got {shape!r}") from None
+    out = []
+    for d in dims:
+        try:
+            out.append(operator.index(d))
+        except TypeError:
+            raise TypeError(f"shape entries must be integers, got {d!r} in {dims}") from None
+    if any(d < 0 for d in out):
+        raise ValueError(f"shape must not have negative extents, got {tuple(out)}")
+    return tuple(out)
 
 
 def _as_bytes_view(array: np.ndarray) -> np.ndarray:
@@ -48,9 +67,7 @@ class SpikeTensor:
         """Wraps ``tensor_ref``; its byte size must equal prod(shape) * itemsize."""
         if not isinstance(tensor_ref, NrtTensor):
             raise TypeError(f"tensor_ref must be an NrtTensor, got {type(tensor_ref).__name__}")
-        shape = tuple(int(d) for d in shape)
-        if any(d < 0 for d in shape):
-            raise ValueError(f"shape must not have negative extents, got {shape}")
+        shape = _as_shape(shape)
         dtype = to_numpy_dtype(dtype)
         nbytes = math.prod(shape) * dtype.itemsize
         if nbytes != tensor_ref.size:
@@ -101,10 +118,8 @@ class SpikeTensor:
         cls, shape: Sequence[int], dtype: Any, name: Optional[str] = None, core_id: int = 0
     ) -> "SpikeTensor":
         """Allocates an uninitialised device tensor of ``shape`` and ``dtype``."""
-        shape = tuple(int(d) for d in shape)
+        shape = _as_shape(shape)
         dtype = to_numpy_dtype(dtype)
-        if any(d < 0 for d in shape):
-            raise ValueError(f"shape must not have negative extents, got {shape}")
         nbytes = math.prod(shape) * dtype.itemsize
         ref = get_spike_singleton().allocate_tensor(nbytes, core_id=core_id, name=name)
         return cls(ref, shape, dtype, name)

@@ -163,3 +163,20 @@ def test_spike_error_prefix():
         spike.get_spike_singleton().free_tensor(t)
         spike.get_spike_singleton().tensor_read(t)
     assert str(info.value).startswith("Spike Error: ")
+
+
+@pytest.mark.parametrize("shape, exc, message", [
+    ((4.5,), TypeError, r"shape entries must be integers, got 4.5"),
+    ((2, "3"), TypeError, r"shape entries must be integers, got '3'"),
+    (4, TypeError, r"shape must be a sequence of integers, got 4"),
+    ((2, -1), ValueError, r"negative extents, got \(2, -1\)"),
+])
+def test_empty_refuses_non_integer_shapes(shape, exc, message):
+    """SpikeTensor.empty((4.5,)) used to truncate to 4 elements."""
+    with pytest.raises(exc, match=message):
+        SpikeTensor.empty(shape, np.float32)
+
+
+def test_empty_accepts_numpy_integers():
+    t = SpikeTensor.empty((np.int64(2), np.int32(3)), np.float32)
+    assert t.shape == (2, 3) and all(type(d) is int for d in t.shape)
