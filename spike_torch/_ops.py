@@ -1,5 +1,6 @@
 """Python kernels of the nkipy device: random fills through the device's
-generators, and device-tensor printing without CPU-fallback noise.
+generators, copies of conjugate and negative views, and device-tensor
+printing without CPU-fallback noise.
 
 Metadata kernels, copies, fills and the CPU fallback are in C++
 (csrc/nkipy_device.cpp). Kernels registered here override the fallback.
@@ -49,6 +50,51 @@ for _name, _method in (
     ("geometric_", "geometric_"),
 ):
     _lib.impl(_name, _random_fill(_method), "PrivateUse1")
+
+
+# ---- copies of conjugate / negative views --------------------------------------
+#
+# A complex result can carry the lazy conjugate bit (torch.fft.ifft's does) and
+# any tensor the negative bit. PyTorch resolves those bits for an op it has no
+# kernel for with a fallback that clones the input first; for a device whose
+# copies go through aten::_copy_from, that clone is itself such a copy, and the
+# fallback recursed until the stack overflowed (SIGSEGV). These kernels, on the
+# Conjugate and Negative keys, copy the raw data of views without the bits and
+# apply whatever conjugation or negation the two sides' bits differ by on the
+# host, so no copy ever reaches the fallback.
+
+
+def _raw(t: torch.Tensor) -> torch.Tensor:
+    """A view of ``t``'s data with neither the conjugate nor the negative bit."""
+    if t.is_conj():
+        t = t.conj()
+    if t.is_neg():
+        t = t._neg_view()
+    return t
+
+
+def _copy_from_math_bits(self: torch.Tensor, dst: torch.Tensor,
+                         non_blocking: bool = False) -> torch.Tensor:
+    conj, neg = self.is_conj() != dst.is_conj(), self.is_neg() != dst.is_neg()
+    src = _raw(self)
+    if conj or neg:
+        src = src.cpu()
+        if conj:
+            src = src.conj_physical()
+        if neg:
+            src = src.neg()
+    _raw(dst).copy_(src, non_blocking=non_blocking)
+    return dst
+
+
+def _copy_from_and_resize_math_bits(self: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
+    dst.resize_(self.shape)
+    return _copy_from_math_bits(self, dst)
+
+
+for _key in ("Conjugate", "Negative"):
+    _lib.impl("_copy_from", _copy_from_math_bits, _key)
+    _lib.impl("_copy_from_and_resize", _copy_from_and_resize_math_bits, _key)
 
 
 # ---- printing ------------------------------------------------------------------
