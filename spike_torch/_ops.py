@@ -1,6 +1,6 @@
 """Python kernels of the nkipy device: random fills through the device's
-generators, copies of conjugate and negative views, and device-tensor
-printing without CPU-fallback noise.
+generators, copies of conjugate and negative views, group norm with float32
+statistics, and device-tensor printing without CPU-fallback noise.
 
 Metadata kernels, copies, fills and the CPU fallback are in C++
 (csrc/nkipy_device.cpp). Kernels registered here override the fallback.
@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Callable, Optional
 
 import torch
+import torch._decomp
 
 from . import device_module
 
@@ -95,6 +96,27 @@ def _copy_from_and_resize_math_bits(self: torch.Tensor, dst: torch.Tensor) -> to
 for _key in ("Conjugate", "Negative"):
     _lib.impl("_copy_from", _copy_from_math_bits, _key)
     _lib.impl("_copy_from_and_resize", _copy_from_and_resize_math_bits, _key)
+
+
+# ---- group norm ------------------------------------------------------------------
+#
+# PyTorch's native_group_norm has kernels for CPU and CUDA only; on other devices
+# its composite form normalises through batch norm in the input's own dtype, so
+# bfloat16 came out twice as far from float32 as CPU bfloat16. The reference
+# decomposition computes mean and variance in float32 for half types, as the CPU
+# kernel does.
+
+_group_norm_decomposition = torch._decomp.decomposition_table[
+    torch.ops.aten.native_group_norm.default]
+
+
+def _native_group_norm(input: torch.Tensor, weight: Optional[torch.Tensor],
+                       bias: Optional[torch.Tensor], n: int, c: int, hxw: int, group: int,
+                       eps: float):
+    return _group_norm_decomposition(input, weight, bias, n, c, hxw, group, eps)
+
+
+_lib.impl("native_group_norm", _native_group_norm, "PrivateUse1")
 
 
 # ---- printing ------------------------------------------------------------------
