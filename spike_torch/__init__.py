@@ -78,6 +78,9 @@ _register()
 spike.get_spike_singleton()  # the runtime the device's memory comes from
 
 from . import _ops  # noqa: E402,F401  (Python kernels: random fills, printing)
+from . import _module_ties  # noqa: E402
+
+_module_ties.install()  # tied parameters survive .to("nkipy") and .cpu()
 from . import _eager  # noqa: E402,F401  (eager compute through nkipy kernels)
 
 # ---- public API ----------------------------------------------------------------
