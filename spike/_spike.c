@@ -20,31 +20,19 @@
  * GIL are retained for the duration; a model being executed is unloaded only
  * once its last execution has returned.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <structmember.h>
-
-#include <math.h>
-#include <pthread.h>
-#include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-
-#include "nkrt/nkrt.h"
-#include "include/spike_capi.h"
+#include "_spike_internal.h"
 
 /* ------------------------------------------------------------------------ */
 /* Errors                                                                    */
 /* ------------------------------------------------------------------------ */
 
-static PyObject *SpikeRuntimeError;
-static PyObject *SpikeError;
-static PyObject *NrtError;
+PyObject *SpikeRuntimeError;
+PyObject *SpikeError;
+PyObject *NrtError;
 
 /* Raises SpikeError("Spike Error: <formatted>") and returns NULL. The format
  * is that of PyUnicode_FromFormat. */
-static PyObject *spike_error(const char *fmt, ...) {
+PyObject *spike_error(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   PyObject *text = PyUnicode_FromFormatV(fmt, ap);
@@ -59,7 +47,7 @@ static PyObject *spike_error(const char *fmt, ...) {
 }
 
 /* Raises NrtError for a failed status, frees the status, returns NULL. */
-static PyObject *nrt_error(nkrt_status_t status) {
+PyObject *spike_nrt_error(nkrt_status_t status) {
   nkrt_code_t code = nkrt_status_code(status);
   const char *name = nkrt_code_name(code);
   PyObject *msg = PyUnicode_FromFormat("NRT Error %s(%d): %s", name, (int)code,
@@ -86,7 +74,7 @@ static PyObject *nrt_error(nkrt_status_t status) {
 }
 
 /* Argument checks shared by the methods. Return 0, or -1 with ValueError. */
-static int check_non_negative(const char *what, long long value) {
+int spike_check_non_negative(const char *what, long long value) {
   if (value < 0) {
     PyErr_Format(PyExc_ValueError, "%s must be a non-negative integer, got %lld", what, value);
     return -1;
@@ -109,7 +97,7 @@ static int fs_path_or_none(PyObject *obj, void *out) {
   return PyUnicode_FSConverter(obj, out);
 }
 
-static int check_core_id(long long core_id) {
+int spike_check_core_id(long long core_id) {
   if (core_id < 0 || core_id > (long long)UINT32_MAX) {
     PyErr_Format(PyExc_ValueError, "core_id must be a non-negative logical core index, got %lld",
                  core_id);
@@ -122,18 +110,8 @@ static int check_core_id(long long core_id) {
 /* The shared runtime context                                                */
 /* ------------------------------------------------------------------------ */
 
-struct TraceSessionObject;
-
-typedef struct SpikeCtx {
-  Py_ssize_t refs;          /* holders; changed with the GIL held */
-  nkrt_runtime_t *runtime;  /* NULL once closed */
-  int closed;               /* read and written with the GIL held */
-  pthread_rwlock_t lock;    /* read: a call running without the GIL; write: close */
-  struct TraceSessionObject *sessions; /* live SystemTraceSessions, destroyed at close */
-} SpikeCtx;
-
 /* The context of the live (not closed) runtime, if any: one per process. */
-static SpikeCtx *g_live_ctx;
+SpikeCtx *g_live_ctx;
 
 /* State behind the exported C API (spike_capi.h): the live runtime and its
  * generation, guarded by a read-write lock that API calls hold for reading
@@ -143,7 +121,7 @@ static nkrt_runtime_t *g_capi_runtime;
 static uint64_t g_capi_generation_counter;
 static uint64_t g_capi_generation; /* 0: none live; read atomically */
 
-static void capi_publish(nkrt_runtime_t *runtime) {
+void spike_capi_publish(nkrt_runtime_t *runtime) {
   pthread_rwlock_wrlock(&g_capi_lock);
   g_capi_runtime = runtime;
   __atomic_store_n(&g_capi_generation, ++g_capi_generation_counter, __ATOMIC_RELEASE);
@@ -151,7 +129,7 @@ static void capi_publish(nkrt_runtime_t *runtime) {
 }
 
 /* Called without the GIL before `runtime` is destroyed; waits for API calls. */
-static void capi_retire(nkrt_runtime_t *runtime) {
+void spike_capi_retire(nkrt_runtime_t *runtime) {
   pthread_rwlock_wrlock(&g_capi_lock);
   if (g_capi_runtime == runtime) {
     g_capi_runtime = NULL;
@@ -172,28 +150,26 @@ static SpikeCtx *ctx_new(nkrt_runtime_t *runtime) {
   return ctx;
 }
 
-static void ctx_incref(SpikeCtx *ctx) { ctx->refs++; }
-
-static void trace_sessions_detach_all(SpikeCtx *ctx);
+void spike_ctx_incref(SpikeCtx *ctx) { ctx->refs++; }
 
 /* Destroys the runtime (GIL held on entry and exit). Idempotent. */
 static void ctx_close(SpikeCtx *ctx) {
   if (ctx->closed) return;
   ctx->closed = 1; /* from here on nothing new starts */
   if (g_live_ctx == ctx) g_live_ctx = NULL;
-  trace_sessions_detach_all(ctx);
+  spike_trace_sessions_detach_all(ctx);
   nkrt_runtime_t *runtime = ctx->runtime;
   ctx->runtime = NULL;
   Py_BEGIN_ALLOW_THREADS
   /* Waits for calls still running without the GIL. */
   pthread_rwlock_wrlock(&ctx->lock);
-  capi_retire(runtime);
+  spike_capi_retire(runtime);
   nkrt_runtime_destroy(runtime);
   pthread_rwlock_unlock(&ctx->lock);
   Py_END_ALLOW_THREADS
 }
 
-static void ctx_decref(SpikeCtx *ctx) {
+void spike_ctx_decref(SpikeCtx *ctx) {
   if (!ctx || --ctx->refs > 0) return;
   ctx_close(ctx);
   pthread_rwlock_destroy(&ctx->lock);
@@ -201,7 +177,7 @@ static void ctx_decref(SpikeCtx *ctx) {
 }
 
 /* 0 if the runtime is open, else -1 with SpikeError. */
-static int ctx_check(const SpikeCtx *ctx) {
+int spike_ctx_check(const SpikeCtx *ctx) {
   if (ctx->closed) {
     spike_error("the runtime is closed (after Spike.close() or spike.reset()); "
                 "create a new runtime and new objects");
@@ -210,25 +186,25 @@ static int ctx_check(const SpikeCtx *ctx) {
   return 0;
 }
 
-/* Enter/leave a region that runs without the GIL. ctx_enter is called with
- * the GIL held and fails if the runtime is closed. */
-static int ctx_enter(SpikeCtx *ctx) {
-  if (ctx_check(ctx) < 0) return -1;
+/* Enter/leave a region that runs without the GIL. spike_ctx_enter is called
+ * with the GIL held and fails if the runtime is closed. */
+int spike_ctx_enter(SpikeCtx *ctx) {
+  if (spike_ctx_check(ctx) < 0) return -1;
   pthread_rwlock_rdlock(&ctx->lock);
   return 0;
 }
 
-static void ctx_leave(SpikeCtx *ctx) { pthread_rwlock_unlock(&ctx->lock); }
+void spike_ctx_leave(SpikeCtx *ctx) { pthread_rwlock_unlock(&ctx->lock); }
 
 /* Process exit: if objects leaked past finalization, still stop the runtime's
  * threads and unmap its memory. No Python API is used here. */
-static void spike_at_exit(void) {
+void spike_at_exit(void) {
   SpikeCtx *ctx = g_live_ctx;
   if (ctx && !ctx->closed) {
     ctx->closed = 1;
     g_live_ctx = NULL;
     pthread_rwlock_wrlock(&ctx->lock); /* a daemon thread may still be executing */
-    capi_retire(ctx->runtime);
+    spike_capi_retire(ctx->runtime);
     nkrt_runtime_destroy(ctx->runtime);
     ctx->runtime = NULL;
     pthread_rwlock_unlock(&ctx->lock);
@@ -236,64 +212,13 @@ static void spike_at_exit(void) {
 }
 
 /* ------------------------------------------------------------------------ */
-/* Type objects (defined below)                                              */
-/* ------------------------------------------------------------------------ */
-
-static PyTypeObject SpikeType;
-static PyTypeObject NrtTensorType;
-static PyTypeObject NrtModelType;
-static PyTypeObject TraceSessionType;
-static PyTypeObject TensorMetadataType;
-static PyTypeObject ModelTensorInfoType;
-static PyTypeObject ExecutionEventType;
-
-typedef struct {
-  PyObject_HEAD
-  SpikeCtx *ctx;
-  int verbose_level;
-} SpikeObject;
-
-typedef struct {
-  PyObject_HEAD
-  SpikeCtx *ctx;
-  nkrt_tensor_t *tensor; /* NULL once freed */
-  PyObject *name;        /* str, kept for messages after free */
-  uint64_t size;
-  uint32_t core;
-  int is_slice;
-} NrtTensorObject;
-
-typedef struct {
-  PyObject_HEAD
-  SpikeCtx *ctx;
-  nkrt_model_t *model;   /* NULL once unloaded */
-  PyObject *neff_path;   /* str */
-  PyObject *name;        /* str */
-  uint32_t core;
-  int32_t rank;
-  int32_t world_size;
-  int cc_enabled;
-  int busy;              /* executions running without the GIL */
-  int unload_pending;    /* unload requested while busy */
-} NrtModelObject;
-
-typedef struct TraceSessionObject {
-  PyObject_HEAD
-  SpikeCtx *ctx;
-  nkrt_trace_session_t *session; /* NULL once the runtime closed */
-  int32_t core;                  /* -1: all cores */
-  int stopped;
-  struct TraceSessionObject *prev, *next; /* in ctx->sessions */
-} TraceSessionObject;
-
-/* ------------------------------------------------------------------------ */
 /* Helpers for the objects                                                   */
 /* ------------------------------------------------------------------------ */
 
-static int spike_check_open(SpikeObject *self) { return ctx_check(self->ctx); }
+int spike_check_open(SpikeObject *self) { return spike_ctx_check(self->ctx); }
 
 /* The live nkrt tensor of `obj`, or NULL with SpikeError (freed, closed). */
-static nkrt_tensor_t *tensor_get(NrtTensorObject *obj) {
+nkrt_tensor_t *spike_tensor_get(NrtTensorObject *obj) {
   if (!obj->tensor) {
     spike_error("Tensor '%U' is freed; it cannot be used after free_tensor()", obj->name);
     return NULL;
@@ -307,16 +232,16 @@ static nkrt_tensor_t *tensor_get(NrtTensorObject *obj) {
   return obj->tensor;
 }
 
-static int tensor_arg(PyObject *arg, const char *what, NrtTensorObject **out) {
+int spike_tensor_arg(PyObject *arg, const char *what, NrtTensorObject **out) {
   if (!PyObject_TypeCheck(arg, &NrtTensorType)) {
     PyErr_Format(PyExc_TypeError, "%s must be an NrtTensor, got %s", what, Py_TYPE(arg)->tp_name);
     return -1;
   }
   *out = (NrtTensorObject *)arg;
-  return tensor_get(*out) ? 0 : -1;
+  return spike_tensor_get(*out) ? 0 : -1;
 }
 
-static nkrt_model_t *model_get(NrtModelObject *obj) {
+nkrt_model_t *spike_model_get(NrtModelObject *obj) {
   if (!obj->model || obj->unload_pending) {
     spike_error("Model '%U' is unloaded; load it again with load_model()", obj->name);
     return NULL;
@@ -330,17 +255,17 @@ static nkrt_model_t *model_get(NrtModelObject *obj) {
   return obj->model;
 }
 
-static int model_arg(PyObject *arg, NrtModelObject **out) {
+int spike_model_arg(PyObject *arg, NrtModelObject **out) {
   if (!PyObject_TypeCheck(arg, &NrtModelType)) {
     PyErr_Format(PyExc_TypeError, "model must be an NrtModel, got %s", Py_TYPE(arg)->tp_name);
     return -1;
   }
   *out = (NrtModelObject *)arg;
-  return model_get(*out) ? 0 : -1;
+  return spike_model_get(*out) ? 0 : -1;
 }
 
 /* Wraps a new nkrt tensor (reference taken over) in an NrtTensor. */
-static PyObject *tensor_wrap(SpikeCtx *ctx, nkrt_tensor_t *tensor) {
+PyObject *spike_tensor_wrap(SpikeCtx *ctx, nkrt_tensor_t *tensor) {
   NrtTensorObject *obj = PyObject_New(NrtTensorObject, &NrtTensorType);
   if (!obj) {
     nkrt_tensor_free(&tensor);
@@ -355,7 +280,7 @@ static PyObject *tensor_wrap(SpikeCtx *ctx, nkrt_tensor_t *tensor) {
     return NULL;
   }
   obj->ctx = ctx;
-  ctx_incref(ctx);
+  spike_ctx_incref(ctx);
   obj->tensor = tensor;
   obj->size = nkrt_tensor_size(tensor);
   obj->core = nkrt_tensor_core(tensor);
@@ -364,7 +289,7 @@ static PyObject *tensor_wrap(SpikeCtx *ctx, nkrt_tensor_t *tensor) {
 }
 
 /* Drops a model that has no execution in flight. */
-static void model_release(NrtModelObject *obj) {
+void spike_model_release(NrtModelObject *obj) {
   if (obj->model && !obj->ctx->closed) nkrt_model_unload(obj->model);
   obj->model = NULL;
   obj->unload_pending = 0;
@@ -377,7 +302,7 @@ static void model_release(NrtModelObject *obj) {
 static void tensor_dealloc(NrtTensorObject *self) {
   if (self->ctx) {
     if (self->tensor && !self->ctx->closed) nkrt_tensor_free(&self->tensor);
-    ctx_decref(self->ctx);
+    spike_ctx_decref(self->ctx);
   }
   Py_XDECREF(self->name);
   PyObject_Free(self);
@@ -400,7 +325,7 @@ static PyObject *tensor_get_name(NrtTensorObject *self, void *c) {
 
 static PyObject *tensor_get_va(NrtTensorObject *self, void *c) {
   (void)c;
-  nkrt_tensor_t *tensor = tensor_get(self);
+  nkrt_tensor_t *tensor = spike_tensor_get(self);
   if (!tensor) return NULL;
   return PyLong_FromVoidPtr(nkrt_tensor_va(tensor));
 }
@@ -435,7 +360,7 @@ static PyGetSetDef tensor_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
-static PyTypeObject NrtTensorType = {
+PyTypeObject NrtTensorType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "spike._spike.NrtTensor",
     .tp_basicsize = sizeof(NrtTensorObject),
@@ -454,8 +379,8 @@ static PyTypeObject NrtTensorType = {
 
 static void model_dealloc(NrtModelObject *self) {
   if (self->ctx) {
-    model_release(self);
-    ctx_decref(self->ctx);
+    spike_model_release(self);
+    spike_ctx_decref(self->ctx);
   }
   Py_XDECREF(self->neff_path);
   Py_XDECREF(self->name);
@@ -513,7 +438,7 @@ static PyGetSetDef model_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
-static PyTypeObject NrtModelType = {
+PyTypeObject NrtModelType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "spike._spike.NrtModel",
     .tp_basicsize = sizeof(NrtModelObject),
@@ -537,7 +462,7 @@ static PyStructSequence_Field tensor_metadata_fields[] = {
     {NULL, NULL},
 };
 
-static PyStructSequence_Desc tensor_metadata_desc = {
+PyStructSequence_Desc spike_tensor_metadata_desc = {
     "spike._spike.TensorMetadata", "Size, dtype and shape of one model input or output.",
     tensor_metadata_fields, 4};
 
@@ -547,11 +472,14 @@ static PyStructSequence_Field model_tensor_info_fields[] = {
     {NULL, NULL},
 };
 
-static PyStructSequence_Desc model_tensor_info_desc = {
+PyStructSequence_Desc spike_model_tensor_info_desc = {
     "spike._spike.ModelTensorInfo", "The inputs and outputs of a loaded model, by name.",
     model_tensor_info_fields, 2};
 
-static PyObject *tensor_metadata_new(const nkrt_neff_tensor_t *t, const nkrt_model_t *model) {
+PyTypeObject TensorMetadataType;
+PyTypeObject ModelTensorInfoType;
+
+PyObject *spike_tensor_metadata_new(const nkrt_neff_tensor_t *t, const nkrt_model_t *model) {
   PyObject *md = PyStructSequence_New(&TensorMetadataType);
   if (!md) return NULL;
   PyObject *shape = PyTuple_New(t->ndim);
@@ -596,7 +524,7 @@ static void trace_session_unlink(TraceSessionObject *s) {
 }
 
 /* Called by ctx_close before the runtime goes: sessions are freed first. */
-static void trace_sessions_detach_all(SpikeCtx *ctx) {
+void spike_trace_sessions_detach_all(SpikeCtx *ctx) {
   while (ctx->sessions) {
     TraceSessionObject *s = ctx->sessions;
     nkrt_trace_destroy(s->session);
@@ -650,17 +578,17 @@ static PyObject *trace_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
                           value);
     core = (int32_t)value;
   }
-  if (ctx_check(ctx) < 0) return NULL;
+  if (spike_ctx_check(ctx) < 0) return NULL;
   nkrt_trace_session_t *session = NULL;
   nkrt_status_t st = nkrt_trace_start(ctx->runtime, core, &session);
-  if (st) return nrt_error(st);
+  if (st) return spike_nrt_error(st);
   TraceSessionObject *self = (TraceSessionObject *)type->tp_alloc(type, 0);
   if (!self) {
     nkrt_trace_destroy(session);
     return NULL;
   }
   self->ctx = ctx;
-  ctx_incref(ctx);
+  spike_ctx_incref(ctx);
   self->session = session;
   self->core = core;
   self->next = ctx->sessions;
@@ -674,7 +602,7 @@ static void trace_dealloc(TraceSessionObject *self) {
     if (self->session && !self->ctx->closed) nkrt_trace_destroy(self->session);
     self->session = NULL;
     trace_session_unlink(self);
-    ctx_decref(self->ctx);
+    spike_ctx_decref(self->ctx);
   }
   Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -693,7 +621,7 @@ static PyObject *trace_json(TraceSessionObject *self, bool drain) {
   char *json = NULL;
   size_t length = 0;
   nkrt_status_t st = nkrt_trace_events_json(session, drain, &json, &length);
-  if (st) return nrt_error(st);
+  if (st) return spike_nrt_error(st);
   PyObject *text = PyUnicode_DecodeUTF8(json, (Py_ssize_t)length, "replace");
   nkrt_free(json);
   return text;
@@ -737,7 +665,7 @@ static PyObject *trace_save(TraceSessionObject *self, PyObject *args) {
   }
   nkrt_status_t st = nkrt_trace_write_chrome(session, PyBytes_AS_STRING(path));
   Py_DECREF(path);
-  if (st) return nrt_error(st);
+  if (st) return spike_nrt_error(st);
   Py_RETURN_NONE;
 }
 
@@ -798,7 +726,7 @@ static PyGetSetDef trace_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
-static PyTypeObject TraceSessionType = {
+PyTypeObject TraceSessionType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "spike._spike.SystemTraceSession",
     .tp_basicsize = sizeof(TraceSessionObject),
@@ -862,7 +790,7 @@ static PyObject *spike_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
   Py_BEGIN_ALLOW_THREADS
   st = nkrt_runtime_create(&options, &runtime);
   Py_END_ALLOW_THREADS
-  if (st) return nrt_error(st);
+  if (st) return spike_nrt_error(st);
   if (g_live_ctx) { /* another thread won the race while the GIL was released */
     nkrt_runtime_destroy(runtime);
     return spike_error("a Spike runtime is already active in this process (only one per "
@@ -881,12 +809,12 @@ static PyObject *spike_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
   }
   self->verbose_level = verbose_level;
   g_live_ctx = self->ctx;
-  capi_publish(runtime);
+  spike_capi_publish(runtime);
   return (PyObject *)self;
 }
 
 static void spike_dealloc(SpikeObject *self) {
-  ctx_decref(self->ctx);
+  spike_ctx_decref(self->ctx);
   Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -901,7 +829,7 @@ static PyObject *spike_get_visible_core_count(PyObject *unused1, PyObject *unuse
   (void)unused2;
   uint32_t count = 0;
   nkrt_status_t st = nkrt_visible_core_count(&count);
-  if (st) return nrt_error(st);
+  if (st) return spike_nrt_error(st);
   return PyLong_FromUnsignedLong(count);
 }
 
@@ -957,7 +885,7 @@ static PyObject *spike_load_model(SpikeObject *self, PyObject *args, PyObject *k
                                    &world_size, &name))
     return NULL;
   PyObject *result = NULL;
-  if (check_core_id(core_id) < 0) goto done;
+  if (spike_check_core_id(core_id) < 0) goto done;
   if (world_size < 1) {
     PyErr_Format(PyExc_ValueError, "world_size must be >= 1, got %d", world_size);
     goto done;
@@ -980,14 +908,14 @@ static PyObject *spike_load_model(SpikeObject *self, PyObject *args, PyObject *k
   nkrt_model_t *model = NULL;
   nkrt_status_t st;
   SpikeCtx *ctx = self->ctx;
-  if (ctx_enter(ctx) < 0) goto done;
+  if (spike_ctx_enter(ctx) < 0) goto done;
   Py_BEGIN_ALLOW_THREADS
   st = nkrt_model_load_file(ctx->runtime, PyBytes_AS_STRING(path), (uint32_t)core_id, &options,
                             &model);
-  ctx_leave(ctx);
+  spike_ctx_leave(ctx);
   Py_END_ALLOW_THREADS
   if (st) {
-    nrt_error(st);
+    spike_nrt_error(st);
     goto done;
   }
   if (ctx->closed) { /* closed by another thread meanwhile: the model went with it */
@@ -1010,7 +938,7 @@ static PyObject *spike_load_model(SpikeObject *self, PyObject *args, PyObject *k
     goto done;
   }
   obj->ctx = ctx;
-  ctx_incref(ctx);
+  spike_ctx_incref(ctx);
   obj->model = model;
   obj->core = core;
   obj->rank = rank;
@@ -1031,9 +959,9 @@ static PyObject *spike_unload_model(SpikeObject *self, PyObject *args, PyObject 
   PyObject *arg;
   if (!PyArg_ParseTupleAndKeywords(args, kwds, "O:unload_model", kwlist, &arg)) return NULL;
   NrtModelObject *model;
-  if (spike_check_open(self) < 0 || model_arg(arg, &model) < 0) return NULL;
+  if (spike_check_open(self) < 0 || spike_model_arg(arg, &model) < 0) return NULL;
   if (model->busy) model->unload_pending = 1; /* the last execution unloads it */
-  else model_release(model);
+  else spike_model_release(model);
   Py_RETURN_NONE;
 }
 
@@ -1045,7 +973,7 @@ static PyObject *tensor_info_dict(const nkrt_model_t *model, int outputs) {
   for (uint32_t i = 0; i < count; i++) {
     const nkrt_neff_tensor_t *t = outputs ? nkrt_model_output(model, i) : nkrt_model_input(model, i);
     if (!t) continue;
-    PyObject *md = tensor_metadata_new(t, model);
+    PyObject *md = spike_tensor_metadata_new(t, model);
     if (!md || PyDict_SetItemString(dict, t->name, md) < 0) {
       Py_XDECREF(md);
       Py_DECREF(dict);
@@ -1061,7 +989,7 @@ static PyObject *spike_get_tensor_info(SpikeObject *self, PyObject *args, PyObje
   PyObject *arg;
   if (!PyArg_ParseTupleAndKeywords(args, kwds, "O:get_tensor_info", kwlist, &arg)) return NULL;
   NrtModelObject *model;
-  if (spike_check_open(self) < 0 || model_arg(arg, &model) < 0) return NULL;
+  if (spike_check_open(self) < 0 || spike_model_arg(arg, &model) < 0) return NULL;
   PyObject *info = PyStructSequence_New(&ModelTensorInfoType);
   if (!info) return NULL;
   PyObject *inputs = tensor_info_dict(model->model, 0);
@@ -1087,13 +1015,13 @@ static PyObject *spike_allocate_tensor(SpikeObject *self, PyObject *args, PyObje
   if (!PyArg_ParseTupleAndKeywords(args, kwds, "L|Lz:allocate_tensor", kwlist, &size, &core_id,
                                    &name))
     return NULL;
-  if (check_non_negative("size", size) < 0 || check_core_id(core_id) < 0) return NULL;
+  if (spike_check_non_negative("size", size) < 0 || spike_check_core_id(core_id) < 0) return NULL;
   if (spike_check_open(self) < 0) return NULL;
   nkrt_tensor_t *tensor = NULL;
   nkrt_status_t st =
       nkrt_tensor_allocate(self->ctx->runtime, (uint32_t)core_id, (uint64_t)size, name, &tensor);
-  if (st) return nrt_error(st);
-  return tensor_wrap(self->ctx, tensor);
+  if (st) return spike_nrt_error(st);
+  return spike_tensor_wrap(self->ctx, tensor);
 }
 
 static PyObject *spike_slice_from_tensor(SpikeObject *self, PyObject *args, PyObject *kwds) {
@@ -1104,10 +1032,10 @@ static PyObject *spike_slice_from_tensor(SpikeObject *self, PyObject *args, PyOb
   if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|LLz:slice_from_tensor", kwlist, &arg, &offset,
                                    &size, &name))
     return NULL;
-  if (check_non_negative("offset", offset) < 0 || check_non_negative("size", size) < 0)
+  if (spike_check_non_negative("offset", offset) < 0 || spike_check_non_negative("size", size) < 0)
     return NULL;
   NrtTensorObject *source;
-  if (spike_check_open(self) < 0 || tensor_arg(arg, "source", &source) < 0) return NULL;
+  if (spike_check_open(self) < 0 || spike_tensor_arg(arg, "source", &source) < 0) return NULL;
   uint64_t off = (uint64_t)offset, len = (uint64_t)size;
   if (off > source->size || len > source->size - off)
     return spike_error("slice of %llu bytes at offset %llu exceeds the tensor bound: tensor "
@@ -1116,8 +1044,8 @@ static PyObject *spike_slice_from_tensor(SpikeObject *self, PyObject *args, PyOb
                        (unsigned long long)source->size);
   nkrt_tensor_t *tensor = NULL;
   nkrt_status_t st = nkrt_tensor_slice(source->tensor, off, len, name, &tensor);
-  if (st) return nrt_error(st);
-  return tensor_wrap(self->ctx, tensor);
+  if (st) return spike_nrt_error(st);
+  return spike_tensor_wrap(self->ctx, tensor);
 }
 
 /* Finds the live allocation containing `address` (a host-visible device
@@ -1138,7 +1066,7 @@ static nkrt_tensor_t *lookup_arg(SpikeObject *self, PyObject *addr_obj, uint64_t
   nkrt_status_t st =
       nkrt_tensor_lookup(self->ctx->runtime, (const void *)(uintptr_t)address, &owner, out_offset);
   if (st) {
-    nrt_error(st);
+    spike_nrt_error(st);
     return NULL;
   }
   return owner;
@@ -1152,7 +1080,7 @@ static PyObject *spike_slice_from_address(SpikeObject *self, PyObject *args, PyO
   if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|Lz:slice_from_address", kwlist, &addr_obj,
                                    &size, &name))
     return NULL;
-  if (check_non_negative("size", size) < 0) return NULL;
+  if (spike_check_non_negative("size", size) < 0) return NULL;
   uint64_t offset = 0;
   nkrt_tensor_t *owner = lookup_arg(self, addr_obj, &offset);
   if (!owner) return NULL;
@@ -1166,8 +1094,8 @@ static PyObject *spike_slice_from_address(SpikeObject *self, PyObject *args, PyO
     return spike_error("address is the end of its allocation: an empty slice needs a size");
   nkrt_tensor_t *tensor = NULL;
   nkrt_status_t st = nkrt_tensor_slice(owner, offset, (uint64_t)size, name, &tensor);
-  if (st) return nrt_error(st);
-  return tensor_wrap(self->ctx, tensor);
+  if (st) return spike_nrt_error(st);
+  return spike_tensor_wrap(self->ctx, tensor);
 }
 
 static PyObject *spike_lookup_address(SpikeObject *self, PyObject *addr_obj) {
@@ -1184,13 +1112,13 @@ static PyObject *spike_free_tensor(SpikeObject *self, PyObject *args, PyObject *
   PyObject *arg;
   if (!PyArg_ParseTupleAndKeywords(args, kwds, "O:free_tensor", kwlist, &arg)) return NULL;
   NrtTensorObject *tensor;
-  if (spike_check_open(self) < 0 || tensor_arg(arg, "tensor", &tensor) < 0) return NULL;
+  if (spike_check_open(self) < 0 || spike_tensor_arg(arg, "tensor", &tensor) < 0) return NULL;
   nkrt_tensor_free(&tensor->tensor);
   Py_RETURN_NONE;
 }
 
 /* Checks [offset, offset + size) against the tensor; SpikeError if outside. */
-static int check_bounds(NrtTensorObject *t, const char *op, uint64_t offset, uint64_t size) {
+int spike_check_bounds(NrtTensorObject *t, const char *op, uint64_t offset, uint64_t size) {
   if (offset > t->size || size > t->size - offset) {
     spike_error("%s of %llu bytes at offset %llu exceeds the tensor bound: tensor '%U' has %llu "
                 "bytes",
@@ -1209,7 +1137,7 @@ static PyObject *tensor_copy_nogil_ex(NrtTensorObject *t, const void *src, void 
                                       uint64_t offset, uint64_t size, int only_changes) {
   SpikeCtx *ctx = t->ctx;
   nkrt_tensor_t *tensor = t->tensor;
-  if (ctx_enter(ctx) < 0) return NULL;
+  if (spike_ctx_enter(ctx) < 0) return NULL;
   nkrt_tensor_retain(tensor);
   nkrt_status_t st;
   Py_BEGIN_ALLOW_THREADS
@@ -1217,9 +1145,9 @@ static PyObject *tensor_copy_nogil_ex(NrtTensorObject *t, const void *src, void 
        : only_changes ? nkrt_tensor_update(tensor, src, offset, size, NULL)
                       : nkrt_tensor_write(tensor, src, offset, size);
   nkrt_tensor_release(tensor);
-  ctx_leave(ctx);
+  spike_ctx_leave(ctx);
   Py_END_ALLOW_THREADS
-  if (st) return nrt_error(st);
+  if (st) return spike_nrt_error(st);
   Py_RETURN_NONE;
 }
 
@@ -1238,9 +1166,9 @@ static PyObject *spike_tensor_write(SpikeObject *self, PyObject *args, PyObject 
     return NULL;
   PyObject *result = NULL;
   NrtTensorObject *tensor;
-  if (check_non_negative("offset", offset) < 0 || spike_check_open(self) < 0 ||
-      tensor_arg(arg, "tensor", &tensor) < 0 ||
-      check_bounds(tensor, "write", (uint64_t)offset, (uint64_t)data.len) < 0)
+  if (spike_check_non_negative("offset", offset) < 0 || spike_check_open(self) < 0 ||
+      spike_tensor_arg(arg, "tensor", &tensor) < 0 ||
+      spike_check_bounds(tensor, "write", (uint64_t)offset, (uint64_t)data.len) < 0)
     goto done;
   result = tensor_copy_nogil(tensor, data.buf, NULL, (uint64_t)offset, (uint64_t)data.len);
 done:
@@ -1255,12 +1183,13 @@ static PyObject *spike_tensor_read(SpikeObject *self, PyObject *args, PyObject *
   if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|LL:tensor_read", kwlist, &arg, &offset, &size))
     return NULL;
   NrtTensorObject *tensor;
-  if (check_non_negative("offset", offset) < 0 || check_non_negative("size", size) < 0 ||
-      spike_check_open(self) < 0 || tensor_arg(arg, "tensor", &tensor) < 0)
+  if (spike_check_non_negative("offset", offset) < 0 ||
+      spike_check_non_negative("size", size) < 0 ||
+      spike_check_open(self) < 0 || spike_tensor_arg(arg, "tensor", &tensor) < 0)
     return NULL;
   uint64_t off = (uint64_t)offset, len = (uint64_t)size;
   if (len == 0 && off <= tensor->size) len = tensor->size - off;
-  if (check_bounds(tensor, "read", off, len) < 0) return NULL;
+  if (spike_check_bounds(tensor, "read", off, len) < 0) return NULL;
   if (len > (uint64_t)PY_SSIZE_T_MAX) return PyErr_NoMemory();
   PyObject *bytes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)len);
   if (!bytes) return NULL;
@@ -1274,7 +1203,7 @@ static PyObject *spike_tensor_read(SpikeObject *self, PyObject *args, PyObject *
 }
 
 /* Gets a C-contiguous buffer (writable if asked); clear errors otherwise. */
-static int get_contiguous_buffer(PyObject *obj, Py_buffer *view, int writable) {
+int spike_get_contiguous_buffer(PyObject *obj, Py_buffer *view, int writable) {
   int flags = PyBUF_STRIDES | (writable ? PyBUF_WRITABLE : 0);
   if (PyObject_GetBuffer(obj, view, flags) < 0) {
     if (writable && PyObject_CheckBuffer(obj)) {
@@ -1309,13 +1238,13 @@ static PyObject *spike_tensor_write_from_pybuffer(SpikeObject *self, PyObject *a
                                    &buffer, &offset, &only_changes))
     return NULL;
   NrtTensorObject *tensor;
-  if (check_non_negative("offset", offset) < 0 || spike_check_open(self) < 0 ||
-      tensor_arg(arg, "tensor", &tensor) < 0)
+  if (spike_check_non_negative("offset", offset) < 0 || spike_check_open(self) < 0 ||
+      spike_tensor_arg(arg, "tensor", &tensor) < 0)
     return NULL;
   Py_buffer view;
-  if (get_contiguous_buffer(buffer, &view, 0) < 0) return NULL;
+  if (spike_get_contiguous_buffer(buffer, &view, 0) < 0) return NULL;
   PyObject *result = NULL;
-  if (check_bounds(tensor, "write", (uint64_t)offset, (uint64_t)view.len) == 0)
+  if (spike_check_bounds(tensor, "write", (uint64_t)offset, (uint64_t)view.len) == 0)
     result = tensor_copy_nogil_ex(tensor, view.buf, NULL, (uint64_t)offset, (uint64_t)view.len,
                                   only_changes);
   PyBuffer_Release(&view);
@@ -1331,15 +1260,16 @@ static PyObject *spike_tensor_read_to_pybuffer(SpikeObject *self, PyObject *args
                                    &buffer, &offset, &size))
     return NULL;
   NrtTensorObject *tensor;
-  if (check_non_negative("offset", offset) < 0 || check_non_negative("size", size) < 0 ||
-      spike_check_open(self) < 0 || tensor_arg(arg, "tensor", &tensor) < 0)
+  if (spike_check_non_negative("offset", offset) < 0 ||
+      spike_check_non_negative("size", size) < 0 ||
+      spike_check_open(self) < 0 || spike_tensor_arg(arg, "tensor", &tensor) < 0)
     return NULL;
   Py_buffer view;
-  if (get_contiguous_buffer(buffer, &view, 1) < 0) return NULL;
+  if (spike_get_contiguous_buffer(buffer, &view, 1) < 0) return NULL;
   PyObject *result = NULL;
   uint64_t off = (uint64_t)offset, len = (uint64_t)size;
   if (len == 0 && off <= tensor->size) len = tensor->size - off;
-  if (check_bounds(tensor, "read", off, len) < 0) goto done;
+  if (spike_check_bounds(tensor, "read", off, len) < 0) goto done;
   if (len > (uint64_t)view.len) {
     PyErr_Format(PyExc_ValueError,
                  "buffer of %zd bytes is too small to read %llu bytes from tensor '%U'",
@@ -1389,7 +1319,7 @@ static nkrt_status_t copy_run(const CopyArgs *c) {
 }
 
 static PyObject *copy_nogil(SpikeCtx *ctx, CopyArgs *c) {
-  if (ctx_enter(ctx) < 0) return NULL;
+  if (spike_ctx_enter(ctx) < 0) return NULL;
   nkrt_tensor_retain(c->a);
   nkrt_tensor_retain(c->b);
   nkrt_status_t st;
@@ -1397,9 +1327,9 @@ static PyObject *copy_nogil(SpikeCtx *ctx, CopyArgs *c) {
   st = copy_run(c);
   nkrt_tensor_release(c->a);
   nkrt_tensor_release(c->b);
-  ctx_leave(ctx);
+  spike_ctx_leave(ctx);
   Py_END_ALLOW_THREADS
-  if (st) return nrt_error(st);
+  if (st) return spike_nrt_error(st);
   Py_RETURN_NONE;
 }
 
@@ -1411,7 +1341,7 @@ static int check_byte_value(long long value) {
   return 0;
 }
 
-static PyObject *spike_tensor_copy(SpikeObject *self, PyObject *args, PyObject *kwds) {
+PyObject *spike_tensor_copy(SpikeObject *self, PyObject *args, PyObject *kwds) {
   static char *kwlist[] = {"src", "src_offset", "dst", "dst_offset", "size", NULL};
   PyObject *src_obj, *dst_obj;
   long long src_offset, dst_offset, size;
@@ -1419,12 +1349,13 @@ static PyObject *spike_tensor_copy(SpikeObject *self, PyObject *args, PyObject *
                                    &src_offset, &dst_obj, &dst_offset, &size))
     return NULL;
   NrtTensorObject *src, *dst;
-  if (check_non_negative("src_offset", src_offset) < 0 ||
-      check_non_negative("dst_offset", dst_offset) < 0 || check_non_negative("size", size) < 0 ||
-      spike_check_open(self) < 0 || tensor_arg(src_obj, "src", &src) < 0 ||
-      tensor_arg(dst_obj, "dst", &dst) < 0 ||
-      check_bounds(src, "copy source", (uint64_t)src_offset, (uint64_t)size) < 0 ||
-      check_bounds(dst, "copy destination", (uint64_t)dst_offset, (uint64_t)size) < 0)
+  if (spike_check_non_negative("src_offset", src_offset) < 0 ||
+      spike_check_non_negative("dst_offset", dst_offset) < 0 ||
+      spike_check_non_negative("size", size) < 0 ||
+      spike_check_open(self) < 0 || spike_tensor_arg(src_obj, "src", &src) < 0 ||
+      spike_tensor_arg(dst_obj, "dst", &dst) < 0 ||
+      spike_check_bounds(src, "copy source", (uint64_t)src_offset, (uint64_t)size) < 0 ||
+      spike_check_bounds(dst, "copy destination", (uint64_t)dst_offset, (uint64_t)size) < 0)
     return NULL;
   CopyArgs c = {.op = OP_COPY, .a = src->tensor, .b = dst->tensor,
                 .a_offset = (uint64_t)src_offset, .b_offset = (uint64_t)dst_offset,
@@ -1432,7 +1363,7 @@ static PyObject *spike_tensor_copy(SpikeObject *self, PyObject *args, PyObject *
   return copy_nogil(self->ctx, &c);
 }
 
-static PyObject *spike_tensor_memset(SpikeObject *self, PyObject *args, PyObject *kwds) {
+PyObject *spike_tensor_memset(SpikeObject *self, PyObject *args, PyObject *kwds) {
   static char *kwlist[] = {"tensor", "value", "offset", "size", NULL};
   PyObject *arg;
   long long value, offset = 0, size = 0;
@@ -1440,13 +1371,13 @@ static PyObject *spike_tensor_memset(SpikeObject *self, PyObject *args, PyObject
                                    &offset, &size))
     return NULL;
   NrtTensorObject *tensor;
-  if (check_byte_value(value) < 0 || check_non_negative("offset", offset) < 0 ||
-      check_non_negative("size", size) < 0 || spike_check_open(self) < 0 ||
-      tensor_arg(arg, "tensor", &tensor) < 0)
+  if (check_byte_value(value) < 0 || spike_check_non_negative("offset", offset) < 0 ||
+      spike_check_non_negative("size", size) < 0 || spike_check_open(self) < 0 ||
+      spike_tensor_arg(arg, "tensor", &tensor) < 0)
     return NULL;
   uint64_t off = (uint64_t)offset, len = (uint64_t)size;
   if (len == 0 && off <= tensor->size) len = tensor->size - off;
-  if (check_bounds(tensor, "memset", off, len) < 0) return NULL;
+  if (spike_check_bounds(tensor, "memset", off, len) < 0) return NULL;
   CopyArgs c = {.op = OP_MEMSET, .a = tensor->tensor, .value = (int)value, .a_offset = off,
                 .size = len};
   return copy_nogil(self->ctx, &c);
@@ -1493,10 +1424,10 @@ static int pitch_arg(PyObject *obj, const char *what, long long fallback, long l
   }
   *out = PyLong_AsLongLong(obj);
   if (*out == -1 && PyErr_Occurred()) return -1;
-  return check_non_negative(what, *out);
+  return spike_check_non_negative(what, *out);
 }
 
-static PyObject *spike_tensor_write_2d(SpikeObject *self, PyObject *args, PyObject *kwds) {
+PyObject *spike_tensor_write_2d(SpikeObject *self, PyObject *args, PyObject *kwds) {
   static char *kwlist[] = {"tensor", "buffer", "dst_offset", "dst_pitch", "row_bytes", "rows",
                            "src_pitch", NULL};
   PyObject *arg, *buffer, *src_pitch_obj = Py_None;
@@ -1505,14 +1436,15 @@ static PyObject *spike_tensor_write_2d(SpikeObject *self, PyObject *args, PyObje
                                    &dst_offset, &dst_pitch, &row_bytes, &rows, &src_pitch_obj))
     return NULL;
   NrtTensorObject *tensor;
-  if (check_non_negative("dst_offset", dst_offset) < 0 ||
-      check_non_negative("dst_pitch", dst_pitch) < 0 ||
-      check_non_negative("row_bytes", row_bytes) < 0 || check_non_negative("rows", rows) < 0 ||
+  if (spike_check_non_negative("dst_offset", dst_offset) < 0 ||
+      spike_check_non_negative("dst_pitch", dst_pitch) < 0 ||
+      spike_check_non_negative("row_bytes", row_bytes) < 0 ||
+      spike_check_non_negative("rows", rows) < 0 ||
       pitch_arg(src_pitch_obj, "src_pitch", row_bytes, &src_pitch) < 0 ||
-      spike_check_open(self) < 0 || tensor_arg(arg, "tensor", &tensor) < 0)
+      spike_check_open(self) < 0 || spike_tensor_arg(arg, "tensor", &tensor) < 0)
     return NULL;
   Py_buffer view;
-  if (get_contiguous_buffer(buffer, &view, 0) < 0) return NULL;
+  if (spike_get_contiguous_buffer(buffer, &view, 0) < 0) return NULL;
   PyObject *result = NULL;
   if (check_host_2d(&view, "src_pitch", (uint64_t)src_pitch, (uint64_t)row_bytes,
                     (uint64_t)rows, 0) == 0) {
@@ -1526,7 +1458,7 @@ static PyObject *spike_tensor_write_2d(SpikeObject *self, PyObject *args, PyObje
   return result;
 }
 
-static PyObject *spike_tensor_read_2d(SpikeObject *self, PyObject *args, PyObject *kwds) {
+PyObject *spike_tensor_read_2d(SpikeObject *self, PyObject *args, PyObject *kwds) {
   static char *kwlist[] = {"tensor", "buffer", "src_offset", "src_pitch", "row_bytes", "rows",
                            "dst_pitch", NULL};
   PyObject *arg, *buffer, *dst_pitch_obj = Py_None;
@@ -1535,14 +1467,15 @@ static PyObject *spike_tensor_read_2d(SpikeObject *self, PyObject *args, PyObjec
                                    &src_offset, &src_pitch, &row_bytes, &rows, &dst_pitch_obj))
     return NULL;
   NrtTensorObject *tensor;
-  if (check_non_negative("src_offset", src_offset) < 0 ||
-      check_non_negative("src_pitch", src_pitch) < 0 ||
-      check_non_negative("row_bytes", row_bytes) < 0 || check_non_negative("rows", rows) < 0 ||
+  if (spike_check_non_negative("src_offset", src_offset) < 0 ||
+      spike_check_non_negative("src_pitch", src_pitch) < 0 ||
+      spike_check_non_negative("row_bytes", row_bytes) < 0 ||
+      spike_check_non_negative("rows", rows) < 0 ||
       pitch_arg(dst_pitch_obj, "dst_pitch", row_bytes, &dst_pitch) < 0 ||
-      spike_check_open(self) < 0 || tensor_arg(arg, "tensor", &tensor) < 0)
+      spike_check_open(self) < 0 || spike_tensor_arg(arg, "tensor", &tensor) < 0)
     return NULL;
   Py_buffer view;
-  if (get_contiguous_buffer(buffer, &view, 1) < 0) return NULL;
+  if (spike_get_contiguous_buffer(buffer, &view, 1) < 0) return NULL;
   PyObject *result = NULL;
   if (check_host_2d(&view, "dst_pitch", (uint64_t)dst_pitch, (uint64_t)row_bytes,
                     (uint64_t)rows, 1) == 0) {
@@ -1556,7 +1489,7 @@ static PyObject *spike_tensor_read_2d(SpikeObject *self, PyObject *args, PyObjec
   return result;
 }
 
-static PyObject *spike_tensor_copy_2d(SpikeObject *self, PyObject *args, PyObject *kwds) {
+PyObject *spike_tensor_copy_2d(SpikeObject *self, PyObject *args, PyObject *kwds) {
   static char *kwlist[] = {"src", "src_offset", "src_pitch", "dst", "dst_offset", "dst_pitch",
                            "row_bytes", "rows", NULL};
   PyObject *src_obj, *dst_obj;
@@ -1566,13 +1499,14 @@ static PyObject *spike_tensor_copy_2d(SpikeObject *self, PyObject *args, PyObjec
                                    &row_bytes, &rows))
     return NULL;
   NrtTensorObject *src, *dst;
-  if (check_non_negative("src_offset", src_offset) < 0 ||
-      check_non_negative("src_pitch", src_pitch) < 0 ||
-      check_non_negative("dst_offset", dst_offset) < 0 ||
-      check_non_negative("dst_pitch", dst_pitch) < 0 ||
-      check_non_negative("row_bytes", row_bytes) < 0 || check_non_negative("rows", rows) < 0 ||
-      spike_check_open(self) < 0 || tensor_arg(src_obj, "src", &src) < 0 ||
-      tensor_arg(dst_obj, "dst", &dst) < 0)
+  if (spike_check_non_negative("src_offset", src_offset) < 0 ||
+      spike_check_non_negative("src_pitch", src_pitch) < 0 ||
+      spike_check_non_negative("dst_offset", dst_offset) < 0 ||
+      spike_check_non_negative("dst_pitch", dst_pitch) < 0 ||
+      spike_check_non_negative("row_bytes", row_bytes) < 0 ||
+      spike_check_non_negative("rows", rows) < 0 ||
+      spike_check_open(self) < 0 || spike_tensor_arg(src_obj, "src", &src) < 0 ||
+      spike_tensor_arg(dst_obj, "dst", &dst) < 0)
     return NULL;
   CopyArgs c = {.op = OP_COPY_2D, .a = src->tensor, .b = dst->tensor,
                 .a_offset = (uint64_t)src_offset, .a_pitch = (uint64_t)src_pitch,
@@ -1581,7 +1515,7 @@ static PyObject *spike_tensor_copy_2d(SpikeObject *self, PyObject *args, PyObjec
   return copy_nogil(self->ctx, &c);
 }
 
-static PyObject *spike_tensor_memset_2d(SpikeObject *self, PyObject *args, PyObject *kwds) {
+PyObject *spike_tensor_memset_2d(SpikeObject *self, PyObject *args, PyObject *kwds) {
   static char *kwlist[] = {"tensor", "value", "offset", "pitch", "row_bytes", "rows", NULL};
   PyObject *arg;
   long long value, offset, pitch, row_bytes, rows;
@@ -1589,10 +1523,11 @@ static PyObject *spike_tensor_memset_2d(SpikeObject *self, PyObject *args, PyObj
                                    &offset, &pitch, &row_bytes, &rows))
     return NULL;
   NrtTensorObject *tensor;
-  if (check_byte_value(value) < 0 || check_non_negative("offset", offset) < 0 ||
-      check_non_negative("pitch", pitch) < 0 || check_non_negative("row_bytes", row_bytes) < 0 ||
-      check_non_negative("rows", rows) < 0 || spike_check_open(self) < 0 ||
-      tensor_arg(arg, "tensor", &tensor) < 0)
+  if (check_byte_value(value) < 0 || spike_check_non_negative("offset", offset) < 0 ||
+      spike_check_non_negative("pitch", pitch) < 0 ||
+      spike_check_non_negative("row_bytes", row_bytes) < 0 ||
+      spike_check_non_negative("rows", rows) < 0 || spike_check_open(self) < 0 ||
+      spike_tensor_arg(arg, "tensor", &tensor) < 0)
     return NULL;
   CopyArgs c = {.op = OP_MEMSET_2D, .a = tensor->tensor, .value = (int)value,
                 .a_offset = (uint64_t)offset, .a_pitch = (uint64_t)pitch,
@@ -1647,7 +1582,7 @@ typedef struct {
 
 static void build_error_raise(BuildError *e) {
   if (e->status) {
-    nrt_error(e->status);
+    spike_nrt_error(e->status);
   } else if (!e->bad->tensor) {
     spike_error("Tensor '%U' is freed (passed as %s['%U'])", e->bad->name, e->what, e->key);
   } else {
@@ -1699,7 +1634,7 @@ static int exec_begin(SpikeObject *self, PyObject *model_obj, PyObject *inputs,
                       PyObject *outputs, ExecArgs *a) {
   memset(a, 0, sizeof(*a));
   a->ctx = self->ctx;
-  if (spike_check_open(self) < 0 || model_arg(model_obj, &a->model) < 0) return -1;
+  if (spike_check_open(self) < 0 || spike_model_arg(model_obj, &a->model) < 0) return -1;
   if (a->model->ctx != self->ctx) {
     spike_error("Model '%U' belongs to another runtime", a->model->name);
     return -1;
@@ -1713,12 +1648,12 @@ static int exec_begin(SpikeObject *self, PyObject *model_obj, PyObject *inputs,
   }
   int rc = -1;
   BuildError err = {NULL, NULL, NULL, NULL};
-  if (ctx_enter(a->ctx) < 0) goto done;
+  if (spike_ctx_enter(a->ctx) < 0) goto done;
   /* Python code may have run above (a custom mapping): check the model
-   * again; everything from here to ctx_leave runs no Python code. */
+   * again; everything from here to spike_ctx_leave runs no Python code. */
   if (!a->model->model || a->model->unload_pending) {
-    ctx_leave(a->ctx);
-    model_get(a->model); /* raises the right SpikeError */
+    spike_ctx_leave(a->ctx);
+    spike_model_get(a->model); /* raises the right SpikeError */
     goto done;
   }
   a->inputs = tensor_set_build(a->ctx, in_items, "inputs", &err);
@@ -1726,7 +1661,7 @@ static int exec_begin(SpikeObject *self, PyObject *model_obj, PyObject *inputs,
   if (!a->outputs) {
     nkrt_tensor_set_destroy(a->inputs);
     a->inputs = NULL;
-    ctx_leave(a->ctx);
+    spike_ctx_leave(a->ctx);
     build_error_raise(&err);
     goto done;
   }
@@ -1745,15 +1680,15 @@ static void exec_finish_nogil(ExecArgs *a) {
   nkrt_tensor_set_destroy(a->inputs);
   nkrt_tensor_set_destroy(a->outputs);
   a->inputs = a->outputs = NULL;
-  ctx_leave(a->ctx);
+  spike_ctx_leave(a->ctx);
 }
 
 /* With the GIL back: unloads the model if that was asked meanwhile. */
 static void exec_done(ExecArgs *a) {
-  if (--a->model->busy == 0 && a->model->unload_pending) model_release(a->model);
+  if (--a->model->busy == 0 && a->model->unload_pending) spike_model_release(a->model);
 }
 
-static PyObject *spike_execute(SpikeObject *self, PyObject *args, PyObject *kwds) {
+PyObject *spike_execute(SpikeObject *self, PyObject *args, PyObject *kwds) {
   static char *kwlist[] = {"model", "inputs", "outputs", "ntff_name", "save_trace", NULL};
   PyObject *model_obj, *inputs, *outputs;
   PyObject *ntff = NULL;
@@ -1785,9 +1720,9 @@ static PyObject *spike_execute(SpikeObject *self, PyObject *args, PyObject *kwds
   Py_XDECREF(ntff);
   if (st) {
     nkrt_status_free(trace_st);
-    return nrt_error(st);
+    return spike_nrt_error(st);
   }
-  if (trace_st) return nrt_error(trace_st);
+  if (trace_st) return spike_nrt_error(trace_st);
   Py_RETURN_NONE;
 }
 
@@ -1797,9 +1732,9 @@ static PyObject *spike_execute(SpikeObject *self, PyObject *args, PyObject *kwds
  * an exception: SpikeError (unloaded model, closed runtime), ValueError (a
  * wrong count), NrtError (what nkrt refused). Shared by Spike.execute_at and
  * the C API (spike_torch's per-call path). */
-static int model_execute_at(PyObject *model_obj, void *const *addresses, uint32_t count) {
+int spike_model_execute_at(PyObject *model_obj, void *const *addresses, uint32_t count) {
   NrtModelObject *model;
-  if (model_arg(model_obj, &model) < 0) return -1;
+  if (spike_model_arg(model_obj, &model) < 0) return -1;
   uint32_t expected = nkrt_model_input_count(model->model) +
                       nkrt_model_output_count(model->model);
   if (count != expected) {
@@ -1809,29 +1744,29 @@ static int model_execute_at(PyObject *model_obj, void *const *addresses, uint32_
     return -1;
   }
   SpikeCtx *ctx = model->ctx;
-  if (ctx_enter(ctx) < 0) return -1;
+  if (spike_ctx_enter(ctx) < 0) return -1;
   nkrt_model_t *handle = model->model;
   model->busy++;
   nkrt_status_t st;
   Py_BEGIN_ALLOW_THREADS
   st = nkrt_execute_at(handle, addresses);
-  ctx_leave(ctx);
+  spike_ctx_leave(ctx);
   Py_END_ALLOW_THREADS
-  if (--model->busy == 0 && model->unload_pending) model_release(model);
+  if (--model->busy == 0 && model->unload_pending) spike_model_release(model);
   if (st) {
-    nrt_error(st);
+    spike_nrt_error(st);
     return -1;
   }
   return 0;
 }
 
-static PyObject *spike_execute_at(SpikeObject *self, PyObject *args, PyObject *kwds) {
+PyObject *spike_execute_at(SpikeObject *self, PyObject *args, PyObject *kwds) {
   static char *kwlist[] = {"model", "addresses", NULL};
   PyObject *model_obj, *seq;
   if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO:execute_at", kwlist, &model_obj, &seq))
     return NULL;
   NrtModelObject *model;
-  if (spike_check_open(self) < 0 || model_arg(model_obj, &model) < 0) return NULL;
+  if (spike_check_open(self) < 0 || spike_model_arg(model_obj, &model) < 0) return NULL;
   if (model->ctx != self->ctx) return spike_error("Model '%U' belongs to another runtime",
                                                    model->name);
   PyObject *fast = PySequence_Fast(seq, "execute_at: addresses must be a sequence of ints");
@@ -1856,7 +1791,7 @@ static PyObject *spike_execute_at(SpikeObject *self, PyObject *args, PyObject *k
     PyErr_Format(PyExc_ValueError, "execute_at: %zd addresses is too many", n);
     rc = -1;
   }
-  if (rc == 0) rc = model_execute_at(model_obj, addresses, (uint32_t)n);
+  if (rc == 0) rc = spike_model_execute_at(model_obj, addresses, (uint32_t)n);
   PyMem_Free(addresses);
   Py_DECREF(fast);
   if (rc < 0) return NULL;
@@ -1902,7 +1837,7 @@ static Py_ssize_t staged_copies(PyObject *seq, const char *what, StagedCopy **ou
       goto fail;
     }
     NrtTensorObject *t;
-    if (tensor_arg(tobj, what, &t) < 0 || check_bounds(t, what, 0, size) < 0) goto fail;
+    if (spike_tensor_arg(tobj, what, &t) < 0 || spike_check_bounds(t, what, 0, size) < 0) goto fail;
     if (size && !address) {
       PyErr_Format(PyExc_ValueError, "execute_staged: %s[%zd] has a NULL host address", what, i);
       goto fail;
@@ -1920,7 +1855,7 @@ fail:
   return -1;
 }
 
-static PyObject *spike_execute_staged(SpikeObject *self, PyObject *args, PyObject *kwds) {
+PyObject *spike_execute_staged(SpikeObject *self, PyObject *args, PyObject *kwds) {
   static char *kwlist[] = {"model", "inputs", "outputs", "writes", "reads", NULL};
   PyObject *model_obj, *inputs, *outputs, *writes_seq, *reads_seq;
   if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO:execute_staged", kwlist, &model_obj,
@@ -1959,13 +1894,13 @@ static PyObject *spike_execute_staged(SpikeObject *self, PyObject *args, PyObjec
   exec_done(&a);
   PyMem_Free(writes);
   PyMem_Free(reads);
-  if (st) return nrt_error(st);
+  if (st) return spike_nrt_error(st);
   return Py_BuildValue("(ddd)", ns_between(&t0, &t1), ns_between(&t1, &t2),
                        ns_between(&t2, &t3));
 }
 
 
-static PyObject *spike_benchmark(SpikeObject *self, PyObject *args, PyObject *kwds) {
+PyObject *spike_benchmark(SpikeObject *self, PyObject *args, PyObject *kwds) {
   static char *kwlist[] = {"model", "inputs", "outputs", "warmup_iterations",
                            "benchmark_iterations", NULL};
   PyObject *model_obj, *inputs, *outputs;
@@ -1973,7 +1908,7 @@ static PyObject *spike_benchmark(SpikeObject *self, PyObject *args, PyObject *kw
   if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO|LL:benchmark", kwlist, &model_obj, &inputs,
                                    &outputs, &warmup, &iterations))
     return NULL;
-  if (check_non_negative("warmup_iterations", warmup) < 0) return NULL;
+  if (spike_check_non_negative("warmup_iterations", warmup) < 0) return NULL;
   if (iterations < 1 || iterations > 10000000)
     return PyErr_Format(PyExc_ValueError,
                         "benchmark_iterations must be between 1 and 10000000, got %lld",
@@ -2005,7 +1940,7 @@ static PyObject *spike_benchmark(SpikeObject *self, PyObject *args, PyObject *kw
   Py_END_ALLOW_THREADS
   exec_done(&a);
   if (st) {
-    nrt_error(st);
+    spike_nrt_error(st);
     goto done;
   }
   PyObject *list = PyList_New((Py_ssize_t)iterations);
@@ -2069,14 +2004,14 @@ static void event_collect(ExecutionEventObject *self, nkrt_status_t st) {
 /* The collected result: None, or the error Spike.execute would raise. */
 static PyObject *event_result(ExecutionEventObject *self) {
   if (self->code == NKRT_SUCCESS) Py_RETURN_NONE;
-  return nrt_error(nkrt_status_make(self->code, "%s", self->message ? self->message : ""));
+  return spike_nrt_error(nkrt_status_make(self->code, "%s", self->message ? self->message : ""));
 }
 
 static void event_dealloc(ExecutionEventObject *self) {
   if (self->ctx) {
     /* unwaited: the queue holds its own reference, so this is safe at any time */
     if (self->event && !self->ctx->closed) nkrt_event_release(self->event);
-    ctx_decref(self->ctx);
+    spike_ctx_decref(self->ctx);
   }
   Py_XDECREF(self->model_name);
   Py_XDECREF(self->keep);
@@ -2111,13 +2046,13 @@ static PyObject *event_wait(ExecutionEventObject *self, PyObject *args, PyObject
     return spike_error("execution %llu of model '%U' was not waited for before its runtime was "
                        "closed (after Spike.close() or spike.reset()); its result is lost",
                        (unsigned long long)self->id, self->model_name);
-  if (ctx_enter(self->ctx) < 0) return NULL;
+  if (spike_ctx_enter(self->ctx) < 0) return NULL;
   nkrt_event_t *ev = self->event;
   self->waiting++;
   nkrt_status_t st;
   Py_BEGIN_ALLOW_THREADS
   st = nkrt_event_wait(ev, timeout_ns);
-  ctx_leave(self->ctx);
+  spike_ctx_leave(self->ctx);
   Py_END_ALLOW_THREADS
   self->waiting--;
   if (nkrt_status_code(st) == NKRT_TIMEOUT) {
@@ -2178,7 +2113,7 @@ static PyGetSetDef event_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
-static PyTypeObject ExecutionEventType = {
+PyTypeObject ExecutionEventType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "spike._spike.ExecutionEvent",
     .tp_basicsize = sizeof(ExecutionEventObject),
@@ -2191,7 +2126,7 @@ static PyTypeObject ExecutionEventType = {
     .tp_getset = event_getset,
 };
 
-static PyObject *spike_execute_async(SpikeObject *self, PyObject *args, PyObject *kwds) {
+PyObject *spike_execute_async(SpikeObject *self, PyObject *args, PyObject *kwds) {
   static char *kwlist[] = {"model", "inputs", "outputs", NULL};
   PyObject *model_obj, *inputs, *outputs;
   if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO:execute_async", kwlist, &model_obj, &inputs,
@@ -2219,10 +2154,10 @@ static PyObject *spike_execute_async(SpikeObject *self, PyObject *args, PyObject
   exec_done(&a);
   if (st) {
     Py_DECREF(obj);
-    return nrt_error(st);
+    return spike_nrt_error(st);
   }
   obj->ctx = a.ctx;
-  ctx_incref(a.ctx);
+  spike_ctx_incref(a.ctx);
   obj->event = ev;
   obj->id = nkrt_event_id(ev);
   obj->model_name = Py_NewRef(a.model->name);
@@ -2245,12 +2180,12 @@ static PyObject *spike_memory_stats(SpikeObject *self, PyObject *args, PyObject 
   static char *kwlist[] = {"core_id", NULL};
   long long core_id = 0;
   if (!PyArg_ParseTupleAndKeywords(args, kwds, "|L:memory_stats", kwlist, &core_id)) return NULL;
-  if (check_core_id(core_id) < 0 || spike_check_open(self) < 0) return NULL;
+  if (spike_check_core_id(core_id) < 0 || spike_check_open(self) < 0) return NULL;
   nkrt_memory_stats_t s;
   memset(&s, 0, sizeof(s));
   s.struct_size = sizeof(s);
   nkrt_status_t st = nkrt_memory_stats(self->ctx->runtime, (uint32_t)core_id, &s);
-  if (st) return nrt_error(st);
+  if (st) return spike_nrt_error(st);
   PyObject *d = PyDict_New();
   if (!d) return NULL;
   if (dict_set_u64(d, "core", s.core) < 0 || dict_set_u64(d, "capacity_bytes", s.capacity_bytes) < 0 ||
@@ -2275,9 +2210,9 @@ static PyObject *spike_memory_reset_peak(SpikeObject *self, PyObject *args, PyOb
   long long core_id = 0;
   if (!PyArg_ParseTupleAndKeywords(args, kwds, "|L:memory_reset_peak", kwlist, &core_id))
     return NULL;
-  if (check_core_id(core_id) < 0 || spike_check_open(self) < 0) return NULL;
+  if (spike_check_core_id(core_id) < 0 || spike_check_open(self) < 0) return NULL;
   nkrt_status_t st = nkrt_memory_reset_peak(self->ctx->runtime, (uint32_t)core_id);
-  if (st) return nrt_error(st);
+  if (st) return spike_nrt_error(st);
   Py_RETURN_NONE;
 }
 
@@ -2286,7 +2221,7 @@ static PyObject *spike_gemm_pack_stats(SpikeObject *self, PyObject *unused) {
   if (spike_check_open(self) < 0) return NULL;
   nkrt_gemm_pack_stats_t s;
   nkrt_status_t st = nkrt_gemm_pack_stats(self->ctx->runtime, &s);
-  if (st) return nrt_error(st);
+  if (st) return spike_nrt_error(st);
   PyObject *d = PyDict_New();
   if (!d) return NULL;
   if (dict_set_u64(d, "packed_matrices", s.packed_matrices) < 0 ||
@@ -2421,7 +2356,7 @@ static PyGetSetDef spike_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
-static PyTypeObject SpikeType = {
+PyTypeObject SpikeType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "spike._spike.Spike",
     .tp_basicsize = sizeof(SpikeObject),
@@ -2444,9 +2379,9 @@ static PyTypeObject SpikeType = {
 static PyObject *module_ensure_usable(PyObject *module, PyObject *obj) {
   (void)module;
   if (PyObject_TypeCheck(obj, &NrtTensorType)) {
-    if (!tensor_get((NrtTensorObject *)obj)) return NULL;
+    if (!spike_tensor_get((NrtTensorObject *)obj)) return NULL;
   } else if (PyObject_TypeCheck(obj, &NrtModelType)) {
-    if (!model_get((NrtModelObject *)obj)) return NULL;
+    if (!spike_model_get((NrtModelObject *)obj)) return NULL;
   } else {
     return PyErr_Format(PyExc_TypeError, "expected an NrtTensor or NrtModel, got %s",
                         Py_TYPE(obj)->tp_name);
@@ -2643,12 +2578,12 @@ static const spike_capi_t g_capi = {
     .status_message = nkrt_status_message,
     .code_name = nkrt_code_name,
     .status_free = nkrt_status_free,
-    .model_execute_at = model_execute_at,
+    .model_execute_at = spike_model_execute_at,
     .tensor_update = capi_tensor_update,
     .tensor_retain = capi_tensor_retain,
 };
 
-static PyObject *module_nkrt_capi(PyObject *module, PyObject *unused) {
+PyObject *spike_module_nkrt_capi(PyObject *module, PyObject *unused) {
   (void)module;
   (void)unused;
   return PyCapsule_New((void *)&g_capi, SPIKE_CAPI_CAPSULE, NULL);
@@ -2671,7 +2606,7 @@ static PyMethodDef module_methods[] = {
     {"ensure_usable", module_ensure_usable, METH_O,
      "ensure_usable(obj) -> None\n\nRaises SpikeError if the NrtTensor is freed, the NrtModel "
      "unloaded, or their runtime closed; needs no Spike instance."},
-    {"_nkrt_capi", module_nkrt_capi, METH_NOARGS,
+    {"_nkrt_capi", spike_module_nkrt_capi, METH_NOARGS,
      "_nkrt_capi() -> capsule\n\nThe C function table of spike_capi.h (capsule name "
      "'" SPIKE_CAPI_CAPSULE "'), for native modules that share this process's runtime."},
     {NULL, NULL, 0, NULL},
@@ -2729,10 +2664,10 @@ PyMODINIT_FUNC PyInit__spike(void) {
     Py_DECREF(attrs);
     if (!NrtError) goto fail;
     if (!TensorMetadataType.tp_name &&
-        PyStructSequence_InitType2(&TensorMetadataType, &tensor_metadata_desc) < 0)
+        PyStructSequence_InitType2(&TensorMetadataType, &spike_tensor_metadata_desc) < 0)
       goto fail;
     if (!ModelTensorInfoType.tp_name &&
-        PyStructSequence_InitType2(&ModelTensorInfoType, &model_tensor_info_desc) < 0)
+        PyStructSequence_InitType2(&ModelTensorInfoType, &spike_model_tensor_info_desc) < 0)
       goto fail;
     Py_AtExit(spike_at_exit);
   }
@@ -2745,7 +2680,7 @@ PyMODINIT_FUNC PyInit__spike(void) {
       add_object(m, "TensorMetadata", (PyObject *)&TensorMetadataType) < 0 ||
       add_object(m, "ModelTensorInfo", (PyObject *)&ModelTensorInfoType) < 0)
     goto fail;
-  if (PyModule_AddObject(m, "nkrt_capi", module_nkrt_capi(m, NULL)) < 0) goto fail;
+  if (PyModule_AddObject(m, "nkrt_capi", spike_module_nkrt_capi(m, NULL)) < 0) goto fail;
   if (PyModule_AddIntConstant(m, "TOTAL_CORES", NKRT_TOTAL_CORES) < 0 ||
       PyModule_AddIntConstant(m, "NEFF_ABI_VERSION", NKRT_NEFF_ABI_VERSION) < 0 ||
       PyModule_AddIntConstant(m, "ALIGNMENT", NKRT_ALIGNMENT) < 0)
