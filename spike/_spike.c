@@ -5,20 +5,16 @@
  * classes (SpikeRuntimeError > SpikeError, NrtError) and the metadata types
  * (TensorMetadata, ModelTensorInfo).
  *
- * Lifetime. One small reference-counted context (SpikeCtx) holds the
- * nkrt_runtime_t and a `closed` flag; the Spike object and every object it
- * creates hold a reference. The runtime is destroyed by Spike.close() or when
- * the last holder goes away; after that every destructor is a no-op and every
- * use raises SpikeError("... the runtime is closed").
- *
- * Threads. `closed` is only read and written with the GIL held. Calls that
- * release the GIL take the context's read lock first (while still holding the
- * GIL, after checking `closed`) and drop it before taking the GIL back;
- * close() sets `closed` under the GIL, then waits for the write lock without
- * the GIL before destroying the runtime. Nothing holding the write lock ever
- * needs the GIL, so the two locks cannot deadlock. Tensors used without the
- * GIL are retained for the duration; a model being executed is unloaded only
- * once its last execution has returned.
+ * This file is the module itself: the error classes and helpers, the module
+ * functions and PyInit__spike. The rest, sharing _spike_internal.h (where
+ * the lifetime and threading rules of the runtime context are):
+ *   _spike_core.c     the runtime context (SpikeCtx) and the Spike type:
+ *                     lifecycle, models, tensors, statistics, method table
+ *   _spike_objects.c  NrtTensor, NrtModel, TensorMetadata / ModelTensorInfo,
+ *                     SystemTraceSession
+ *   _spike_copy.c     Spike's device copies, memset and 2-D copies
+ *   _spike_exec.c     Spike's executions, benchmark, ExecutionEvent
+ *   _spike_capi.c     the C function table of include/spike_capi.h
  */
 #include "_spike_internal.h"
 

@@ -1,10 +1,11 @@
 /* spike/_spike_internal.h - what the files of the spike._spike extension share.
  *
- * The module's C files include this header and nothing else of each other:
- * the shared runtime context (SpikeCtx), the error classes and helpers, the
- * type objects and the layout of the objects, and the few functions one file
- * calls in another. Private to the extension (built with -fvisibility=hidden:
- * nothing declared here is exported; only PyInit__spike is).
+ * The module's C files (spike/_spike*.c; _spike.c lists them) include this
+ * header and nothing else of each other: the shared runtime context
+ * (SpikeCtx), the error classes and helpers, the type objects and the layout
+ * of the objects, and the few functions one file calls in another. Private
+ * to the extension (built with -fvisibility=hidden: nothing declared here is
+ * exported; only PyInit__spike is).
  */
 #ifndef SPIKE_INTERNAL_H
 #define SPIKE_INTERNAL_H
@@ -24,7 +25,7 @@
 #include "include/spike_capi.h"
 
 /* ------------------------------------------------------------------------ */
-/* Errors                                                                    */
+/* Errors (_spike.c)                                                        */
 /* ------------------------------------------------------------------------ */
 
 /* The error classes: SpikeRuntimeError > SpikeError, NrtError (module init). */
@@ -44,11 +45,25 @@ int spike_check_non_negative(const char *what, long long value);
 int spike_check_core_id(long long core_id);
 
 /* ------------------------------------------------------------------------ */
-/* The shared runtime context                                                */
+/* The shared runtime context (_spike_core.c)                               */
 /* ------------------------------------------------------------------------ */
 
 struct TraceSessionObject;
 
+/* Lifetime. One small reference-counted context (SpikeCtx) holds the
+ * nkrt_runtime_t and a `closed` flag; the Spike object and every object it
+ * creates hold a reference. The runtime is destroyed by Spike.close() or when
+ * the last holder goes away; after that every destructor is a no-op and every
+ * use raises SpikeError("... the runtime is closed").
+ *
+ * Threads. `closed` is only read and written with the GIL held. Calls that
+ * release the GIL take the context's read lock first (while still holding the
+ * GIL, after checking `closed`) and drop it before taking the GIL back;
+ * close() sets `closed` under the GIL, then waits for the write lock without
+ * the GIL before destroying the runtime. Nothing holding the write lock ever
+ * needs the GIL, so the two locks cannot deadlock. Tensors used without the
+ * GIL are retained for the duration; a model being executed is unloaded only
+ * once its last execution has returned. */
 typedef struct SpikeCtx {
   Py_ssize_t refs;          /* holders; changed with the GIL held */
   nkrt_runtime_t *runtime;  /* NULL once closed */
@@ -75,25 +90,26 @@ void spike_ctx_leave(SpikeCtx *ctx);
  * threads and unmap its memory. No Python API is used here. */
 void spike_at_exit(void);
 
-/* The exported C API's view of the live runtime (spike_capi.h): published
- * when a runtime is created, retired (without the GIL, waiting for API calls)
- * before it is destroyed. */
+/* The exported C API's view of the live runtime (spike_capi.h; in
+ * _spike_capi.c): published when a runtime is created, retired (without the
+ * GIL, waiting for API calls) before it is destroyed. */
 void spike_capi_publish(nkrt_runtime_t *runtime);
 void spike_capi_retire(nkrt_runtime_t *runtime);
 
 /* ------------------------------------------------------------------------ */
-/* Type objects                                                              */
+/* Type objects and the objects' layout                                     */
 /* ------------------------------------------------------------------------ */
 
-extern PyTypeObject SpikeType;
-extern PyTypeObject NrtTensorType;
-extern PyTypeObject NrtModelType;
-extern PyTypeObject TraceSessionType;
-extern PyTypeObject TensorMetadataType;
-extern PyTypeObject ModelTensorInfoType;
-extern PyTypeObject ExecutionEventType;
+extern PyTypeObject SpikeType;            /* _spike_core.c */
+extern PyTypeObject NrtTensorType;        /* _spike_objects.c */
+extern PyTypeObject NrtModelType;         /* _spike_objects.c */
+extern PyTypeObject TraceSessionType;     /* _spike_objects.c */
+extern PyTypeObject TensorMetadataType;   /* _spike_objects.c */
+extern PyTypeObject ModelTensorInfoType;  /* _spike_objects.c */
+extern PyTypeObject ExecutionEventType;   /* _spike_exec.c */
 
-/* The struct sequences' descriptions, for PyStructSequence_InitType2. */
+/* The struct sequences' descriptions, for PyStructSequence_InitType2
+ * (_spike_objects.c). */
 extern PyStructSequence_Desc spike_tensor_metadata_desc;
 extern PyStructSequence_Desc spike_model_tensor_info_desc;
 
@@ -137,7 +153,7 @@ typedef struct TraceSessionObject {
 } TraceSessionObject;
 
 /* ------------------------------------------------------------------------ */
-/* Helpers for the objects                                                   */
+/* Helpers for the objects (_spike_objects.c)                               */
 /* ------------------------------------------------------------------------ */
 
 int spike_check_open(SpikeObject *self);
@@ -161,7 +177,7 @@ PyObject *spike_tensor_metadata_new(const nkrt_neff_tensor_t *t, const nkrt_mode
 void spike_trace_sessions_detach_all(SpikeCtx *ctx);
 
 /* ------------------------------------------------------------------------ */
-/* Spike: tensors (shared with the copies and execution)                     */
+/* Spike: tensors, shared with the copies and execution (_spike_core.c)     */
 /* ------------------------------------------------------------------------ */
 
 /* Checks [offset, offset + size) against the tensor; SpikeError if outside. */
@@ -171,7 +187,7 @@ int spike_check_bounds(NrtTensorObject *t, const char *op, uint64_t offset, uint
 int spike_get_contiguous_buffer(PyObject *obj, Py_buffer *view, int writable);
 
 /* ------------------------------------------------------------------------ */
-/* Spike methods defined apart from the Spike type                           */
+/* Spike methods apart from the Spike type (_spike_copy.c, _spike_exec.c)   */
 /* ------------------------------------------------------------------------ */
 
 /* Device copies, memset and 2-D (pitched) copies. */
@@ -195,7 +211,7 @@ PyObject *spike_benchmark(SpikeObject *self, PyObject *args, PyObject *kwds);
 int spike_model_execute_at(PyObject *model_obj, void *const *addresses, uint32_t count);
 
 /* ------------------------------------------------------------------------ */
-/* The exported C API (spike/include/spike_capi.h)                           */
+/* The exported C API (_spike_capi.c)                                       */
 /* ------------------------------------------------------------------------ */
 
 /* spike._spike._nkrt_capi(): the capsule holding the C function table. */
