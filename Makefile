@@ -31,7 +31,7 @@ $(VENV)/.deps: Makefile
 	$(PY) -m pip install -q "torch==2.13.0" "expecttest>=0.2" transformers
 	touch $@
 
-$(VENV)/.built: $(VENV)/.deps $(RT_SRC) $(RT_HDR) spike/_spike.c spike/include/spike_capi.h setup.py pyproject.toml
+$(VENV)/.built: $(VENV)/.deps $(RT_SRC) $(RT_HDR) $(wildcard spike/*.c spike/*.h) spike/include/spike_capi.h setup.py pyproject.toml
 	$(PY) -m pip install -q --no-build-isolation --no-deps -e .
 	$(PY) setup.py -q build_ext --inplace
 	touch $@
