@@ -19,6 +19,7 @@ import numpy as np
 from nkipy.core import dtypes as _dt
 from nkipy.core.ir import Value
 from nkipy.core.ops import _builder as B
+from nkipy.core.ops._builder import take_value
 from nkipy.core.ops._core import (NKIPyTensorRef, is_tracer, nkipy_op, result_dtype, to_value,
                                   unsupported, wrap, write_out)
 from nkipy.core.trace import NKIPyTracingError
@@ -545,21 +546,6 @@ def _mask_setitem(x: NKIPyTensorRef, entries: list[_Idx], value: Any) -> None:
 
 
 # -- take / gather ---------------------------------------------------------------
-
-def take_value(v: Value, idx: Value, axis: int) -> Value:
-    """IR ``take`` of int32 indices along ``axis``."""
-    if idx.dtype != B.INT32:
-        idx = B.cast(idx, B.INT32)
-    shape = v.shape[:axis] + idx.shape + v.shape[axis + 1:]
-    if v.shape[axis] == 0 and idx.size:
-        raise IndexError("cannot do a non-empty take from an empty axes.")
-    if v.node is not None and v.node.op == "constant" and idx.node is not None \
-            and idx.node.op == "constant":
-        arr = np.take(np.asarray(v.node.attrs["value"]), np.asarray(idx.node.attrs["value"]),
-                      axis=axis, mode="clip")
-        return B.const(arr)
-    return B.emit1("take", [v, idx], {"axis": axis}, shape, v.dtype)
-
 
 def _indices(indices: Any, n: int, mode: str) -> Value:
     if is_tracer(indices):

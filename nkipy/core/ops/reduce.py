@@ -10,41 +10,11 @@ import numpy as np
 from nkipy.core import dtypes as _dt
 from nkipy.core.ir import Value
 from nkipy.core.ops import _builder as B
+from nkipy.core.ops._builder import _accumulate_dtype, _filled, _out_shape, _reduce
 from nkipy.core.ops._core import nkipy_op, reject_kwargs, to_value, wrap, write_out
 
 __all__ = ["sum", "prod", "max", "min", "amax", "amin", "mean", "var", "std", "any", "all",
            "argmax", "argmin", "cumsum", "cumprod", "count_nonzero"]
-
-
-def _accumulate_dtype(dt: np.dtype) -> np.dtype:
-    """NumPy's default dtype of sum/prod/cumsum: small ints and bool widen (-> 32-bit)."""
-    if dt.kind == "b" or dt.kind == "i":
-        return np.dtype(np.int32)
-    if dt.kind == "u":
-        return np.dtype(np.uint32)
-    return dt
-
-
-def _out_shape(shape: tuple, axes: tuple, keepdims: bool) -> tuple:
-    if keepdims:
-        return tuple(1 if d in axes else s for d, s in enumerate(shape))
-    return tuple(s for d, s in enumerate(shape) if d not in axes)
-
-
-def _filled(shape: tuple, value: Any, dt: np.dtype) -> Value:
-    return B.broadcast_to(B.const(np.asarray(value).astype(dt)), shape)
-
-
-def _reduce(op: str, v: Value, axis: Any, keepdims: bool, identity: Any) -> Value:
-    axes = B.normalize_axes(axis, v.ndim)
-    if v.size == 0 and axes:
-        shape = _out_shape(v.shape, axes, keepdims)
-        if identity is None and builtins.any(v.shape[a] == 0 for a in axes):
-            name = {"reduce_max": "maximum", "reduce_min": "minimum"}[op]
-            raise ValueError(f"zero-size array to reduction operation {name} which has no identity")
-        return _filled(shape, 0 if identity is None else identity,
-                       v.dtype if op not in ("reduce_any", "reduce_all") else B.BOOL)
-    return B.reduce(op, v, axes, keepdims)
 
 
 def _check(name: str, kwargs: dict) -> None:
