@@ -207,7 +207,7 @@ def reduce(op: str, v: Value, axes: Sequence[int], keepdims: bool) -> Value:
     return emit1(op, [v], {"axes": axes, "keepdims": bool(keepdims)}, shape, dt)
 
 
-def _accumulate_dtype(dt: np.dtype) -> np.dtype:
+def accumulate_dtype(dt: np.dtype) -> np.dtype:
     """NumPy's default dtype of sum/prod/cumsum: small ints and bool widen (-> 32-bit)."""
     if dt.kind == "b" or dt.kind == "i":
         return np.dtype(np.int32)
@@ -216,24 +216,28 @@ def _accumulate_dtype(dt: np.dtype) -> np.dtype:
     return dt
 
 
-def _out_shape(shape: tuple, axes: tuple, keepdims: bool) -> tuple:
+def reduced_shape(shape: tuple, axes: tuple, keepdims: bool) -> tuple:
+    """``shape`` reduced over ``axes`` (kept as 1s with ``keepdims``)."""
     if keepdims:
         return tuple(1 if d in axes else s for d, s in enumerate(shape))
     return tuple(s for d, s in enumerate(shape) if d not in axes)
 
 
-def _filled(shape: tuple, value: Any, dt: np.dtype) -> Value:
+def filled(shape: tuple, value: Any, dt: np.dtype) -> Value:
+    """A constant ``value`` of dtype ``dt`` broadcast to ``shape``."""
     return broadcast_to(const(np.asarray(value).astype(dt)), shape)
 
 
-def _reduce(op: str, v: Value, axis: Any, keepdims: bool, identity: Any) -> Value:
+def reduce_np(op: str, v: Value, axis: Any, keepdims: bool, identity: Any) -> Value:
+    """:func:`reduce` with NumPy's ``axis`` (None, int, negative, tuple); an empty input
+    gives ``identity`` (None: no identity, NumPy's error for max/min)."""
     axes = normalize_axes(axis, v.ndim)
     if v.size == 0 and axes:
-        shape = _out_shape(v.shape, axes, keepdims)
+        shape = reduced_shape(v.shape, axes, keepdims)
         if identity is None and any(v.shape[a] == 0 for a in axes):
             name = {"reduce_max": "maximum", "reduce_min": "minimum"}[op]
             raise ValueError(f"zero-size array to reduction operation {name} which has no identity")
-        return _filled(shape, 0 if identity is None else identity,
+        return filled(shape, 0 if identity is None else identity,
                        v.dtype if op not in ("reduce_any", "reduce_all") else BOOL)
     return reduce(op, v, axes, keepdims)
 

@@ -117,7 +117,7 @@ def outer(a: Any, b: Any, out: Any = None) -> Any:
 def trace(a: Any, offset: int = 0, axis1: int = 0, axis2: int = 1, dtype: Any = None,
           out: Any = None) -> Any:
     """Sum along the ``offset`` diagonal of the (axis1, axis2) planes."""
-    from nkipy.core.ops.reduce import _accumulate_dtype
+    from nkipy.core.ops.reduce import accumulate_dtype
     v = to_value(a)
     if v.ndim < 2:
         raise ValueError("diag requires an array of at least two dimensions")
@@ -127,7 +127,7 @@ def trace(a: Any, offset: int = 0, axis1: int = 0, axis2: int = 1, dtype: Any = 
     perm = tuple(d for d in range(v.ndim) if d not in (i, j)) + (i, j)
     t = B.transpose(v, perm)
     n, m = t.shape[-2], t.shape[-1]
-    dt = _dt.check_supported(dtype) if dtype is not None else _accumulate_dtype(v.dtype)
+    dt = _dt.check_supported(dtype) if dtype is not None else accumulate_dtype(v.dtype)
     t = B.cast(t, dt)
     mask = B.binary("eq", B.binary("sub", B.iota((n, m), 1), B.iota((n, m), 0)),
                     B.const(np.int32(offset)))
@@ -180,36 +180,36 @@ def _abs(v: Value) -> Value:
 
 
 def _vec_norm(v: Value, ord: Any, axes: tuple, keepdims: bool) -> Value:
-    from nkipy.core.ops.reduce import _reduce
+    from nkipy.core.ops.reduce import reduce_np
     if ord == np.inf:
-        return _reduce("reduce_max", _abs(v), axes, keepdims, 0)
+        return reduce_np("reduce_max", _abs(v), axes, keepdims, 0)
     if ord == -np.inf:
-        return _reduce("reduce_min", _abs(v), axes, keepdims, None)
+        return reduce_np("reduce_min", _abs(v), axes, keepdims, None)
     if ord == 0:
         nz = B.cast(B.cast(v, B.BOOL), v.dtype)
-        return _reduce("reduce_sum", nz, axes, keepdims, 0)
+        return reduce_np("reduce_sum", nz, axes, keepdims, 0)
     if ord == 1:
-        return _reduce("reduce_sum", _abs(v), axes, keepdims, 0)
+        return reduce_np("reduce_sum", _abs(v), axes, keepdims, 0)
     if ord == 2:
-        return B.unary("sqrt", _reduce("reduce_sum", B.binary("mul", v, v), axes, keepdims, 0))
+        return B.unary("sqrt", reduce_np("reduce_sum", B.binary("mul", v, v), axes, keepdims, 0))
     p = float(ord)
-    s = _reduce("reduce_sum", B.binary("pow", _abs(v), B.const(np.asarray(p, v.dtype))),
-                axes, keepdims, 0)
+    s = reduce_np("reduce_sum", B.binary("pow", _abs(v), B.const(np.asarray(p, v.dtype))),
+                  axes, keepdims, 0)
     return B.binary("pow", s, B.const(np.asarray(1.0 / p, v.dtype)))
 
 
 def _mat_norm(v: Value, ord: Any, axes: tuple, keepdims: bool) -> Value:
-    from nkipy.core.ops.reduce import _reduce
+    from nkipy.core.ops.reduce import reduce_np
     r_ax, c_ax = axes
     if ord is None or ord == "fro":
-        r = B.unary("sqrt", _reduce("reduce_sum", B.binary("mul", v, v), tuple(sorted(axes)),
-                                    keepdims, 0))
+        r = B.unary("sqrt", reduce_np("reduce_sum", B.binary("mul", v, v), tuple(sorted(axes)),
+                                      keepdims, 0))
         return r
     if ord in (1, -1, np.inf, -np.inf):
         sum_ax, red_ax = (r_ax, c_ax) if ord in (1, -1) else (c_ax, r_ax)
-        s = _reduce("reduce_sum", _abs(v), (sum_ax,), True, 0)
+        s = reduce_np("reduce_sum", _abs(v), (sum_ax,), True, 0)
         op = "reduce_max" if ord in (1, np.inf) else "reduce_min"
-        r = _reduce(op, s, (red_ax,), True, None)
+        r = reduce_np(op, s, (red_ax,), True, None)
         if not keepdims:
             r = B.reshape(r, [d for i, d in enumerate(r.shape) if i not in axes])
         return r
