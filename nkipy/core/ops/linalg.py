@@ -8,8 +8,11 @@ import numpy as np
 from nkipy.core import dtypes as _dt
 from nkipy.core.ir import Value
 from nkipy.core.ops import _builder as B
+from nkipy.core.ops._builder import accumulate_dtype, reduce_np
 from nkipy.core.ops._core import (nkipy_op, operand_key, reject_kwargs, to_value, unsupported, wrap,
                                   write_out)
+from nkipy.core.ops._elementwise import apply_ufunc
+from nkipy.core.ops.transform import moveaxis, ravel
 
 __all__ = ["matmul", "dot", "outer", "trace", "norm", "vdot", "inner"]
 
@@ -70,7 +73,6 @@ def dot(a: Any, b: Any, out: Any = None) -> Any:
     ins = _matmul_dtypes(a, b)
     x, y = to_value(a, ins[0]), to_value(b, ins[1])
     if x.ndim == 0 or y.ndim == 0:
-        from nkipy.core.ops._elementwise import apply_ufunc
         return write_out(out, apply_ufunc(np.multiply, [wrap(x), wrap(y)]))
     if y.ndim <= 2 or x.ndim == 1:
         return write_out(out, wrap(_matmul_values(x, y)))
@@ -88,7 +90,6 @@ def dot(a: Any, b: Any, out: Any = None) -> Any:
 
 @nkipy_op(cpu=np.vdot)
 def vdot(a: Any, b: Any) -> Any:
-    from nkipy.core.ops.transform import ravel
     return dot(ravel(a), ravel(b))
 
 
@@ -98,7 +99,6 @@ def inner(a: Any, b: Any) -> Any:
     x, y = to_value(a), to_value(b)
     if x.ndim == 0 or y.ndim == 0:
         return dot(a, b)
-    from nkipy.core.ops.transform import moveaxis
     if y.ndim == 1:
         return dot(a, b)
     return dot(a, moveaxis(wrap(y), -1, -2))
@@ -106,7 +106,6 @@ def inner(a: Any, b: Any) -> Any:
 
 @nkipy_op(cpu=np.outer)
 def outer(a: Any, b: Any, out: Any = None) -> Any:
-    from nkipy.core.ops._elementwise import apply_ufunc
     x, y = to_value(a), to_value(b)
     x = B.reshape(x, (x.size, 1))
     y = B.reshape(y, (1, y.size))
@@ -117,7 +116,6 @@ def outer(a: Any, b: Any, out: Any = None) -> Any:
 def trace(a: Any, offset: int = 0, axis1: int = 0, axis2: int = 1, dtype: Any = None,
           out: Any = None) -> Any:
     """Sum along the ``offset`` diagonal of the (axis1, axis2) planes."""
-    from nkipy.core.ops.reduce import accumulate_dtype
     v = to_value(a)
     if v.ndim < 2:
         raise ValueError("diag requires an array of at least two dimensions")
@@ -180,7 +178,6 @@ def _abs(v: Value) -> Value:
 
 
 def _vec_norm(v: Value, ord: Any, axes: tuple, keepdims: bool) -> Value:
-    from nkipy.core.ops.reduce import reduce_np
     if ord == np.inf:
         return reduce_np("reduce_max", _abs(v), axes, keepdims, 0)
     if ord == -np.inf:
@@ -199,7 +196,6 @@ def _vec_norm(v: Value, ord: Any, axes: tuple, keepdims: bool) -> Value:
 
 
 def _mat_norm(v: Value, ord: Any, axes: tuple, keepdims: bool) -> Value:
-    from nkipy.core.ops.reduce import reduce_np
     r_ax, c_ax = axes
     if ord is None or ord == "fro":
         r = B.unary("sqrt", reduce_np("reduce_sum", B.binary("mul", v, v), tuple(sorted(axes)),

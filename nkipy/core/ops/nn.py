@@ -12,6 +12,7 @@ import numpy as np
 from nkipy.core import dtypes as _dt
 from nkipy.core import interp as _interp
 from nkipy.core.ops import _builder as B
+from nkipy.core.ops._builder import reduce_np
 from nkipy.core.ops._core import nkipy_op, to_value, wrap
 
 __all__ = ["softmax", "log_softmax", "rms_norm", "topk"]
@@ -35,7 +36,6 @@ def _softmax_cpu(x: Any, axis: int = -1) -> np.ndarray:
 @nkipy_op(cpu=_softmax_cpu)
 def softmax(x: Any, axis: int = -1) -> Any:
     """``exp(x - max) / sum(exp(x - max))`` along ``axis``."""
-    from nkipy.core.ops.reduce import reduce_np
     v = to_value(x)
     cdt, rdt = _float_dtypes(v.dtype)
     v = B.cast(v, cdt)
@@ -60,7 +60,6 @@ def _log_softmax_cpu(x: Any, axis: int = -1) -> np.ndarray:
 @nkipy_op(cpu=_log_softmax_cpu)
 def log_softmax(x: Any, axis: int = -1) -> Any:
     """``x - max - log(sum(exp(x - max)))`` along ``axis``."""
-    from nkipy.core.ops.reduce import reduce_np
     v = to_value(x)
     cdt, rdt = _float_dtypes(v.dtype)
     v = B.cast(v, cdt)
@@ -86,7 +85,6 @@ def _rms_norm_cpu(x: Any, weight: Any = None, eps: float = 1e-6, axis: int = -1)
 @nkipy_op(cpu=_rms_norm_cpu)
 def rms_norm(x: Any, weight: Any = None, eps: float = 1e-6, axis: int = -1) -> Any:
     """``x / sqrt(mean(x**2, axis) + eps) * weight`` (weight broadcasts against x)."""
-    from nkipy.core.ops.reduce import reduce_np
     v = to_value(x)
     cdt, rdt = _float_dtypes(v.dtype)
     v = B.cast(v, cdt)

@@ -12,6 +12,7 @@ from nkipy.core.ir import Value
 from nkipy.core.ops import _builder as B
 from nkipy.core.ops._builder import accumulate_dtype, filled, reduce_np, reduced_shape
 from nkipy.core.ops._core import nkipy_op, reject_kwargs, to_value, wrap, write_out
+from nkipy.core.ops._elementwise import apply_ufunc
 
 __all__ = ["sum", "prod", "max", "min", "amax", "amin", "mean", "var", "std", "any", "all",
            "argmax", "argmin", "cumsum", "cumprod", "count_nonzero"]
@@ -24,7 +25,6 @@ def _check(name: str, kwargs: dict) -> None:
 def _apply_initial(r: Value, initial: Any, op: np.ufunc) -> Any:
     if initial is None or initial is np._NoValue:  # type: ignore[attr-defined]
         return wrap(r)
-    from nkipy.core.ops._elementwise import apply_ufunc
     return apply_ufunc(op, [wrap(r), np.asarray(initial).astype(r.dtype)])
 
 
