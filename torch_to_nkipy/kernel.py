@@ -31,6 +31,7 @@ import torch
 import torch.fx
 
 from . import device
+from .config import on_reset
 from .executor import Executor, PadCall
 from .options import ExecOptions
 from .lowering.codegen import GeneratedSource, generate_source, side_by_side
@@ -55,6 +56,9 @@ def clear_loaded_kernels() -> None:
         log.warning("pending executions ended with an error: %s", exc)
     _GENERATION[0] += 1
     _BY_HASH.clear()
+
+
+on_reset(clear_loaded_kernels)   # reset_nkipy_backend() forgets the loaded kernels
 
 
 def _write_atomic(path: str, data: bytes) -> None:
