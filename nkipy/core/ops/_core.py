@@ -1,4 +1,5 @@
-"""Shared machinery of the ops: the CPU/trace dispatcher and operand conversion.
+"""Shared machinery of the ops: the CPU/trace dispatcher, operand conversion and
+writing into tracers (``dst[...] = src``, ``out=``).
 
 Every public op is a plain function made by :func:`nkipy_op`: called while no
 kernel is traced it runs its CPU implementation (plain NumPy, the reference);
