@@ -27,7 +27,7 @@ all: venv $(BUILD)/nkrt_tests
 $(VENV)/.deps: Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "numpy>=1.24" "ml_dtypes>=0.3" "pytest>=7" "hypothesis>=6" setuptools wheel
+	$(PY) -m pip install -q "numpy>=1.24" "ml_dtypes>=0.3" "pytest>=7" "hypothesis>=6" "import-linter>=2" setuptools wheel
 	$(PY) -m pip install -q "torch==2.13.0" "expecttest>=0.2" transformers
 	touch $@
 
@@ -88,7 +88,13 @@ sanitize: $(BUILD)/nkrt_tests_san $(NEFFS) | $(VENV)/.mkl
 test-py: venv $(NEFFS)
 	$(GEMM_ENV) NKRT_TEST_NEFF_DIR=$(BUILD)/neff $(PY) -m pytest -q tests
 
-test: test-c sanitize test-py
+# The architecture contracts of pyproject.toml ([tool.importlinter]): the stack's
+# layers, the layers of nkipy.core.ops, no import circles. Checked first.
+.PHONY: lint-imports
+lint-imports: $(VENV)/.deps
+	$(VENV)/bin/lint-imports
+
+test: lint-imports test-c sanitize test-py
 
 # ---- Demo and benchmarks ------------------------------------------------
 demo: venv

@@ -23,7 +23,8 @@ from spiky.stats import record_compile
 from . import kernel as kernel_mod
 from .config import get_nkipy_backend_config, is_nkipy_backend_initialized
 from .dynamic import dynamic_signature
-from .kernel import DEFAULT_OPTIONS, PadCall
+from .executor import PadCall
+from .kernel import DEFAULT_OPTIONS
 from .options import ExecOptions, resolve_options
 from .lowering.codegen import is_supported_node
 from .lowering.registry import target_name

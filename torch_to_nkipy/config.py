@@ -4,11 +4,16 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, List, Optional
 
 log = logging.getLogger("torch_to_nkipy")
 
 _CONFIG: Optional["NKIPyBackendConfig"] = None
+
+#: What :func:`reset_nkipy_backend` runs after forgetting the configuration: the
+#: modules built on this one register here (the kernel cache its clear), so this
+#: module imports none of them.
+_RESET_HOOKS: List[Callable[[], None]] = []
 
 
 @dataclass(frozen=True)
@@ -192,7 +197,6 @@ def init_nkipy_backend(nkipy_cache: str = "./nkipy_cache", log_level: int = logg
     log.setLevel(log_level)
     if not log.handlers and not logging.getLogger().handlers:
         logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")
-    from . import backend  # noqa: F401  (registers the dynamo backend)
     import spike_torch  # noqa: F401  (the nkipy device; LOCAL_RANK picks its core)
 
     cc_id = _communicator_id(ws)
@@ -212,10 +216,15 @@ def get_nkipy_backend_config() -> NKIPyBackendConfig:
     return _CONFIG
 
 
+def on_reset(hook: Callable[[], None]) -> Callable[[], None]:
+    """Registers ``hook`` to run at every :func:`reset_nkipy_backend` (returns it)."""
+    _RESET_HOOKS.append(hook)
+    return hook
+
+
 def reset_nkipy_backend() -> None:
     """Forgets the configuration and the loaded kernels (the disk cache stays)."""
     global _CONFIG
     _CONFIG = None
-    from . import kernel
-
-    kernel.clear_loaded_kernels()
+    for hook in _RESET_HOOKS:
+        hook()

@@ -207,6 +207,41 @@ def reduce(op: str, v: Value, axes: Sequence[int], keepdims: bool) -> Value:
     return emit1(op, [v], {"axes": axes, "keepdims": bool(keepdims)}, shape, dt)
 
 
+def accumulate_dtype(dt: np.dtype) -> np.dtype:
+    """NumPy's default dtype of sum/prod/cumsum: small ints and bool widen (-> 32-bit)."""
+    if dt.kind == "b" or dt.kind == "i":
+        return np.dtype(np.int32)
+    if dt.kind == "u":
+        return np.dtype(np.uint32)
+    return dt
+
+
+def reduced_shape(shape: tuple, axes: tuple, keepdims: bool) -> tuple:
+    """``shape`` reduced over ``axes`` (kept as 1s with ``keepdims``)."""
+    if keepdims:
+        return tuple(1 if d in axes else s for d, s in enumerate(shape))
+    return tuple(s for d, s in enumerate(shape) if d not in axes)
+
+
+def filled(shape: tuple, value: Any, dt: np.dtype) -> Value:
+    """A constant ``value`` of dtype ``dt`` broadcast to ``shape``."""
+    return broadcast_to(const(np.asarray(value).astype(dt)), shape)
+
+
+def reduce_np(op: str, v: Value, axis: Any, keepdims: bool, identity: Any) -> Value:
+    """:func:`reduce` with NumPy's ``axis`` (None, int, negative, tuple); an empty input
+    gives ``identity`` (None: no identity, NumPy's error for max/min)."""
+    axes = normalize_axes(axis, v.ndim)
+    if v.size == 0 and axes:
+        shape = reduced_shape(v.shape, axes, keepdims)
+        if identity is None and any(v.shape[a] == 0 for a in axes):
+            name = {"reduce_max": "maximum", "reduce_min": "minimum"}[op]
+            raise ValueError(f"zero-size array to reduction operation {name} which has no identity")
+        return filled(shape, 0 if identity is None else identity,
+                       v.dtype if op not in ("reduce_any", "reduce_all") else BOOL)
+    return reduce(op, v, axes, keepdims)
+
+
 def iota(shape: Sequence[int], dim: int, dtype: Any = INT32) -> Value:
     shape = tuple(int(s) for s in shape)
     dt = _dt.check_supported(dtype)
@@ -226,3 +261,20 @@ def matmul(a: Value, b: Value) -> Value:
     batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
     shape = batch + (a.shape[-2], b.shape[-1])
     return emit1("matmul", [a, b], None, shape, a.dtype)
+
+
+# -- gathers ---------------------------------------------------------------
+
+def take_value(v: Value, idx: Value, axis: int) -> Value:
+    """IR ``take`` of int32 indices along ``axis``."""
+    if idx.dtype != INT32:
+        idx = cast(idx, INT32)
+    shape = v.shape[:axis] + idx.shape + v.shape[axis + 1:]
+    if v.shape[axis] == 0 and idx.size:
+        raise IndexError("cannot do a non-empty take from an empty axes.")
+    if v.node is not None and v.node.op == "constant" and idx.node is not None \
+            and idx.node.op == "constant":
+        arr = np.take(np.asarray(v.node.attrs["value"]), np.asarray(idx.node.attrs["value"]),
+                      axis=axis, mode="clip")
+        return const(arr)
+    return emit1("take", [v, idx], {"axis": axis}, shape, v.dtype)

@@ -1,4 +1,5 @@
-"""Shared machinery of the ops: the CPU/trace dispatcher and operand conversion.
+"""Shared machinery of the ops: the CPU/trace dispatcher, operand conversion and
+writing into tracers (``dst[...] = src``, ``out=``).
 
 Every public op is a plain function made by :func:`nkipy_op`: called while no
 kernel is traced it runs its CPU implementation (plain NumPy, the reference);
@@ -116,6 +117,31 @@ def shape_of(x: Any) -> tuple[int, ...]:
     return np.shape(x)
 
 
+def _fit_value(val: Value, shape: tuple[int, ...]) -> Value:
+    """NumPy assignment broadcasting: leading size-1 dims of the value may be dropped."""
+    while val.ndim > len(shape) and val.shape[0] == 1:
+        val = B.reshape(val, val.shape[1:])
+    try:
+        return B.broadcast_to(val, shape)
+    except ValueError:
+        raise ValueError(f"could not broadcast input array from shape {val.shape} into "
+                         f"shape {shape}") from None
+
+
+def _assigned_value(value: Any, dtype: np.dtype) -> Value:
+    """A value cast for assignment (unsafe casting, but Python ints must fit, as NumPy 2)."""
+    if isinstance(value, int) and not isinstance(value, bool) and _dt.is_int(dtype):
+        _dt.check_weak_fits(_dt.Weak(value), dtype)
+    return to_value(value, dtype)
+
+
+def assign_all(dst: NKIPyTensorRef, src: Any) -> None:
+    """``dst[...] = src`` (src broadcast and cast to dst's dtype)."""
+    dst._check_context()
+    val = _assigned_value(src, dst.dtype)
+    dst._write(_fit_value(val, dst.shape))
+
+
 def write_out(out: Any, result: NKIPyTensorRef) -> NKIPyTensorRef:
     """Implements ``out=``: writes ``result`` into the tracer ``out`` (same_kind casting)."""
     if isinstance(out, tuple):
@@ -130,8 +156,6 @@ def write_out(out: Any, result: NKIPyTensorRef) -> NKIPyTensorRef:
     if not _dt.can_cast_same_kind(result.dtype, out.dtype):
         raise TypeError(f"Cannot cast ufunc output from dtype('{result.dtype}') to "
                         f"dtype('{out.dtype}') with casting rule 'same_kind'")
-    from nkipy.core.ops.indexing import assign_all
-
     assign_all(out, result)
     return out
 

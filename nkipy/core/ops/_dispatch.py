@@ -13,8 +13,8 @@ import numpy as np
 from nkipy.core import dtypes as _dt
 from nkipy.core.ops import _builder as B
 from nkipy.core.ops import creation, indexing, linalg, reduce, transform, unary
-from nkipy.core.ops._core import (NKIPyTensorRef, NKIPyUnsupportedError, is_tracer, operand_key,
-                                  unsupported, write_out)
+from nkipy.core.ops._core import (NKIPyTensorRef, NKIPyUnsupportedError, assign_all, is_tracer,
+                                  operand_key, to_value, unsupported, wrap, write_out)
 from nkipy.core.ops._elementwise import UFUNCS, apply_ufunc
 from nkipy.core.trace import NKIPyTracingError, current_context
 
@@ -69,7 +69,6 @@ def array_ufunc(ufunc: np.ufunc, method: str, inputs: tuple, kwargs: dict) -> An
         return fn(inputs[0], axis=axis, dtype=dtype, out=out)
     if method == "outer":
         a, b = inputs
-        from nkipy.core.ops._core import to_value, wrap
         va, vb = to_value(a), to_value(b)
         ra = wrap(B.reshape(va, va.shape + (1,) * vb.ndim))
         if ufunc.nin != 2:
@@ -137,7 +136,6 @@ def _fast_power(x: NKIPyTensorRef, exponent: Any) -> Any:
     is_float = _dt.is_float(res)
     if not is_float and e != 2.0:
         return None
-    from nkipy.core.ops._core import to_value, wrap
     v = to_value(x, ins[0])
     op = _FAST_POWERS[e]
     r = v if op is None else B.unary(op, v)
@@ -154,7 +152,7 @@ def inplace_operator(name: str, self: NKIPyTensorRef, other: Any) -> Any:
     if r.shape != self.shape:
         raise ValueError(f"non-broadcastable output operand with shape {self.shape} doesn't "
                          f"match the broadcast shape {r.shape}")
-    indexing.assign_all(self, r)
+    assign_all(self, r)
     return self
 
 

@@ -13,6 +13,7 @@ import numpy as np
 from nkipy.core import dtypes as _dt
 from nkipy.core.ir import Value
 from nkipy.core.ops import _builder as B
+from nkipy.core.ops._builder import take_value
 from nkipy.core.ops._core import is_tracer, nkipy_op, to_value, unsupported, wrap
 
 __all__ = ["constant", "zeros", "ones", "empty", "full", "zeros_like", "ones_like", "empty_like",
@@ -156,7 +157,6 @@ def diag(v: Any, k: int = 0) -> Any:
         cols = rows + k
         ok = (cols >= 0) & (cols < m)
         flat_idx = (rows[ok] * m + cols[ok]).astype(np.int32)
-        from nkipy.core.ops.indexing import take_value
         return wrap(take_value(B.reshape(x, (x.size,)), B.const(flat_idx), 0))
     raise ValueError("Input must be 1- or 2-d.")
 

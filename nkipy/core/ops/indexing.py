@@ -19,8 +19,10 @@ import numpy as np
 from nkipy.core import dtypes as _dt
 from nkipy.core.ir import Value
 from nkipy.core.ops import _builder as B
-from nkipy.core.ops._core import (NKIPyTensorRef, is_tracer, nkipy_op, result_dtype, to_value,
-                                  unsupported, wrap, write_out)
+from nkipy.core.ops._builder import take_value
+from nkipy.core.ops._core import (NKIPyTensorRef, _assigned_value, _fit_value, assign_all,
+                                  is_tracer, nkipy_op, result_dtype, to_value, unsupported, wrap,
+                                  write_out)
 from nkipy.core.trace import NKIPyTracingError
 
 __all__ = ["getitem", "setitem", "assign_all", "add_at", "take", "take_along_axis", "put_along_axis",
@@ -394,31 +396,6 @@ def _has_ellipsis(index: Any) -> bool:
 
 # -- assignment -----------------------------------------------------------------
 
-def _fit_value(val: Value, shape: tuple[int, ...]) -> Value:
-    """NumPy assignment broadcasting: leading size-1 dims of the value may be dropped."""
-    while val.ndim > len(shape) and val.shape[0] == 1:
-        val = B.reshape(val, val.shape[1:])
-    try:
-        return B.broadcast_to(val, shape)
-    except ValueError:
-        raise ValueError(f"could not broadcast input array from shape {val.shape} into "
-                         f"shape {shape}") from None
-
-
-def _assigned_value(value: Any, dtype: np.dtype) -> Value:
-    """A value cast for assignment (unsafe casting, but Python ints must fit, as NumPy 2)."""
-    if isinstance(value, int) and not isinstance(value, bool) and _dt.is_int(dtype):
-        _dt.check_weak_fits(_dt.Weak(value), dtype)
-    return to_value(value, dtype)
-
-
-def assign_all(dst: NKIPyTensorRef, src: Any) -> None:
-    """``dst[...] = src`` (src broadcast and cast to dst's dtype)."""
-    dst._check_context()
-    val = _assigned_value(src, dst.dtype)
-    dst._write(_fit_value(val, dst.shape))
-
-
 def setitem(x: NKIPyTensorRef, index: Any, value: Any) -> None:
     """``x[index] = value``: NumPy semantics; the new contents replace ``x``'s."""
     x._check_context()
@@ -545,21 +522,6 @@ def _mask_setitem(x: NKIPyTensorRef, entries: list[_Idx], value: Any) -> None:
 
 
 # -- take / gather ---------------------------------------------------------------
-
-def take_value(v: Value, idx: Value, axis: int) -> Value:
-    """IR ``take`` of int32 indices along ``axis``."""
-    if idx.dtype != B.INT32:
-        idx = B.cast(idx, B.INT32)
-    shape = v.shape[:axis] + idx.shape + v.shape[axis + 1:]
-    if v.shape[axis] == 0 and idx.size:
-        raise IndexError("cannot do a non-empty take from an empty axes.")
-    if v.node is not None and v.node.op == "constant" and idx.node is not None \
-            and idx.node.op == "constant":
-        arr = np.take(np.asarray(v.node.attrs["value"]), np.asarray(idx.node.attrs["value"]),
-                      axis=axis, mode="clip")
-        return B.const(arr)
-    return B.emit1("take", [v, idx], {"axis": axis}, shape, v.dtype)
-
 
 def _indices(indices: Any, n: int, mode: str) -> Value:
     if is_tracer(indices):

@@ -8,8 +8,11 @@ import numpy as np
 from nkipy.core import dtypes as _dt
 from nkipy.core.ir import Value
 from nkipy.core.ops import _builder as B
+from nkipy.core.ops._builder import accumulate_dtype, reduce_np
 from nkipy.core.ops._core import (nkipy_op, operand_key, reject_kwargs, to_value, unsupported, wrap,
                                   write_out)
+from nkipy.core.ops._elementwise import apply_ufunc
+from nkipy.core.ops.transform import moveaxis, ravel
 
 __all__ = ["matmul", "dot", "outer", "trace", "norm", "vdot", "inner"]
 
@@ -70,7 +73,6 @@ def dot(a: Any, b: Any, out: Any = None) -> Any:
     ins = _matmul_dtypes(a, b)
     x, y = to_value(a, ins[0]), to_value(b, ins[1])
     if x.ndim == 0 or y.ndim == 0:
-        from nkipy.core.ops._elementwise import apply_ufunc
         return write_out(out, apply_ufunc(np.multiply, [wrap(x), wrap(y)]))
     if y.ndim <= 2 or x.ndim == 1:
         return write_out(out, wrap(_matmul_values(x, y)))
@@ -88,7 +90,6 @@ def dot(a: Any, b: Any, out: Any = None) -> Any:
 
 @nkipy_op(cpu=np.vdot)
 def vdot(a: Any, b: Any) -> Any:
-    from nkipy.core.ops.transform import ravel
     return dot(ravel(a), ravel(b))
 
 
@@ -98,7 +99,6 @@ def inner(a: Any, b: Any) -> Any:
     x, y = to_value(a), to_value(b)
     if x.ndim == 0 or y.ndim == 0:
         return dot(a, b)
-    from nkipy.core.ops.transform import moveaxis
     if y.ndim == 1:
         return dot(a, b)
     return dot(a, moveaxis(wrap(y), -1, -2))
@@ -106,7 +106,6 @@ def inner(a: Any, b: Any) -> Any:
 
 @nkipy_op(cpu=np.outer)
 def outer(a: Any, b: Any, out: Any = None) -> Any:
-    from nkipy.core.ops._elementwise import apply_ufunc
     x, y = to_value(a), to_value(b)
     x = B.reshape(x, (x.size, 1))
     y = B.reshape(y, (1, y.size))
@@ -117,7 +116,6 @@ def outer(a: Any, b: Any, out: Any = None) -> Any:
 def trace(a: Any, offset: int = 0, axis1: int = 0, axis2: int = 1, dtype: Any = None,
           out: Any = None) -> Any:
     """Sum along the ``offset`` diagonal of the (axis1, axis2) planes."""
-    from nkipy.core.ops.reduce import _accumulate_dtype
     v = to_value(a)
     if v.ndim < 2:
         raise ValueError("diag requires an array of at least two dimensions")
@@ -127,7 +125,7 @@ def trace(a: Any, offset: int = 0, axis1: int = 0, axis2: int = 1, dtype: Any = 
     perm = tuple(d for d in range(v.ndim) if d not in (i, j)) + (i, j)
     t = B.transpose(v, perm)
     n, m = t.shape[-2], t.shape[-1]
-    dt = _dt.check_supported(dtype) if dtype is not None else _accumulate_dtype(v.dtype)
+    dt = _dt.check_supported(dtype) if dtype is not None else accumulate_dtype(v.dtype)
     t = B.cast(t, dt)
     mask = B.binary("eq", B.binary("sub", B.iota((n, m), 1), B.iota((n, m), 0)),
                     B.const(np.int32(offset)))
@@ -180,36 +178,34 @@ def _abs(v: Value) -> Value:
 
 
 def _vec_norm(v: Value, ord: Any, axes: tuple, keepdims: bool) -> Value:
-    from nkipy.core.ops.reduce import _reduce
     if ord == np.inf:
-        return _reduce("reduce_max", _abs(v), axes, keepdims, 0)
+        return reduce_np("reduce_max", _abs(v), axes, keepdims, 0)
     if ord == -np.inf:
-        return _reduce("reduce_min", _abs(v), axes, keepdims, None)
+        return reduce_np("reduce_min", _abs(v), axes, keepdims, None)
     if ord == 0:
         nz = B.cast(B.cast(v, B.BOOL), v.dtype)
-        return _reduce("reduce_sum", nz, axes, keepdims, 0)
+        return reduce_np("reduce_sum", nz, axes, keepdims, 0)
     if ord == 1:
-        return _reduce("reduce_sum", _abs(v), axes, keepdims, 0)
+        return reduce_np("reduce_sum", _abs(v), axes, keepdims, 0)
     if ord == 2:
-        return B.unary("sqrt", _reduce("reduce_sum", B.binary("mul", v, v), axes, keepdims, 0))
+        return B.unary("sqrt", reduce_np("reduce_sum", B.binary("mul", v, v), axes, keepdims, 0))
     p = float(ord)
-    s = _reduce("reduce_sum", B.binary("pow", _abs(v), B.const(np.asarray(p, v.dtype))),
-                axes, keepdims, 0)
+    s = reduce_np("reduce_sum", B.binary("pow", _abs(v), B.const(np.asarray(p, v.dtype))),
+                  axes, keepdims, 0)
     return B.binary("pow", s, B.const(np.asarray(1.0 / p, v.dtype)))
 
 
 def _mat_norm(v: Value, ord: Any, axes: tuple, keepdims: bool) -> Value:
-    from nkipy.core.ops.reduce import _reduce
     r_ax, c_ax = axes
     if ord is None or ord == "fro":
-        r = B.unary("sqrt", _reduce("reduce_sum", B.binary("mul", v, v), tuple(sorted(axes)),
-                                    keepdims, 0))
+        r = B.unary("sqrt", reduce_np("reduce_sum", B.binary("mul", v, v), tuple(sorted(axes)),
+                                      keepdims, 0))
         return r
     if ord in (1, -1, np.inf, -np.inf):
         sum_ax, red_ax = (r_ax, c_ax) if ord in (1, -1) else (c_ax, r_ax)
-        s = _reduce("reduce_sum", _abs(v), (sum_ax,), True, 0)
+        s = reduce_np("reduce_sum", _abs(v), (sum_ax,), True, 0)
         op = "reduce_max" if ord in (1, np.inf) else "reduce_min"
-        r = _reduce(op, s, (red_ax,), True, None)
+        r = reduce_np(op, s, (red_ax,), True, None)
         if not keepdims:
             r = B.reshape(r, [d for i, d in enumerate(r.shape) if i not in axes])
         return r

@@ -12,6 +12,7 @@ import numpy as np
 from nkipy.core import dtypes as _dt
 from nkipy.core import interp as _interp
 from nkipy.core.ops import _builder as B
+from nkipy.core.ops._builder import reduce_np
 from nkipy.core.ops._core import nkipy_op, to_value, wrap
 
 __all__ = ["softmax", "log_softmax", "rms_norm", "topk"]
@@ -35,16 +36,15 @@ def _softmax_cpu(x: Any, axis: int = -1) -> np.ndarray:
 @nkipy_op(cpu=_softmax_cpu)
 def softmax(x: Any, axis: int = -1) -> Any:
     """``exp(x - max) / sum(exp(x - max))`` along ``axis``."""
-    from nkipy.core.ops.reduce import _reduce
     v = to_value(x)
     cdt, rdt = _float_dtypes(v.dtype)
     v = B.cast(v, cdt)
     ax = (B.normalize_axis(axis, v.ndim),)
     if v.size == 0:
         return wrap(B.cast(v, rdt))
-    m = _reduce("reduce_max", v, ax, True, None)
+    m = reduce_np("reduce_max", v, ax, True, None)
     e = B.unary("exp", B.binary("sub", v, m))
-    s = _reduce("reduce_sum", e, ax, True, 0)
+    s = reduce_np("reduce_sum", e, ax, True, 0)
     return wrap(B.cast(B.binary("div", e, s), rdt))
 
 
@@ -60,15 +60,14 @@ def _log_softmax_cpu(x: Any, axis: int = -1) -> np.ndarray:
 @nkipy_op(cpu=_log_softmax_cpu)
 def log_softmax(x: Any, axis: int = -1) -> Any:
     """``x - max - log(sum(exp(x - max)))`` along ``axis``."""
-    from nkipy.core.ops.reduce import _reduce
     v = to_value(x)
     cdt, rdt = _float_dtypes(v.dtype)
     v = B.cast(v, cdt)
     if v.size == 0:
         return wrap(B.cast(v, rdt))
     ax = (B.normalize_axis(axis, v.ndim),)
-    d = B.binary("sub", v, _reduce("reduce_max", v, ax, True, None))
-    lse = B.unary("log", _reduce("reduce_sum", B.unary("exp", d), ax, True, 0))
+    d = B.binary("sub", v, reduce_np("reduce_max", v, ax, True, None))
+    lse = B.unary("log", reduce_np("reduce_sum", B.unary("exp", d), ax, True, 0))
     return wrap(B.cast(B.binary("sub", d, lse), rdt))
 
 
@@ -86,13 +85,12 @@ def _rms_norm_cpu(x: Any, weight: Any = None, eps: float = 1e-6, axis: int = -1)
 @nkipy_op(cpu=_rms_norm_cpu)
 def rms_norm(x: Any, weight: Any = None, eps: float = 1e-6, axis: int = -1) -> Any:
     """``x / sqrt(mean(x**2, axis) + eps) * weight`` (weight broadcasts against x)."""
-    from nkipy.core.ops.reduce import _reduce
     v = to_value(x)
     cdt, rdt = _float_dtypes(v.dtype)
     v = B.cast(v, cdt)
     ax = (B.normalize_axis(axis, v.ndim),)
     n = v.shape[ax[0]]
-    ss = _reduce("reduce_sum", B.binary("mul", v, v), ax, True, 0)
+    ss = reduce_np("reduce_sum", B.binary("mul", v, v), ax, True, 0)
     ms = B.binary("div", ss, B.const(np.asarray(n, cdt)))
     r = B.binary("mul", v, B.unary("rsqrt", B.binary("add", ms, B.const(np.asarray(eps, cdt)))))
     if weight is not None:

@@ -10,41 +10,12 @@ import numpy as np
 from nkipy.core import dtypes as _dt
 from nkipy.core.ir import Value
 from nkipy.core.ops import _builder as B
+from nkipy.core.ops._builder import accumulate_dtype, filled, reduce_np, reduced_shape
 from nkipy.core.ops._core import nkipy_op, reject_kwargs, to_value, wrap, write_out
+from nkipy.core.ops._elementwise import apply_ufunc
 
 __all__ = ["sum", "prod", "max", "min", "amax", "amin", "mean", "var", "std", "any", "all",
            "argmax", "argmin", "cumsum", "cumprod", "count_nonzero"]
-
-
-def _accumulate_dtype(dt: np.dtype) -> np.dtype:
-    """NumPy's default dtype of sum/prod/cumsum: small ints and bool widen (-> 32-bit)."""
-    if dt.kind == "b" or dt.kind == "i":
-        return np.dtype(np.int32)
-    if dt.kind == "u":
-        return np.dtype(np.uint32)
-    return dt
-
-
-def _out_shape(shape: tuple, axes: tuple, keepdims: bool) -> tuple:
-    if keepdims:
-        return tuple(1 if d in axes else s for d, s in enumerate(shape))
-    return tuple(s for d, s in enumerate(shape) if d not in axes)
-
-
-def _filled(shape: tuple, value: Any, dt: np.dtype) -> Value:
-    return B.broadcast_to(B.const(np.asarray(value).astype(dt)), shape)
-
-
-def _reduce(op: str, v: Value, axis: Any, keepdims: bool, identity: Any) -> Value:
-    axes = B.normalize_axes(axis, v.ndim)
-    if v.size == 0 and axes:
-        shape = _out_shape(v.shape, axes, keepdims)
-        if identity is None and builtins.any(v.shape[a] == 0 for a in axes):
-            name = {"reduce_max": "maximum", "reduce_min": "minimum"}[op]
-            raise ValueError(f"zero-size array to reduction operation {name} which has no identity")
-        return _filled(shape, 0 if identity is None else identity,
-                       v.dtype if op not in ("reduce_any", "reduce_all") else B.BOOL)
-    return B.reduce(op, v, axes, keepdims)
 
 
 def _check(name: str, kwargs: dict) -> None:
@@ -54,7 +25,6 @@ def _check(name: str, kwargs: dict) -> None:
 def _apply_initial(r: Value, initial: Any, op: np.ufunc) -> Any:
     if initial is None or initial is np._NoValue:  # type: ignore[attr-defined]
         return wrap(r)
-    from nkipy.core.ops._elementwise import apply_ufunc
     return apply_ufunc(op, [wrap(r), np.asarray(initial).astype(r.dtype)])
 
 
@@ -63,8 +33,8 @@ def sum(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdims: 
         initial: Any = None, **kwargs: Any) -> Any:
     _check("sum", kwargs)
     v = to_value(a)
-    dt = _dt.check_supported(dtype) if dtype is not None else _accumulate_dtype(v.dtype)
-    r = _reduce("reduce_sum", B.cast(v, dt), axis, keepdims, 0)
+    dt = _dt.check_supported(dtype) if dtype is not None else accumulate_dtype(v.dtype)
+    r = reduce_np("reduce_sum", B.cast(v, dt), axis, keepdims, 0)
     return write_out(out, _apply_initial(r, initial, np.add))
 
 
@@ -73,8 +43,8 @@ def prod(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdims:
          initial: Any = None, **kwargs: Any) -> Any:
     _check("prod", kwargs)
     v = to_value(a)
-    dt = _dt.check_supported(dtype) if dtype is not None else _accumulate_dtype(v.dtype)
-    r = _reduce("reduce_prod", B.cast(v, dt), axis, keepdims, 1)
+    dt = _dt.check_supported(dtype) if dtype is not None else accumulate_dtype(v.dtype)
+    r = reduce_np("reduce_prod", B.cast(v, dt), axis, keepdims, 1)
     return write_out(out, _apply_initial(r, initial, np.multiply))
 
 
@@ -89,8 +59,9 @@ def _minmax(name: str, a: Any, axis: Any, out: Any, keepdims: bool, initial: Any
         op = "reduce_max" if is_max else "reduce_min"
     if v.size == 0 and initial is not None:
         axes = B.normalize_axes(axis, v.ndim)
-        return write_out(out, wrap(_filled(_out_shape(v.shape, axes, keepdims), initial, v.dtype)))
-    r = _reduce(op, v, axis, keepdims, None)
+        shape = reduced_shape(v.shape, axes, keepdims)
+        return write_out(out, wrap(filled(shape, initial, v.dtype)))
+    r = reduce_np(op, v, axis, keepdims, None)
     return write_out(out, _apply_initial(r, initial, np.maximum if is_max else np.minimum))
 
 
@@ -117,13 +88,15 @@ def _to_bool(v: Value) -> Value:
 @nkipy_op(cpu=np.any)
 def any(a: Any, axis: Any = None, out: Any = None, keepdims: bool = False, **kwargs: Any) -> Any:
     _check("any", kwargs)
-    return write_out(out, wrap(_reduce("reduce_any", _to_bool(to_value(a)), axis, keepdims, False)))
+    r = reduce_np("reduce_any", _to_bool(to_value(a)), axis, keepdims, False)
+    return write_out(out, wrap(r))
 
 
 @nkipy_op(cpu=np.all)
 def all(a: Any, axis: Any = None, out: Any = None, keepdims: bool = False, **kwargs: Any) -> Any:
     _check("all", kwargs)
-    return write_out(out, wrap(_reduce("reduce_all", _to_bool(to_value(a)), axis, keepdims, True)))
+    r = reduce_np("reduce_all", _to_bool(to_value(a)), axis, keepdims, True)
+    return write_out(out, wrap(r))
 
 
 def _mean_dtypes(v: Value, dtype: Any) -> tuple[np.dtype, np.dtype]:
@@ -148,7 +121,7 @@ def _count(v: Value, axes: tuple) -> int:
 def _mean_value(v: Value, axis: Any, keepdims: bool, cdt: np.dtype) -> Value:
     axes = B.normalize_axes(axis, v.ndim)
     x = B.cast(v, cdt)
-    s = _reduce("reduce_sum", x, axes, keepdims, 0)
+    s = reduce_np("reduce_sum", x, axes, keepdims, 0)
     n = _count(v, axes)
     return B.binary("div", s, B.const(np.asarray(n).astype(cdt)))
 
@@ -167,7 +140,7 @@ def _var_value(v: Value, axis: Any, ddof: int, keepdims: bool, cdt: np.dtype) ->
     x = B.cast(v, cdt)
     m = _mean_value(v, axes, True, cdt)
     d = B.binary("sub", x, m)
-    ss = _reduce("reduce_sum", B.binary("mul", d, d), axes, keepdims, 0)
+    ss = reduce_np("reduce_sum", B.binary("mul", d, d), axes, keepdims, 0)
     n = builtins.max(_count(v, axes) - ddof, 0)
     return B.binary("div", ss, B.const(np.asarray(n).astype(cdt)))
 
@@ -207,9 +180,9 @@ def _arg(op: str, a: Any, axis: Any, out: Any, keepdims: bool) -> Any:
     ax = B.normalize_axis(axis, v.ndim)
     if v.shape[ax] == 0:
         raise ValueError(f"attempt to get {op} of an empty sequence")
-    shape = _out_shape(v.shape, (ax,), keepdims)
+    shape = reduced_shape(v.shape, (ax,), keepdims)
     if v.shape[ax] == 1:
-        return write_out(out, wrap(_filled(shape, 0, B.INT32)))
+        return write_out(out, wrap(filled(shape, 0, B.INT32)))
     r = B.emit1(op, [v], {"axis": ax, "keepdims": bool(keepdims)}, shape, B.INT32)
     return write_out(out, wrap(r))
 
@@ -228,7 +201,7 @@ def argmin(a: Any, axis: Any = None, out: Any = None, keepdims: bool = False) ->
 
 def _cum(op: str, a: Any, axis: Any, dtype: Any, out: Any) -> Any:
     v = to_value(a)
-    dt = _dt.check_supported(dtype) if dtype is not None else _accumulate_dtype(v.dtype)
+    dt = _dt.check_supported(dtype) if dtype is not None else accumulate_dtype(v.dtype)
     v = B.cast(v, dt)
     if axis is None:
         v = B.reshape(v, (v.size,))
@@ -253,5 +226,5 @@ def cumprod(a: Any, axis: Any = None, dtype: Any = None, out: Any = None) -> Any
 @nkipy_op(cpu=np.count_nonzero)
 def count_nonzero(a: Any, axis: Any = None, keepdims: bool = False) -> Any:
     v = B.cast(_to_bool(to_value(a)), B.INT32)
-    return wrap(_reduce("reduce_sum", v, axis, keepdims, 0))
+    return wrap(reduce_np("reduce_sum", v, axis, keepdims, 0))
 

@@ -10,8 +10,10 @@ import numpy as np
 from nkipy.core import dtypes as _dt
 from nkipy.core.ir import Value
 from nkipy.core.ops import _builder as B
-from nkipy.core.ops._core import (NKIPyTensorRef, is_tracer, nkipy_op, reject_kwargs,
+from nkipy.core.ops._builder import take_value
+from nkipy.core.ops._core import (NKIPyTensorRef, assign_all, is_tracer, nkipy_op, reject_kwargs,
                                   result_dtype, to_value, unsupported, wrap, write_out)
+from nkipy.core.ops.indexing import getitem
 from nkipy.core.trace import NKIPyTracingError
 
 __all__ = [
@@ -214,8 +216,6 @@ def _copyto_cpu(dst: Any, src: Any, casting: str = "same_kind", where: Any = Tru
 @nkipy_op(cpu=_copyto_cpu)
 def copyto(dst: Any, src: Any, casting: str = "same_kind", where: Any = True) -> None:
     """``np.copyto``: writes ``src`` (broadcast) into the tracer ``dst``; mutates ``dst``."""
-    from nkipy.core.ops.indexing import assign_all
-
     if not is_tracer(dst):
         raise NKIPyTracingError("np.copyto destination must be a traced tensor in a kernel")
     src_dt = result_dtype(src) if not is_tracer(src) else src.dtype
@@ -292,8 +292,6 @@ def vstack(tup: Sequence[Any], dtype: Any = None) -> NKIPyTensorRef:
 
 
 def _split(a: Any, indices_or_sections: Any, axis: int, strict: bool) -> list[NKIPyTensorRef]:
-    from nkipy.core.ops.indexing import getitem
-
     x = a if is_tracer(a) else wrap(to_value(a))
     ax = B.normalize_axis(axis, x.ndim)
     n = x.shape[ax]
@@ -350,7 +348,6 @@ def repeat(a: Any, repeats: Any, axis: Any = None) -> NKIPyTensorRef:
         raise ValueError(f"operands could not be broadcast together with shape "
                          f"({v.shape[ax]},) ({reps.size},)")
     idx = np.repeat(np.arange(v.shape[ax]), reps)
-    from nkipy.core.ops.indexing import take_value
     return wrap(take_value(v, B.const(idx.astype(np.int32)), ax))
 
 
@@ -420,7 +417,6 @@ def pad(array: Any, pad_width: Any, mode: str = "constant", **kwargs: Any) -> NK
     if mode not in ("edge", "reflect", "symmetric", "wrap"):
         raise unsupported(f"np.pad(mode={mode!r})")
     reject_kwargs("pad", kwargs)
-    from nkipy.core.ops.indexing import take_value
     for d, (lo, hi) in enumerate(pairs):
         if lo == hi == 0:
             continue
@@ -434,8 +430,6 @@ def pad(array: Any, pad_width: Any, mode: str = "constant", **kwargs: Any) -> NK
 @nkipy_op(cpu=np.flip)
 def flip(m: Any, axis: Any = None) -> NKIPyTensorRef:
     """Reverses along axes (a view)."""
-    from nkipy.core.ops.indexing import getitem
-
     x = m if is_tracer(m) else wrap(to_value(m))
     axes = B.normalize_axes(axis, x.ndim)
     return getitem(x, tuple(slice(None, None, -1) if d in axes else slice(None)
