@@ -13,7 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "arena.h"
+#include "driver.h"
 
 #define BLOCK_OF(node, field) \
   ((nkrt_block_t *)((char *)(node) - offsetof(nkrt_block_t, field)))

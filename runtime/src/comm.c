@@ -28,7 +28,10 @@
 #include <unistd.h>
 
 #include "gemm.h" /* float16 / bfloat16 conversions */
-#include "internal.h"
+#include "comm.h"
+#include "kernel_env.h"
+#include "model.h"
+#include "runtime.h"
 #include "nkrt/comm.h"
 
 #define MAX_RANKS 1024

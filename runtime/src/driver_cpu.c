@@ -10,7 +10,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "driver.h"
 
 static nkrt_status_t cpu_mem_reserve(uint32_t core, uint64_t bytes, uint8_t **out_base) {
   /* Address space only: pages are backed when first touched. */

@@ -6,7 +6,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "event.h"
+#include "gemm_pack.h"
+#include "hazard.h"
+#include "kernel_env.h"
+#include "model.h"
+#include "pool.h"
+#include "queue.h"
+#include "runtime.h"
+#include "tensor.h"
+#include "trace.h"
 
 /* ---- tensor sets -------------------------------------------------------- */
 

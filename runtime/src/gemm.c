@@ -24,7 +24,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "comm.h"
 #include "gemm.h"
+#include "kernel_env.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>

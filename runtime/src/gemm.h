@@ -11,7 +11,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "internal.h"
+#include "base.h"
+#include "gemm_pack.h"
+#include "pool.h"
 
 /* Hot loops are compiled at -O3 (vectorised) though the runtime builds at
  * -O2; clang has no per-function optimize attribute and vectorises at -O2. */

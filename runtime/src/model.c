@@ -6,7 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "model.h"
+#include "runtime.h"
+#include "tensor.h"
 
 static const char *const dtype_names[NKRT_DTYPE_COUNT_] = {
     "unknown", "float32", "float16", "bfloat16", "int8",  "uint8",  "int16",

@@ -5,7 +5,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "event.h"
+#include "gemm_pack.h"
+#include "model.h"
+#include "runtime.h"
+#include "tensor.h"
+#include "trace.h"
 #include "nkrt/comm.h"
 
 char *nkrt_strdup_name(const char *name, const char *fallback) {

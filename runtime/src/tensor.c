@@ -4,7 +4,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "gemm_pack.h"
+#include "hazard.h"
+#include "runtime.h"
+#include "tensor.h"
+#include "trace.h"
 
 static nkrt_tensor_t *new_tensor(nkrt_runtime_t *rt, uint32_t core, const char *name) {
   nkrt_tensor_t *t = calloc(1, sizeof(*t));

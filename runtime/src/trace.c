@@ -7,7 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "runtime.h"
+#include "trace.h"
 
 typedef struct trace_event {
   uint64_t tracking_id;
