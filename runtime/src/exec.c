@@ -1,4 +1,4 @@
-/* exec.c - per-core in-order queues, execution and events. */
+/* exec.c - per-core in-order queues and execution. */
 #include <errno.h>
 #include <sched.h>
 #include <inttypes.h>
@@ -260,191 +260,6 @@ static nkrt_status_t run_kernel(nkrt_model_t *m, void **ptrs, uint64_t id) {
   return NULL;
 }
 
-/* ---- events -------------------------------------------------------------- */
-
-struct nkrt_event {
-  nkrt_runtime_t *runtime;
-  uint64_t id;
-  atomic_uint refs;         /* the caller's and the queue's */
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  bool done;
-  atomic_bool done_flag;    /* = done, readable without the lock */
-  nkrt_status_t status;
-  struct nkrt_event *list_prev, *list_next;
-};
-
-static nkrt_event_t *event_create(nkrt_runtime_t *rt) {
-  nkrt_event_t *ev = calloc(1, sizeof(*ev));
-  if (!ev) return NULL;
-  ev->runtime = rt;
-  ev->id = atomic_fetch_add(&rt->next_id, 1);
-  atomic_init(&ev->refs, 2);
-  atomic_init(&ev->done_flag, false);
-  pthread_mutex_init(&ev->mu, NULL);
-  pthread_condattr_t attr;
-  pthread_condattr_init(&attr);
-  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-  pthread_cond_init(&ev->cv, &attr);
-  pthread_condattr_destroy(&attr);
-  pthread_mutex_lock(&rt->mu);
-  ev->list_next = rt->events;
-  if (rt->events) rt->events->list_prev = ev;
-  rt->events = ev;
-  pthread_mutex_unlock(&rt->mu);
-  return ev;
-}
-
-static void event_destroy(nkrt_event_t *ev) {
-  nkrt_runtime_t *rt = ev->runtime;
-  pthread_mutex_lock(&rt->mu);
-  if (ev->list_prev) ev->list_prev->list_next = ev->list_next;
-  else rt->events = ev->list_next;
-  if (ev->list_next) ev->list_next->list_prev = ev->list_prev;
-  pthread_mutex_unlock(&rt->mu);
-  nkrt_status_free(ev->status);
-  pthread_cond_destroy(&ev->cv);
-  pthread_mutex_destroy(&ev->mu);
-  free(ev);
-}
-
-void nkrt_event_release(nkrt_event_t *ev) {
-  if (ev && atomic_fetch_sub_explicit(&ev->refs, 1, memory_order_acq_rel) == 1) event_destroy(ev);
-}
-
-void nkrt_events_destroy_all(nkrt_runtime_t *rt) {
-  while (rt->events) event_destroy(rt->events);
-}
-
-static void event_complete(nkrt_event_t *ev, nkrt_status_t st) {
-  pthread_mutex_lock(&ev->mu);
-  ev->status = st;
-  ev->done = true;
-  atomic_store_explicit(&ev->done_flag, true, memory_order_release);
-  pthread_cond_broadcast(&ev->cv);
-  pthread_mutex_unlock(&ev->mu);
-  nkrt_event_release(ev);
-}
-
-nkrt_status_t nkrt_event_wait(nkrt_event_t *ev, int64_t timeout_ns) {
-  if (!ev) return nkrt_status_make(NKRT_INVALID_HANDLE, "event is NULL");
-  struct timespec deadline;
-  if (timeout_ns >= 0) {
-    clock_gettime(CLOCK_MONOTONIC, &deadline);
-    deadline.tv_sec += timeout_ns / 1000000000;
-    deadline.tv_nsec += timeout_ns % 1000000000;
-    if (deadline.tv_nsec >= 1000000000) {
-      deadline.tv_sec++;
-      deadline.tv_nsec -= 1000000000;
-    }
-  }
-  if (timeout_ns != 0) { /* poll briefly before sleeping */
-    uint64_t t0 = nkrt_now_ns();
-    uint64_t limit = timeout_ns > 0 && (uint64_t)timeout_ns < NKRT_SPIN_NS ? (uint64_t)timeout_ns
-                                                                         : NKRT_SPIN_NS;
-    while (!atomic_load_explicit(&ev->done_flag, memory_order_acquire) &&
-           nkrt_now_ns() - t0 < limit)
-      sched_yield();
-  }
-  pthread_mutex_lock(&ev->mu);
-  while (!ev->done) {
-    if (timeout_ns < 0) {
-      pthread_cond_wait(&ev->cv, &ev->mu);
-    } else if (pthread_cond_timedwait(&ev->cv, &ev->mu, &deadline) == ETIMEDOUT) {
-      break;
-    }
-  }
-  nkrt_status_t st;
-  if (!ev->done)
-    st = nkrt_status_make(NKRT_TIMEOUT, "event %" PRIu64 " not done after %" PRId64 " ns", ev->id,
-                          timeout_ns);
-  else
-    st = ev->status ? nkrt_status_make(nkrt_status_code(ev->status), "%s",
-                                       nkrt_status_message(ev->status))
-                    : NULL;
-  pthread_mutex_unlock(&ev->mu);
-  return st;
-}
-
-bool nkrt_event_is_done(const nkrt_event_t *ev) {
-  if (!ev) return true;
-  nkrt_event_t *e = (nkrt_event_t *)ev;
-  pthread_mutex_lock(&e->mu);
-  bool done = e->done;
-  pthread_mutex_unlock(&e->mu);
-  return done;
-}
-
-uint64_t nkrt_event_id(const nkrt_event_t *ev) { return ev ? ev->id : 0; }
-
-/* ---- hazards ---------------------------------------------------------------- */
-
-static bool ranges_overlap(const nkrt_range_t *a, uint32_t na, const nkrt_range_t *b,
-                           uint32_t nb) {
-  for (uint32_t i = 0; i < na; i++)
-    for (uint32_t j = 0; j < nb; j++)
-      if (a[i].lo < b[j].hi && b[j].lo < a[i].hi) return true;
-  return false;
-}
-
-void nkrt_hazard_add(nkrt_runtime_t *rt, nkrt_hazard_t *h) {
-  pthread_mutex_lock(&rt->hazard_mu);
-  h->prev = NULL;
-  h->next = rt->hazards;
-  if (rt->hazards) rt->hazards->prev = h;
-  rt->hazards = h;
-  h->registered = true;
-  atomic_fetch_add_explicit(&rt->hazard_count, 1, memory_order_release);
-  pthread_mutex_unlock(&rt->hazard_mu);
-}
-
-/* Called once the work's memory accesses are over: the release decrement
- * publishes them to a synchronous operation that then loads a count of 0. */
-void nkrt_hazard_remove(nkrt_runtime_t *rt, nkrt_hazard_t *h) {
-  pthread_mutex_lock(&rt->hazard_mu);
-  if (h->registered) {
-    if (h->prev) h->prev->next = h->next;
-    else rt->hazards = h->next;
-    if (h->next) h->next->prev = h->prev;
-    h->registered = false;
-    atomic_fetch_add_explicit(&rt->hazard_removals, 1, memory_order_release);
-    atomic_fetch_sub_explicit(&rt->hazard_count, 1, memory_order_release);
-    if (rt->hazard_waiters) pthread_cond_broadcast(&rt->hazard_cv);
-  }
-  pthread_mutex_unlock(&rt->hazard_mu);
-}
-
-/* Caller holds hazard_mu. */
-static bool hazard_conflict_locked(nkrt_runtime_t *rt, const nkrt_range_t *ranges,
-                                   uint32_t count, uint32_t skip_core) {
-  for (const nkrt_hazard_t *h = rt->hazards; h; h = h->next)
-    if (h->core != skip_core && ranges_overlap(h->ranges, h->count, ranges, count)) return true;
-  return false;
-}
-
-void nkrt_hazard_wait_slow(nkrt_runtime_t *rt, const nkrt_range_t *ranges, uint32_t count,
-                           uint32_t skip_core) {
-  bool polled = false;
-  pthread_mutex_lock(&rt->hazard_mu);
-  while (hazard_conflict_locked(rt, ranges, count, skip_core)) {
-    if (!polled) { /* poll briefly for a removal before sleeping */
-      polled = true;
-      unsigned seen = atomic_load_explicit(&rt->hazard_removals, memory_order_relaxed);
-      pthread_mutex_unlock(&rt->hazard_mu);
-      uint64_t t0 = nkrt_now_ns();
-      while (atomic_load_explicit(&rt->hazard_removals, memory_order_acquire) == seen &&
-             nkrt_now_ns() - t0 < NKRT_SPIN_NS)
-        sched_yield();
-      pthread_mutex_lock(&rt->hazard_mu);
-      continue;
-    }
-    rt->hazard_waiters++;
-    pthread_cond_wait(&rt->hazard_cv, &rt->hazard_mu);
-    rt->hazard_waiters--;
-  }
-  pthread_mutex_unlock(&rt->hazard_mu);
-}
-
 /* ---- queued work ----------------------------------------------------------- */
 
 typedef enum { WORK_EXEC, WORK_WRITE, WORK_READ } work_kind_t;
@@ -474,7 +289,7 @@ void nkrt_queue_init(nkrt_queue_t *q) {
 
 static nkrt_status_t do_work(nkrt_work_t *w) {
   switch (w->kind) {
-    case WORK_EXEC: return run_kernel(w->model, w->ptrs, w->event->id);
+    case WORK_EXEC: return run_kernel(w->model, w->ptrs, nkrt_event_id(w->event));
     case WORK_WRITE: nkrt_tensor_write_raw(w->tensor, w->host, w->offset, w->size); break;
     case WORK_READ: nkrt_tensor_read_raw(w->tensor, w->host, w->offset, w->size); break;
   }
@@ -527,7 +342,7 @@ static void *queue_main(void *p) {
     nkrt_status_t st = do_work(w);
     nkrt_event_t *ev = w->event;
     free_work(w);
-    event_complete(ev, st);
+    nkrt_event_complete(ev, st);
     pthread_mutex_lock(&q->mu);
     q->busy = false;
     pthread_cond_broadcast(&q->idle_cv);
@@ -577,7 +392,7 @@ void nkrt_queue_shutdown(nkrt_core_t *core) {
 /* Submits work with a fresh event; on failure frees the work. */
 static nkrt_status_t submit(nkrt_runtime_t *rt, uint32_t core, nkrt_work_t *w,
                             nkrt_event_t **out_event) {
-  nkrt_event_t *ev = event_create(rt);
+  nkrt_event_t *ev = nkrt_event_create(rt);
   w->event = ev;
   w->hazard.core = core;
   /* registered before it is queued: a synchronous operation the caller issues
