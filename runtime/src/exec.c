@@ -122,144 +122,6 @@ static void unbind(const nkrt_model_t *m, nkrt_tensor_t **slots) {
   for (uint32_t i = 0; i < n; i++) nkrt_tensor_release(slots[i]);
 }
 
-/* ---- running a kernel ---------------------------------------------------- */
-
-typedef struct exec_ctx {
-  nkrt_model_t *model;
-  void **ptrs;                  /* the tensors' addresses: inputs, then outputs */
-  uint64_t id;                  /* the execution's tracking id */
-  uint64_t scratch_used;
-  nkrt_tensor_t **extra;        /* scratch beyond the model's reservation */
-  uint32_t extra_count, extra_cap;
-  char error[512];
-  bool has_error;
-} exec_ctx_t;
-
-static void env_parallel_for(void *ctx, int64_t n, int64_t grain, nkrt_range_fn fn, void *arg) {
-  exec_ctx_t *x = ctx;
-  nkrt_pool_parallel_for(x->model->runtime->pool, n, grain, fn, arg);
-}
-
-static void *env_scratch(void *ctx, uint64_t bytes) {
-  exec_ctx_t *x = ctx;
-  nkrt_model_t *m = x->model;
-  uint64_t need = (bytes + NKRT_ALIGNMENT - 1) & ~(uint64_t)(NKRT_ALIGNMENT - 1);
-  if (m->scratch && need <= m->scratch->size - x->scratch_used) {
-    void *p = m->scratch->va + x->scratch_used;
-    x->scratch_used += need;
-    return p;
-  }
-  if (x->extra_count == x->extra_cap) {
-    uint32_t ncap = x->extra_cap ? x->extra_cap * 2 : 4;
-    nkrt_tensor_t **ne = realloc(x->extra, ncap * sizeof(*ne));
-    if (!ne) return NULL;
-    x->extra = ne;
-    x->extra_cap = ncap;
-  }
-  nkrt_tensor_t *t = NULL;
-  nkrt_status_t st = nkrt_tensor_allocate(m->runtime, m->core, bytes, "scratch", &t);
-  if (st) {
-    snprintf(x->error, sizeof(x->error), "scratch allocation failed: %s", nkrt_status_message(st));
-    nkrt_status_free(st);
-    return NULL;
-  }
-  x->extra[x->extra_count++] = t;
-  return t->va;
-}
-
-static int log_level(void) {
-  static atomic_int cached = -1;
-  int v = atomic_load(&cached);
-  if (v < 0) {
-    const char *env = getenv("NKRT_LOG_LEVEL");
-    v = env ? atoi(env) : 0;
-    atomic_store(&cached, v);
-  }
-  return v;
-}
-
-static void env_log(void *ctx, int level, const char *msg) {
-  exec_ctx_t *x = ctx;
-  if (level <= log_level())
-    fprintf(stderr, "[nkrt] kernel '%s' (core %u): %s\n", x->model->name, x->model->core,
-            msg ? msg : "");
-}
-
-static void env_set_error(void *ctx, const char *msg) {
-  exec_ctx_t *x = ctx;
-  snprintf(x->error, sizeof(x->error), "%s", msg ? msg : "kernel error");
-  x->has_error = true;
-}
-
-nkrt_pool_t *nkrt_exec_ctx_pool(void *ctx) { return ((exec_ctx_t *)ctx)->model->runtime->pool; }
-const nkrt_model_t *nkrt_exec_ctx_model(void *ctx) { return ((exec_ctx_t *)ctx)->model; }
-
-static bool overlaps(uintptr_t lo, uintptr_t hi, const void *p, uint64_t size) {
-  return lo < (uintptr_t)p + size && (uintptr_t)p < hi;
-}
-
-nkrt_pack_cache_t *nkrt_exec_ctx_packs(void *ctx, const void *lo, const void *hi,
-                                       uint64_t *out_exec_id) {
-  exec_ctx_t *x = ctx;
-  const nkrt_model_t *m = x->model;
-  const nkrt_neff_desc_t *d = m->desc;
-  uintptr_t a = (uintptr_t)lo, b = (uintptr_t)hi;
-  *out_exec_id = x->id;
-  bool inside = false;
-  for (uint32_t i = 0; i < d->num_inputs && !inside; i++) {
-    uintptr_t p = (uintptr_t)x->ptrs[i];
-    inside = p <= a && b <= p + d->inputs[i].size;
-  }
-  if (!inside) return NULL;
-  for (uint32_t i = 0; i < d->num_outputs; i++)
-    if (overlaps(a, b, x->ptrs[d->num_inputs + i], d->outputs[i].size)) return NULL;
-  if (m->scratch && overlaps(a, b, m->scratch->va, m->scratch->size)) return NULL;
-  for (uint32_t i = 0; i < x->extra_count; i++)
-    if (overlaps(a, b, x->extra[i]->va, x->extra[i]->size)) return NULL;
-  return m->runtime->packs;
-}
-void *nkrt_exec_ctx_scratch(void *ctx, uint64_t bytes) { return env_scratch(ctx, bytes); }
-void nkrt_exec_ctx_fail(void *ctx, const char *msg) { env_set_error(ctx, msg); }
-
-/* Runs the kernel on its tensors' addresses: ptrs[0 .. inputs), then outputs. */
-static nkrt_status_t run_kernel(nkrt_model_t *m, void **ptrs, uint64_t id) {
-  const nkrt_neff_desc_t *d = m->desc;
-  exec_ctx_t x = {.model = m, .ptrs = ptrs, .id = id};
-  nkrt_kernel_env_t env = {
-      .struct_size = sizeof(env),
-      .abi_version = NKRT_NEFF_ABI_VERSION,
-      .core_id = m->core,
-      .num_workers = nkrt_pool_size(m->runtime->pool),
-      .rank = m->rank,
-      .world_size = m->world_size,
-      .cc_enabled = m->cc_enabled,
-      .ctx = &x,
-      .parallel_for = env_parallel_for,
-      .scratch = env_scratch,
-      .log = env_log,
-      .set_error = env_set_error,
-      .lib = nkrt_kernel_lib(),
-  };
-  nkrt_runtime_t *rt = m->runtime;
-  bool tracing = nkrt_trace_enabled(rt);
-  if (tracing) nkrt_trace_record(rt, NKRT_TRACE_EXEC, 0, m->core, id, nkrt_now_ns(), 0, m->name);
-  int rc = d->kernel(&env, ptrs, ptrs + d->num_inputs);
-  if (tracing) nkrt_trace_record(rt, NKRT_TRACE_EXEC, 1, m->core, id, nkrt_now_ns(), 0, m->name);
-
-  /* what the kernel wrote: packed copies of those bytes are stale now */
-  for (uint32_t i = 0; i < d->num_outputs; i++)
-    nkrt_pack_invalidate(rt, ptrs[d->num_inputs + i],
-                         (uint8_t *)ptrs[d->num_inputs + i] + d->outputs[i].size);
-  if (m->scratch && x.scratch_used)
-    nkrt_pack_invalidate(rt, m->scratch->va, m->scratch->va + x.scratch_used);
-  for (uint32_t i = 0; i < x.extra_count; i++) nkrt_tensor_release(x.extra[i]);
-  free(x.extra);
-  if (rc != 0 || x.has_error)
-    return nkrt_status_make(NKRT_EXEC_COMPLETED_WITH_ERR, "kernel '%s' failed on core %u: %s",
-                            m->name, m->core, x.error[0] ? x.error : "it returned an error code");
-  return NULL;
-}
-
 /* ---- queued work ----------------------------------------------------------- */
 
 typedef enum { WORK_EXEC, WORK_WRITE, WORK_READ } work_kind_t;
@@ -289,7 +151,7 @@ void nkrt_queue_init(nkrt_queue_t *q) {
 
 static nkrt_status_t do_work(nkrt_work_t *w) {
   switch (w->kind) {
-    case WORK_EXEC: return run_kernel(w->model, w->ptrs, nkrt_event_id(w->event));
+    case WORK_EXEC: return nkrt_kernel_run(w->model, w->ptrs, nkrt_event_id(w->event));
     case WORK_WRITE: nkrt_tensor_write_raw(w->tensor, w->host, w->offset, w->size); break;
     case WORK_READ: nkrt_tensor_read_raw(w->tensor, w->host, w->offset, w->size); break;
   }
@@ -598,7 +460,7 @@ static nkrt_status_t execute_bound(nkrt_model_t *m, nkrt_tensor_t **slots, void 
   }
   /* idle core: run on the calling thread, no hand-off */
   nkrt_status_t st =
-      run_kernel(m, ptrs, atomic_fetch_add_explicit(&rt->next_id, 1, memory_order_relaxed));
+      nkrt_kernel_run(m, ptrs, atomic_fetch_add_explicit(&rt->next_id, 1, memory_order_relaxed));
   unbind(m, slots);
   pthread_mutex_lock(&q->mu);
   q->busy = false;

@@ -574,11 +574,11 @@ static const char *run_job(gemm_job_t *g, nkrt_pool_t *pool, int64_t batch) {
 
 /* float32 products; `ctx` (an execution, or NULL) lets a single product's B
  * come from the packed-weights cache when it is one of the kernel's inputs. */
-static const char *sgemm_job(const nkrt_gemm_provider_t *p, nkrt_pool_t *pool, void *ctx,
-                             int64_t batch, int ta, int tb, int64_t m, int64_t n, int64_t k,
-                             float alpha, const float *a, int64_t lda, int64_t sa,
-                             const float *b, int64_t ldb, int64_t sb, float beta, float *c,
-                             int64_t ldc, int64_t sc) {
+const char *nkrt_gemm_sgemm_job(const nkrt_gemm_provider_t *p, nkrt_pool_t *pool, void *ctx,
+                                int64_t batch, int ta, int tb, int64_t m, int64_t n, int64_t k,
+                                float alpha, const float *a, int64_t lda, int64_t sa,
+                                const float *b, int64_t ldb, int64_t sb, float beta, float *c,
+                                int64_t ldc, int64_t sc) {
   const char *err = check_args(batch, ta, tb, m, n, k, &lda, &ldb, &ldc);
   if (err) return err;
   gemm_job_t g = {.p = p, .dtype = NKRT_DTYPE_FLOAT32, .ta = ta, .tb = tb, .m = m, .n = n,
@@ -597,8 +597,8 @@ const char *nkrt_gemm_sgemm_batched(const nkrt_gemm_provider_t *p, nkrt_pool_t *
                                     int64_t k, float alpha, const float *a, int64_t lda,
                                     int64_t sa, const float *b, int64_t ldb, int64_t sb,
                                     float beta, float *c, int64_t ldc, int64_t sc) {
-  return sgemm_job(p, pool, NULL, batch, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c,
-                   ldc, sc);
+  return nkrt_gemm_sgemm_job(p, pool, NULL, batch, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb,
+                             beta, c, ldc, sc);
 }
 
 const char *nkrt_gemm_lowp_batched(const nkrt_gemm_provider_t *p, nkrt_pool_t *pool,
@@ -616,42 +616,3 @@ const char *nkrt_gemm_lowp_batched(const nkrt_gemm_provider_t *p, nkrt_pool_t *p
   atomic_init(&g.failed, false);
   return run_job(&g, pool, batch);
 }
-
-/* ---- the table kernels get -------------------------------------------- */
-
-static void lib_sgemm(void *ctx, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha,
-                      const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
-                      float *c, int64_t ldc) {
-  const char *err = sgemm_job(nkrt_gemm_selected(), nkrt_exec_ctx_pool(ctx), ctx, 1, ta, tb, m,
-                              n, k, alpha, a, lda, 0, b, ldb, 0, beta, c, ldc, 0);
-  if (err) nkrt_exec_ctx_fail(ctx, err);
-}
-
-static void lib_sgemm_batched(void *ctx, int64_t batch, int ta, int tb, int64_t m, int64_t n,
-                              int64_t k, float alpha, const float *a, int64_t lda, int64_t sa,
-                              const float *b, int64_t ldb, int64_t sb, float beta, float *c,
-                              int64_t ldc, int64_t sc) {
-  const char *err = sgemm_job(nkrt_gemm_selected(), nkrt_exec_ctx_pool(ctx), ctx, batch, ta, tb,
-                              m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc, sc);
-  if (err) nkrt_exec_ctx_fail(ctx, err);
-}
-
-static void lib_gemm_batched_lowp(void *ctx, uint32_t dtype, int64_t batch, int ta, int tb,
-                                  int64_t m, int64_t n, int64_t k, float alpha, const void *a,
-                                  int64_t lda, int64_t sa, const void *b, int64_t ldb, int64_t sb,
-                                  float beta, void *c, int64_t ldc, int64_t sc) {
-  const char *err = nkrt_gemm_lowp_batched(nkrt_gemm_selected(), nkrt_exec_ctx_pool(ctx), dtype,
-                                           batch, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb,
-                                           beta, c, ldc, sc);
-  if (err) nkrt_exec_ctx_fail(ctx, err);
-}
-
-static const nkrt_kernel_lib_t kernel_lib = {
-    .struct_size = sizeof(nkrt_kernel_lib_t),
-    .sgemm = lib_sgemm,
-    .sgemm_batched = lib_sgemm_batched,
-    .gemm_batched_lowp = lib_gemm_batched_lowp,
-    .collective = nkrt_lib_collective,
-};
-
-const nkrt_kernel_lib_t *nkrt_kernel_lib(void) { return &kernel_lib; }

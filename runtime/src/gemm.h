@@ -83,6 +83,14 @@ void nkrt_pack_release(nkrt_pack_cache_t *cache, void *entry);
 void *nkrt_gemm_buffer_get(uint64_t bytes);
 void nkrt_gemm_buffer_put(void *buffer);
 
+/* float32 products; `ctx` (an execution, or NULL) lets a single product's B
+ * come from the packed-weights cache when it is one of the kernel's inputs. */
+const char *nkrt_gemm_sgemm_job(const nkrt_gemm_provider_t *p, nkrt_pool_t *pool, void *ctx,
+                                int64_t batch, int ta, int tb, int64_t m, int64_t n, int64_t k,
+                                float alpha, const float *a, int64_t lda, int64_t sa,
+                                const float *b, int64_t ldb, int64_t sb, float beta, float *c,
+                                int64_t ldc, int64_t sc);
+
 /* ---- entry points for tests and benchmarks ------------------------------
  * The routines of nkrt_kernel_lib_t, with a pool instead of an execution
  * context, on a chosen provider. They return NULL, or a message when
