@@ -29,8 +29,6 @@
 
 #include "gemm.h" /* float16 / bfloat16 conversions */
 #include "comm.h"
-#include "kernel_env.h"
-#include "model.h"
 #include "runtime.h"
 #include "nkrt/comm.h"
 
@@ -509,7 +507,7 @@ nkrt_status_t nkrt_comm_all_to_all(nkrt_comm_t *c, uint32_t dtype, const int32_t
   return run_chunks(&x);
 }
 
-/* ---- the kernels' entry (env->lib->collective) ---------------------------- */
+/* ---- the runtime's communicator (env->lib->collective) -------------------- */
 
 nkrt_status_t nkrt_runtime_comm(nkrt_runtime_t *rt, int32_t rank, int32_t world_size,
                                 nkrt_comm_t **out_comm) {
@@ -540,12 +538,12 @@ nkrt_status_t nkrt_runtime_comm(nkrt_runtime_t *rt, int32_t rank, int32_t world_
   return st;
 }
 
-int nkrt_lib_collective(void *ctx, uint32_t kind, uint32_t dtype, uint32_t reduce_op,
-                        const int32_t *ranks, uint32_t n, const void *src, void *dst,
-                        int64_t count) {
-  const nkrt_model_t *m = nkrt_exec_ctx_model(ctx);
+nkrt_status_t nkrt_runtime_collective(nkrt_runtime_t *rt, int32_t rank, int32_t world_size,
+                                      uint32_t kind, uint32_t dtype, uint32_t reduce_op,
+                                      const int32_t *ranks, uint32_t n, const void *src, void *dst,
+                                      int64_t count) {
   nkrt_comm_t *comm = NULL;
-  nkrt_status_t st = nkrt_runtime_comm(m->runtime, m->rank, m->world_size, &comm);
+  nkrt_status_t st = nkrt_runtime_comm(rt, rank, world_size, &comm);
   if (!st) {
     switch (kind) {
       case NKRT_CC_ALL_REDUCE:
@@ -556,8 +554,5 @@ int nkrt_lib_collective(void *ctx, uint32_t kind, uint32_t dtype, uint32_t reduc
       default: st = nkrt_status_make(NKRT_INVALID, "unknown collective kind %u", kind);
     }
   }
-  if (!st) return 0;
-  nkrt_exec_ctx_fail(ctx, nkrt_status_message(st));
-  nkrt_status_free(st);
-  return 1;
+  return st;
 }

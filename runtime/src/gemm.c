@@ -24,9 +24,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "comm.h"
 #include "gemm.h"
-#include "kernel_env.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -572,22 +570,31 @@ static const char *run_job(gemm_job_t *g, nkrt_pool_t *pool, int64_t batch) {
   return atomic_load(&g->failed) ? "out of host memory for low-precision GEMM buffers" : NULL;
 }
 
-/* float32 products; `ctx` (an execution, or NULL) lets a single product's B
- * come from the packed-weights cache when it is one of the kernel's inputs. */
-const char *nkrt_gemm_sgemm_job(const nkrt_gemm_provider_t *p, nkrt_pool_t *pool, void *ctx,
-                                int64_t batch, int ta, int tb, int64_t m, int64_t n, int64_t k,
-                                float alpha, const float *a, int64_t lda, int64_t sa,
-                                const float *b, int64_t ldb, int64_t sb, float beta, float *c,
-                                int64_t ldc, int64_t sc) {
+bool nkrt_gemm_packable_b(const nkrt_gemm_provider_t *p, int64_t batch, int tb, int64_t m,
+                          int64_t n, int64_t k, const float *b, int64_t ldb, const void **out_lo,
+                          const void **out_hi) {
+  if (!(batch == 1 && p->pack_b_size && m >= PACK_MIN_ROWS && n > 0 && k > 0)) return false;
+  int64_t rows = tb ? n : k, cols = tb ? k : n;
+  *out_lo = b;
+  *out_hi = b + (rows - 1) * ldb + cols;
+  return true;
+}
+
+const char *nkrt_gemm_sgemm_job(const nkrt_gemm_provider_t *p, nkrt_pool_t *pool,
+                                nkrt_pack_cache_t *packs, uint64_t exec_id, int64_t batch, int ta,
+                                int tb, int64_t m, int64_t n, int64_t k, float alpha,
+                                const float *a, int64_t lda, int64_t sa, const float *b,
+                                int64_t ldb, int64_t sb, float beta, float *c, int64_t ldc,
+                                int64_t sc) {
   const char *err = check_args(batch, ta, tb, m, n, k, &lda, &ldb, &ldc);
   if (err) return err;
   gemm_job_t g = {.p = p, .dtype = NKRT_DTYPE_FLOAT32, .ta = ta, .tb = tb, .m = m, .n = n,
                   .k = k, .alpha = alpha, .beta = beta, .a = a, .b = b, .c = c, .lda = lda,
                   .ldb = ldb, .ldc = ldc, .sa = sa, .sb = sb, .sc = sc};
   atomic_init(&g.failed, false);
-  if (ctx && batch == 1 && p->pack_b_size && m >= PACK_MIN_ROWS && n > 0 && k > 0) {
-    int64_t rows = tb ? n : k, cols = tb ? k : n;
-    g.packs = nkrt_exec_ctx_packs(ctx, b, b + (rows - 1) * ldb + cols, &g.exec_id);
+  if (packs && batch == 1 && p->pack_b_size && m >= PACK_MIN_ROWS && n > 0 && k > 0) {
+    g.packs = packs;
+    g.exec_id = exec_id;
   }
   return run_job(&g, pool, batch);
 }
@@ -597,7 +604,7 @@ const char *nkrt_gemm_sgemm_batched(const nkrt_gemm_provider_t *p, nkrt_pool_t *
                                     int64_t k, float alpha, const float *a, int64_t lda,
                                     int64_t sa, const float *b, int64_t ldb, int64_t sb,
                                     float beta, float *c, int64_t ldc, int64_t sc) {
-  return nkrt_gemm_sgemm_job(p, pool, NULL, batch, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb,
+  return nkrt_gemm_sgemm_job(p, pool, NULL, 0, batch, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb,
                              beta, c, ldc, sc);
 }
 

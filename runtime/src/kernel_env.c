@@ -14,7 +14,7 @@
 #include "tensor.h"
 #include "trace.h"
 
-/* ---- running a kernel ---------------------------------------------------- */
+/* ---- the env: an execution's context ---------------------------------- */
 
 typedef struct exec_ctx {
   nkrt_model_t *model;
@@ -83,16 +83,15 @@ static void env_set_error(void *ctx, const char *msg) {
   x->has_error = true;
 }
 
-nkrt_pool_t *nkrt_exec_ctx_pool(void *ctx) { return ((exec_ctx_t *)ctx)->model->runtime->pool; }
-const nkrt_model_t *nkrt_exec_ctx_model(void *ctx) { return ((exec_ctx_t *)ctx)->model; }
-
 static bool overlaps(uintptr_t lo, uintptr_t hi, const void *p, uint64_t size) {
   return lo < (uintptr_t)p + size && (uintptr_t)p < hi;
 }
 
-nkrt_pack_cache_t *nkrt_exec_ctx_packs(void *ctx, const void *lo, const void *hi,
-                                       uint64_t *out_exec_id) {
-  exec_ctx_t *x = ctx;
+/* The cache a GEMM of the running execution may use for B = [lo, hi):
+ * non-NULL only when those bytes lie inside one input and overlap no output
+ * or scratch of the execution; *out_exec_id: the execution's id. */
+static nkrt_pack_cache_t *exec_packs(const exec_ctx_t *x, const void *lo, const void *hi,
+                                     uint64_t *out_exec_id) {
   const nkrt_model_t *m = x->model;
   const nkrt_neff_desc_t *d = m->desc;
   uintptr_t a = (uintptr_t)lo, b = (uintptr_t)hi;
@@ -110,8 +109,77 @@ nkrt_pack_cache_t *nkrt_exec_ctx_packs(void *ctx, const void *lo, const void *hi
     if (overlaps(a, b, x->extra[i]->va, x->extra[i]->size)) return NULL;
   return m->runtime->packs;
 }
-void *nkrt_exec_ctx_scratch(void *ctx, uint64_t bytes) { return env_scratch(ctx, bytes); }
-void nkrt_exec_ctx_fail(void *ctx, const char *msg) { env_set_error(ctx, msg); }
+
+/* ---- the table kernels get -------------------------------------------- */
+
+/* float32 products of the execution `ctx`: a single product's B may come from
+ * the packed-weights cache when it is one of the kernel's inputs. */
+static const char *exec_sgemm(void *ctx, int64_t batch, int ta, int tb, int64_t m, int64_t n,
+                              int64_t k, float alpha, const float *a, int64_t lda, int64_t sa,
+                              const float *b, int64_t ldb, int64_t sb, float beta, float *c,
+                              int64_t ldc, int64_t sc) {
+  const exec_ctx_t *x = ctx;
+  const nkrt_gemm_provider_t *p = nkrt_gemm_selected();
+  nkrt_pack_cache_t *packs = NULL;
+  uint64_t exec_id = 0;
+  const void *lo, *hi;
+  if (nkrt_gemm_packable_b(p, batch, tb, m, n, k, b, ldb, &lo, &hi))
+    packs = exec_packs(x, lo, hi, &exec_id);
+  return nkrt_gemm_sgemm_job(p, x->model->runtime->pool, packs, exec_id, batch, ta, tb, m, n, k,
+                             alpha, a, lda, sa, b, ldb, sb, beta, c, ldc, sc);
+}
+
+static void lib_sgemm(void *ctx, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha,
+                      const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                      float *c, int64_t ldc) {
+  const char *err = exec_sgemm(ctx, 1, ta, tb, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c, ldc,
+                               0);
+  if (err) env_set_error(ctx, err);
+}
+
+static void lib_sgemm_batched(void *ctx, int64_t batch, int ta, int tb, int64_t m, int64_t n,
+                              int64_t k, float alpha, const float *a, int64_t lda, int64_t sa,
+                              const float *b, int64_t ldb, int64_t sb, float beta, float *c,
+                              int64_t ldc, int64_t sc) {
+  const char *err = exec_sgemm(ctx, batch, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta,
+                               c, ldc, sc);
+  if (err) env_set_error(ctx, err);
+}
+
+static void lib_gemm_batched_lowp(void *ctx, uint32_t dtype, int64_t batch, int ta, int tb,
+                                  int64_t m, int64_t n, int64_t k, float alpha, const void *a,
+                                  int64_t lda, int64_t sa, const void *b, int64_t ldb, int64_t sb,
+                                  float beta, void *c, int64_t ldc, int64_t sc) {
+  const char *err = nkrt_gemm_lowp_batched(nkrt_gemm_selected(),
+                                           ((exec_ctx_t *)ctx)->model->runtime->pool, dtype,
+                                           batch, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb,
+                                           beta, c, ldc, sc);
+  if (err) env_set_error(ctx, err);
+}
+
+/* Collectives of the job the model was loaded into (its rank and world
+ * size); a failure becomes the kernel's error. */
+static int lib_collective(void *ctx, uint32_t kind, uint32_t dtype, uint32_t reduce_op,
+                          const int32_t *ranks, uint32_t n, const void *src, void *dst,
+                          int64_t count) {
+  const nkrt_model_t *m = ((exec_ctx_t *)ctx)->model;
+  nkrt_status_t st = nkrt_runtime_collective(m->runtime, m->rank, m->world_size, kind, dtype,
+                                             reduce_op, ranks, n, src, dst, count);
+  if (!st) return 0;
+  env_set_error(ctx, nkrt_status_message(st));
+  nkrt_status_free(st);
+  return 1;
+}
+
+static const nkrt_kernel_lib_t kernel_lib = {
+    .struct_size = sizeof(nkrt_kernel_lib_t),
+    .sgemm = lib_sgemm,
+    .sgemm_batched = lib_sgemm_batched,
+    .gemm_batched_lowp = lib_gemm_batched_lowp,
+    .collective = lib_collective,
+};
+
+/* ---- running a kernel ---------------------------------------------------- */
 
 /* Runs the kernel on its tensors' addresses: ptrs[0 .. inputs), then outputs. */
 nkrt_status_t nkrt_kernel_run(nkrt_model_t *m, void **ptrs, uint64_t id) {
@@ -130,7 +198,7 @@ nkrt_status_t nkrt_kernel_run(nkrt_model_t *m, void **ptrs, uint64_t id) {
       .scratch = env_scratch,
       .log = env_log,
       .set_error = env_set_error,
-      .lib = nkrt_kernel_lib(),
+      .lib = &kernel_lib,
   };
   nkrt_runtime_t *rt = m->runtime;
   bool tracing = nkrt_trace_enabled(rt);
@@ -151,44 +219,3 @@ nkrt_status_t nkrt_kernel_run(nkrt_model_t *m, void **ptrs, uint64_t id) {
                             m->name, m->core, x.error[0] ? x.error : "it returned an error code");
   return NULL;
 }
-
-/* ---- the table kernels get -------------------------------------------- */
-
-static void lib_sgemm(void *ctx, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha,
-                      const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
-                      float *c, int64_t ldc) {
-  const char *err = nkrt_gemm_sgemm_job(nkrt_gemm_selected(), nkrt_exec_ctx_pool(ctx), ctx, 1,
-                                        ta, tb, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c, ldc,
-                                        0);
-  if (err) nkrt_exec_ctx_fail(ctx, err);
-}
-
-static void lib_sgemm_batched(void *ctx, int64_t batch, int ta, int tb, int64_t m, int64_t n,
-                              int64_t k, float alpha, const float *a, int64_t lda, int64_t sa,
-                              const float *b, int64_t ldb, int64_t sb, float beta, float *c,
-                              int64_t ldc, int64_t sc) {
-  const char *err = nkrt_gemm_sgemm_job(nkrt_gemm_selected(), nkrt_exec_ctx_pool(ctx), ctx,
-                                        batch, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta,
-                                        c, ldc, sc);
-  if (err) nkrt_exec_ctx_fail(ctx, err);
-}
-
-static void lib_gemm_batched_lowp(void *ctx, uint32_t dtype, int64_t batch, int ta, int tb,
-                                  int64_t m, int64_t n, int64_t k, float alpha, const void *a,
-                                  int64_t lda, int64_t sa, const void *b, int64_t ldb, int64_t sb,
-                                  float beta, void *c, int64_t ldc, int64_t sc) {
-  const char *err = nkrt_gemm_lowp_batched(nkrt_gemm_selected(), nkrt_exec_ctx_pool(ctx), dtype,
-                                           batch, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb,
-                                           beta, c, ldc, sc);
-  if (err) nkrt_exec_ctx_fail(ctx, err);
-}
-
-static const nkrt_kernel_lib_t kernel_lib = {
-    .struct_size = sizeof(nkrt_kernel_lib_t),
-    .sgemm = lib_sgemm,
-    .sgemm_batched = lib_sgemm_batched,
-    .gemm_batched_lowp = lib_gemm_batched_lowp,
-    .collective = nkrt_lib_collective,
-};
-
-const nkrt_kernel_lib_t *nkrt_kernel_lib(void) { return &kernel_lib; }
