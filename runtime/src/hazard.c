@@ -5,6 +5,7 @@
 #include <sched.h>
 
 #include "hazard.h"
+#include "runtime.h"
 
 static bool ranges_overlap(const nkrt_range_t *a, uint32_t na, const nkrt_range_t *b,
                            uint32_t nb) {

@@ -1,12 +1,11 @@
-/* hazard.h - memory touched by queued work (exec.c). Not installed; not
+/* hazard.h - memory touched by queued work (hazard.c). Not installed; not
  * part of the API. */
 #ifndef NKRT_HAZARD_H
 #define NKRT_HAZARD_H
 
 #include "base.h"
-#include "runtime.h"
 
-/* ---- hazards: memory touched by queued work (exec.c) ------------------- *
+/* ---- hazards: memory touched by queued work (hazard.c) ------------------- *
  * Queued work (executions, async copies) registers the byte ranges of every
  * tensor it binds from submission until it finishes. Synchronous tensor
  * operations wait until no registered range overlaps theirs. */
@@ -31,7 +30,8 @@ void nkrt_hazard_remove(nkrt_runtime_t *runtime, nkrt_hazard_t *hazard);
 #define NKRT_HAZARD_ALL_CORES UINT32_MAX
 void nkrt_hazard_wait_slow(nkrt_runtime_t *runtime, const nkrt_range_t *ranges, uint32_t count,
                            uint32_t skip_core);
-/* The fast path: one atomic load when nothing is queued. */
+/* The fast path: one atomic load when nothing is queued (runtime.h must be
+ * included where it is used). */
 #define nkrt_hazard_wait(runtime, ranges, count, skip_core)                                   \
   do {                                                                                      \
     if (atomic_load_explicit(&(runtime)->hazard_count, memory_order_acquire) != 0)          \

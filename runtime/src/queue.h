@@ -1,4 +1,4 @@
-/* queue.h - per-core in-order queues of work (exec.c). Not installed; not
+/* queue.h - per-core in-order queues of work (queue.c). Not installed; not
  * part of the API. */
 #ifndef NKRT_QUEUE_H
 #define NKRT_QUEUE_H
@@ -6,8 +6,9 @@
 #include <pthread.h>
 
 #include "base.h"
+#include "hazard.h"
 
-/* ---- per-core queues and execution (exec.c) --------------------------- */
+/* ---- per-core queues (queue.c) ------------------------------------------ */
 
 typedef struct nkrt_work nkrt_work_t;
 
@@ -28,5 +29,13 @@ struct nkrt_core;
 void nkrt_queue_init(nkrt_queue_t *queue);
 /* Finishes queued work, stops the thread. */
 void nkrt_queue_shutdown(struct nkrt_core *core);
+
+/* Queues an execution whose tensors are bound on the model's core: takes over
+ * the n references in `slots` (released on failure too) and copies `ptrs`
+ * and `ranges`. The ranges are registered as a hazard until it finishes.
+ * |out_event| must be released by the caller with nkrt_event_release. */
+nkrt_status_t nkrt_queue_submit_exec(struct nkrt_model *model, nkrt_tensor_t *const *slots,
+                                    void *const *ptrs, const nkrt_range_t *ranges, uint32_t n,
+                                    nkrt_event_t **out_event);
 
 #endif /* NKRT_QUEUE_H */

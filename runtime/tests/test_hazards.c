@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "hazard.h" /* the fake-hazard test registers a range by hand */
+#include "runtime.h"
 #include "test.h"
 
 enum { XN = 1024, XB = XN * 4 };
