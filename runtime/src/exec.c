@@ -237,12 +237,7 @@ static nkrt_status_t execute_bound(nkrt_model_t *m, nkrt_tensor_t **slots, void 
    * cores touching the same memory must finish first. Waiting happens before
    * the core is claimed, so no queue is held up meanwhile. */
   nkrt_hazard_wait(rt, ranges, n, m->core);
-  pthread_mutex_lock(&q->mu);
-  bool inline_ok = !q->busy && !q->head && !q->stop;
-  if (inline_ok) q->busy = true;
-  pthread_mutex_unlock(&q->mu);
-
-  if (!inline_ok) { /* in order behind the queued work */
+  if (!nkrt_queue_claim_idle(q)) { /* in order behind the queued work */
     nkrt_event_t *ev = NULL;
     nkrt_status_t st = nkrt_queue_submit_exec(m, slots, ptrs, ranges, n, &ev);
     if (st) return st;
@@ -254,11 +249,7 @@ static nkrt_status_t execute_bound(nkrt_model_t *m, nkrt_tensor_t **slots, void 
   nkrt_status_t st =
       nkrt_kernel_run(m, ptrs, atomic_fetch_add_explicit(&rt->next_id, 1, memory_order_relaxed));
   unbind(m, slots);
-  pthread_mutex_lock(&q->mu);
-  q->busy = false;
-  if (q->head) pthread_cond_signal(&q->work_cv);
-  pthread_cond_broadcast(&q->idle_cv);
-  pthread_mutex_unlock(&q->mu);
+  nkrt_queue_unclaim(q);
   return st;
 }
 

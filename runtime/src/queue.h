@@ -30,6 +30,25 @@ void nkrt_queue_init(nkrt_queue_t *queue);
 /* Finishes queued work, stops the thread. */
 void nkrt_queue_shutdown(struct nkrt_core *core);
 
+/* Claims an idle queue (nothing queued or running, not stopping) for work the
+ * caller runs itself; false when it is not idle. */
+static inline bool nkrt_queue_claim_idle(nkrt_queue_t *q) {
+  pthread_mutex_lock(&q->mu);
+  bool inline_ok = !q->busy && !q->head && !q->stop;
+  if (inline_ok) q->busy = true;
+  pthread_mutex_unlock(&q->mu);
+  return inline_ok;
+}
+
+/* Ends a claim: work queued meanwhile may start, waiters for idle wake. */
+static inline void nkrt_queue_unclaim(nkrt_queue_t *q) {
+  pthread_mutex_lock(&q->mu);
+  q->busy = false;
+  if (q->head) pthread_cond_signal(&q->work_cv);
+  pthread_cond_broadcast(&q->idle_cv);
+  pthread_mutex_unlock(&q->mu);
+}
+
 /* Queues an execution whose tensors are bound on the model's core: takes over
  * the n references in `slots` (released on failure too) and copies `ptrs`
  * and `ranges`. The ranges are registered as a hazard until it finishes.
