@@ -27,8 +27,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "gemm.h" /* float16 / bfloat16 conversions */
 #include "comm.h"
+#include "half.h"
 #include "runtime.h"
 #include "nkrt/comm.h"
 

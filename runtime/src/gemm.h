@@ -13,6 +13,7 @@
 
 #include "base.h"
 #include "gemm_pack.h"
+#include "half.h" /* panels widen and narrow float16 / bfloat16 */
 #include "pool.h"
 
 /* Hot loops are compiled at -O3 (vectorised) though the runtime builds at
@@ -121,11 +122,5 @@ const nkrt_gemm_provider_t *nkrt_gemm_selected(void);
 void nkrt_gemm_reselect(void);
 /* A provider by name ("reference", "mkl"), or NULL when not available. */
 const nkrt_gemm_provider_t *nkrt_gemm_find(const char *name);
-
-/* float16 / bfloat16 conversions (round to nearest even). */
-float nkrt_half_to_float(uint16_t h);
-uint16_t nkrt_float_to_half(float f);
-float nkrt_bf16_to_float(uint16_t h);
-uint16_t nkrt_float_to_bf16(float f);
 
 #endif /* NKRT_GEMM_H */
