@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "gemm.h"
+#include "log.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -215,11 +216,6 @@ static void narrow(uint32_t dtype, const float *s, uint16_t *d, int64_t n) {
 
 /* ---- provider selection ------------------------------------------------- */
 
-static int log_level(void) {
-  const char *env = getenv("NKRT_LOG_LEVEL");
-  return env ? atoi(env) : 0;
-}
-
 /* Tries libmkl_rt.so.3 and .2 in each directory of the ':'-separated `list`,
  * each directory followed by `suffix`. */
 static const nkrt_gemm_provider_t *mkl_in_list(const char *list, const char *suffix, char *why,
@@ -291,7 +287,7 @@ static const nkrt_gemm_provider_t *choose_provider(void) {
     p = &nkrt_gemm_reference;
   }
   if (!p) p = &nkrt_gemm_reference;
-  if (log_level() >= 2) {
+  if (nkrt_log_level() >= 2) {
     const char *d = p->description;
     if (p == &nkrt_gemm_reference)
       fprintf(stderr, "[nkrt] GEMM provider: reference (built-in blocked C kernel, %s)\n",

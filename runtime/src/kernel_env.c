@@ -8,6 +8,7 @@
 #include "gemm.h"
 #include "gemm_pack.h"
 #include "kernel_env.h"
+#include "log.h"
 #include "model.h"
 #include "pool.h"
 #include "runtime.h"
@@ -59,20 +60,9 @@ static void *env_scratch(void *ctx, uint64_t bytes) {
   return t->va;
 }
 
-static int log_level(void) {
-  static atomic_int cached = -1;
-  int v = atomic_load(&cached);
-  if (v < 0) {
-    const char *env = getenv("NKRT_LOG_LEVEL");
-    v = env ? atoi(env) : 0;
-    atomic_store(&cached, v);
-  }
-  return v;
-}
-
 static void env_log(void *ctx, int level, const char *msg) {
   exec_ctx_t *x = ctx;
-  if (level <= log_level())
+  if (level <= nkrt_log_level())
     fprintf(stderr, "[nkrt] kernel '%s' (core %u): %s\n", x->model->name, x->model->core,
             msg ? msg : "");
 }
