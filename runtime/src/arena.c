@@ -14,7 +14,6 @@
 #include <string.h>
 
 #include "arena.h"
-#include "driver.h"
 
 #define BLOCK_OF(node, field) \
   ((nkrt_block_t *)((char *)(node) - offsetof(nkrt_block_t, field)))
@@ -30,9 +29,11 @@ static int cmp_size(const nkrt_treap_node_t *a, const nkrt_treap_node_t *b) {
   return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
-void nkrt_arena_init(nkrt_arena_t *arena, uint32_t core, uint64_t capacity) {
+void nkrt_arena_init(nkrt_arena_t *arena, const nkrt_driver_t *driver, uint32_t core,
+                     uint64_t capacity) {
   memset(arena, 0, sizeof(*arena));
   pthread_mutex_init(&arena->mu, NULL);
+  arena->driver = driver;
   arena->core = core;
   arena->capacity = capacity;
   nkrt_treap_init(&arena->addr, cmp_addr);
@@ -46,7 +47,7 @@ void nkrt_arena_deinit(nkrt_arena_t *arena) {
     free(b);
     b = prev;
   }
-  if (arena->base) nkrt_cpu_driver.mem_release(arena->base, arena->capacity);
+  if (arena->base) arena->driver->mem_release(arena->base, arena->capacity);
   pthread_mutex_destroy(&arena->mu);
   memset(arena, 0, sizeof(*arena));
 }
@@ -78,11 +79,11 @@ static uint64_t largest_free(const nkrt_arena_t *arena) {
 }
 
 static nkrt_status_t reserve(nkrt_arena_t *arena) {
-  nkrt_status_t st = nkrt_cpu_driver.mem_reserve(arena->core, arena->capacity, &arena->base);
+  nkrt_status_t st = arena->driver->mem_reserve(arena->core, arena->capacity, &arena->base);
   if (st) return st;
   nkrt_block_t *b = calloc(1, sizeof(*b));
   if (!b) {
-    nkrt_cpu_driver.mem_release(arena->base, arena->capacity);
+    arena->driver->mem_release(arena->base, arena->capacity);
     arena->base = NULL;
     return nkrt_status_make(NKRT_RESOURCE, "out of host memory creating the arena of core %u",
                             arena->core);

@@ -6,6 +6,7 @@
 #include <pthread.h>
 
 #include "base.h"
+#include "driver.h"
 #include "treap.h"
 
 /* ---- device memory: one arena per core (arena.c) ---------------------- */
@@ -22,6 +23,7 @@ typedef struct nkrt_block {
 
 typedef struct nkrt_arena {
   pthread_mutex_t mu;
+  const nkrt_driver_t *driver; /* reserves and releases the arena's memory */
   uint32_t core;
   uint8_t *base;          /* NULL until first allocation (reserved lazily) */
   uint64_t capacity;
@@ -32,7 +34,10 @@ typedef struct nkrt_arena {
   uint64_t active, total_allocs, total_frees, ooms, free_count;
 } nkrt_arena_t;
 
-void nkrt_arena_init(nkrt_arena_t *arena, uint32_t core, uint64_t capacity);
+/* An empty arena of `capacity` bytes for logical core `core`; its memory is
+ * reserved through `driver` at the first allocation. */
+void nkrt_arena_init(nkrt_arena_t *arena, const nkrt_driver_t *driver, uint32_t core,
+                     uint64_t capacity);
 void nkrt_arena_deinit(nkrt_arena_t *arena);
 /* Caller holds arena->mu. */
 nkrt_status_t nkrt_arena_alloc_locked(nkrt_arena_t *arena, uint64_t size, nkrt_block_t **out_block);

@@ -217,7 +217,7 @@ nkrt_status_t nkrt_runtime_create(const nkrt_options_t *options, nkrt_runtime_t 
   for (uint32_t i = 0; i < count; i++) {
     cores[i].physical_id = ids[i];
     cores[i].runtime = rt;
-    nkrt_arena_init(&cores[i].arena, i, memory);
+    nkrt_arena_init(&cores[i].arena, rt->driver, i, memory);
     nkrt_queue_init(&cores[i].queue);
   }
   st = nkrt_pool_create(workers, &rt->pool);
