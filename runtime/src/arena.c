@@ -79,8 +79,7 @@ static uint64_t largest_free(const nkrt_arena_t *arena) {
 }
 
 static nkrt_status_t reserve(nkrt_arena_t *arena) {
-  nkrt_status_t st = arena->driver->mem_reserve(arena->core, arena->capacity, &arena->base);
-  if (st) return st;
+  NKRT_RETURN_IF_ERROR(arena->driver->mem_reserve(arena->core, arena->capacity, &arena->base));
   nkrt_block_t *b = calloc(1, sizeof(*b));
   if (!b) {
     arena->driver->mem_release(arena->base, arena->capacity);
@@ -101,8 +100,7 @@ nkrt_status_t nkrt_arena_alloc_locked(nkrt_arena_t *arena, uint64_t size, nkrt_b
   if (size > arena->capacity) goto oom;
   uint64_t need = size ? (size + NKRT_ALIGNMENT - 1) & ~(uint64_t)(NKRT_ALIGNMENT - 1) : NKRT_ALIGNMENT;
   if (!arena->base) {
-    nkrt_status_t st = reserve(arena);
-    if (st) return st;
+    NKRT_RETURN_IF_ERROR(reserve(arena));
   }
   nkrt_block_t key = {.offset = 0, .size = need};
   nkrt_treap_node_t *n = nkrt_treap_lower_bound(&arena->free_by_size, &key.by_size);

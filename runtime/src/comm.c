@@ -457,8 +457,7 @@ static void take_blocks(const xfer_t *x, int64_t off, int64_t k) {
 static nkrt_status_t run_chunks(xfer_t *x) {
   nkrt_comm_t *c = x->c;
   if (!c) return nkrt_status_make(NKRT_INVALID_HANDLE, "communicator is NULL");
-  nkrt_status_t st = group_index(c, x->ranks, x->n, x->dtype, x->count, &x->me);
-  if (st) return st;
+  NKRT_RETURN_IF_ERROR(group_index(c, x->ranks, x->n, x->dtype, x->count, &x->me));
   x->es = nkrt_dtype_size(x->dtype);
   int64_t per_slot = (int64_t)(SLOT_BYTES / x->es);
   /* all_to_all holds n blocks per slot; sized by the world, not the group, so
@@ -467,6 +466,7 @@ static nkrt_status_t run_chunks(xfer_t *x) {
   int64_t chunk = x->kind == NKRT_CC_ALL_TO_ALL ? per_slot / c->world_size : per_slot;
   if (chunk < 1) return nkrt_status_make(NKRT_INVALID, "all_to_all: group too large");
   const char *what = kind_names[x->kind];
+  nkrt_status_t st = NULL;
   pthread_mutex_lock(&c->mu);
   announce(c, x->kind, x->dtype, x->op, x->count, x->ranks, x->n);
   for (int64_t off = 0; (off == 0 || off < x->count) && !st; off += chunk) {

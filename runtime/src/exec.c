@@ -74,9 +74,9 @@ static nkrt_status_t check_unknown(const nkrt_model_t *m, const char *kind,
 static nkrt_status_t bind(const nkrt_model_t *m, const nkrt_tensor_set_t *in,
                           const nkrt_tensor_set_t *out, nkrt_tensor_t **slots) {
   const nkrt_neff_desc_t *d = m->desc;
-  nkrt_status_t st = check_unknown(m, "input", in, d->inputs, d->num_inputs);
-  if (!st) st = check_unknown(m, "output", out, d->outputs, d->num_outputs);
-  if (st) return st;
+  NKRT_RETURN_IF_ERROR(check_unknown(m, "input", in, d->inputs, d->num_inputs));
+  NKRT_RETURN_IF_ERROR(check_unknown(m, "output", out, d->outputs, d->num_outputs));
+  nkrt_status_t st = NULL;
   uint32_t bound = 0;
   char names[1024];
   for (uint32_t i = 0; i < d->num_inputs && !st; i++) {
@@ -239,9 +239,8 @@ static nkrt_status_t execute_bound(nkrt_model_t *m, nkrt_tensor_t **slots, void 
   nkrt_hazard_wait(rt, ranges, n, m->core);
   if (!nkrt_queue_claim_idle(q)) { /* in order behind the queued work */
     nkrt_event_t *ev = NULL;
-    nkrt_status_t st = nkrt_queue_submit_exec(m, slots, ptrs, ranges, n, &ev);
-    if (st) return st;
-    st = nkrt_event_wait(ev, -1);
+    NKRT_RETURN_IF_ERROR(nkrt_queue_submit_exec(m, slots, ptrs, ranges, n, &ev));
+    nkrt_status_t st = nkrt_event_wait(ev, -1);
     nkrt_event_release(ev);
     return st;
   }

@@ -72,13 +72,11 @@ static nkrt_status_t validate(const nkrt_neff_desc_t *d) {
   if (d->num_inputs > 4096 || d->num_outputs > 4096)
     return nkrt_status_make(NKRT_FAILURE, "invalid NEFF '%s': too many tensors", d->name);
   for (uint32_t i = 0; i < d->num_inputs; i++) {
-    nkrt_status_t st = check_tensor(d, "input", i, &d->inputs[i]);
-    if (st) return st;
+    NKRT_RETURN_IF_ERROR(check_tensor(d, "input", i, &d->inputs[i]));
   }
   for (uint32_t i = 0; i < d->num_outputs; i++) {
     const nkrt_neff_tensor_t *o = &d->outputs[i];
-    nkrt_status_t st = check_tensor(d, "output", i, o);
-    if (st) return st;
+    NKRT_RETURN_IF_ERROR(check_tensor(d, "output", i, o));
     if (o->alias_input >= (int32_t)d->num_inputs || o->alias_input < -1)
       return nkrt_status_make(NKRT_FAILURE, "invalid NEFF '%s': output '%s' aliases input %d "
                               "of %u", d->name, o->name, o->alias_input, d->num_inputs);
@@ -142,8 +140,7 @@ nkrt_status_t nkrt_model_load(nkrt_runtime_t *rt, const void *neff, size_t size,
                               const nkrt_load_options_t *options, nkrt_model_t **out_model) {
   if (!out_model) return nkrt_status_make(NKRT_INVALID, "out_model is NULL");
   *out_model = NULL;
-  nkrt_status_t st = nkrt_check_core(rt, core);
-  if (st) return st;
+  NKRT_RETURN_IF_ERROR(nkrt_check_core(rt, core));
   nkrt_load_options_t defaults;
   nkrt_load_options_init(&defaults);
   if (!options) options = &defaults;
@@ -165,7 +162,8 @@ nkrt_status_t nkrt_model_load(nkrt_runtime_t *rt, const void *neff, size_t size,
   m->rank = options->rank;
   m->world_size = options->world_size;
 
-  st = rt->driver->image_load(neff, size, options->name ? options->name : "nkrt-neff", &m->image);
+  nkrt_status_t st =
+      rt->driver->image_load(neff, size, options->name ? options->name : "nkrt-neff", &m->image);
   if (st) goto fail;
   nkrt_neff_query_fn query = (nkrt_neff_query_fn)rt->driver->image_symbol(m->image, NKRT_NEFF_ENTRY);
   if (!query) {
@@ -234,12 +232,7 @@ nkrt_status_t nkrt_model_load_file(nkrt_runtime_t *rt, const char *path, uint32_
   fclose(f);
   if (!st) {
     st = nkrt_model_load(rt, buf, len, core, options, out_model);
-    if (st) { /* say which file */
-      nkrt_status_t wrapped = nkrt_status_make(nkrt_status_code(st), "%s (file '%s')",
-                                               nkrt_status_message(st), path);
-      nkrt_status_free(st);
-      st = wrapped;
-    }
+    st = nkrt_status_annotate(st, "file '%s'", path); /* say which file */
   }
   free(buf);
   return st;

@@ -249,8 +249,7 @@ nkrt_status_t nkrt_tensor_read_async(nkrt_tensor_t *t, void *dst, uint64_t offse
 }
 
 nkrt_status_t nkrt_core_synchronize(nkrt_runtime_t *rt, uint32_t core) {
-  nkrt_status_t st = nkrt_check_core(rt, core);
-  if (st) return st;
+  NKRT_RETURN_IF_ERROR(nkrt_check_core(rt, core));
   nkrt_queue_t *q = &rt->cores[core].queue;
   pthread_mutex_lock(&q->mu);
   while (q->head || q->busy) pthread_cond_wait(&q->idle_cv, &q->mu);

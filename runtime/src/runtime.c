@@ -60,13 +60,11 @@ nkrt_status_t nkrt_parse_core_list(const char *spec, uint32_t *out_ids, uint32_t
   if (!*p) return nkrt_status_make(NKRT_INVALID, "invalid core list \"%s\": it is empty", spec);
   for (;;) {
     uint64_t lo, hi;
-    nkrt_status_t st = parse_uint(&p, spec, &lo);
-    if (st) return st;
+    NKRT_RETURN_IF_ERROR(parse_uint(&p, spec, &lo));
     hi = lo;
     if (*p == '-') {
       p++;
-      st = parse_uint(&p, spec, &hi);
-      if (st) return st;
+      NKRT_RETURN_IF_ERROR(parse_uint(&p, spec, &hi));
     }
     if (hi < lo)
       return nkrt_status_make(NKRT_INVALID, "invalid core list \"%s\": range %llu-%llu is reversed",
@@ -152,14 +150,13 @@ nkrt_status_t nkrt_runtime_create(const nkrt_options_t *options, nkrt_runtime_t 
                             "nkrt_options_init first", options->struct_size);
 
   uint32_t ids[NKRT_TOTAL_CORES], count = 0;
-  nkrt_status_t st = resolve_cores(options->visible_cores, ids, &count);
-  if (st) return st;
+  NKRT_RETURN_IF_ERROR(resolve_cores(options->visible_cores, ids, &count));
 
   uint64_t memory = options->core_memory_bytes;
   if (!memory) {
     const char *env = getenv("NKRT_CORE_MEMORY");
     if (env && *env) {
-      st = nkrt_parse_size(env, &memory);
+      nkrt_status_t st = nkrt_parse_size(env, &memory);
       if (st) {
         nkrt_status_t wrapped = nkrt_status_make(NKRT_INVALID, "NKRT_CORE_MEMORY: %s",
                                                  nkrt_status_message(st));
@@ -220,7 +217,7 @@ nkrt_status_t nkrt_runtime_create(const nkrt_options_t *options, nkrt_runtime_t 
     nkrt_arena_init(&cores[i].arena, rt->driver, i, memory);
     nkrt_queue_init(&cores[i].queue);
   }
-  st = nkrt_pool_create(workers, &rt->pool);
+  nkrt_status_t st = nkrt_pool_create(workers, &rt->pool);
   if (!st) st = nkrt_pack_cache_create(&rt->packs);
   if (st) {
     nkrt_runtime_destroy(rt);
@@ -279,8 +276,7 @@ nkrt_status_t nkrt_check_core(const nkrt_runtime_t *rt, uint32_t core) {
 }
 
 nkrt_status_t nkrt_memory_stats(nkrt_runtime_t *rt, uint32_t core, nkrt_memory_stats_t *out) {
-  nkrt_status_t st = nkrt_check_core(rt, core);
-  if (st) return st;
+  NKRT_RETURN_IF_ERROR(nkrt_check_core(rt, core));
   if (!out) return nkrt_status_make(NKRT_INVALID, "out_stats is NULL");
   uint32_t size = out->struct_size;
   nkrt_memory_stats_t full;
@@ -297,8 +293,7 @@ nkrt_status_t nkrt_memory_stats(nkrt_runtime_t *rt, uint32_t core, nkrt_memory_s
 }
 
 nkrt_status_t nkrt_memory_reset_peak(nkrt_runtime_t *rt, uint32_t core) {
-  nkrt_status_t st = nkrt_check_core(rt, core);
-  if (st) return st;
+  NKRT_RETURN_IF_ERROR(nkrt_check_core(rt, core));
   nkrt_arena_t *arena = &rt->cores[core].arena;
   pthread_mutex_lock(&arena->mu);
   nkrt_arena_reset_peak_locked(arena);
