@@ -78,6 +78,7 @@ static uint64_t largest_free(const nkrt_arena_t *arena) {
   return n ? BLOCK_OF(n, by_size)->size : 0;
 }
 
+NKRT_MUST_USE_RESULT
 static nkrt_status_t reserve(nkrt_arena_t *arena) {
   NKRT_RETURN_IF_ERROR(arena->driver->mem_reserve(arena->core, arena->capacity, &arena->base));
   nkrt_block_t *b = calloc(1, sizeof(*b));

@@ -40,6 +40,7 @@ void nkrt_arena_init(nkrt_arena_t *arena, const nkrt_driver_t *driver, uint32_t 
                      uint64_t capacity);
 void nkrt_arena_deinit(nkrt_arena_t *arena);
 /* Caller holds arena->mu. */
+NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_arena_alloc_locked(nkrt_arena_t *arena, uint64_t size, nkrt_block_t **out_block);
 void nkrt_arena_free_locked(nkrt_arena_t *arena, nkrt_block_t *block);
 nkrt_block_t *nkrt_arena_find_locked(nkrt_arena_t *arena, const void *address);

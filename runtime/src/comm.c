@@ -99,6 +99,7 @@ static bool wait_change(nkrt_comm_t *c, _Atomic uint32_t *word, uint32_t value) 
   return true;
 }
 
+NKRT_MUST_USE_RESULT
 static nkrt_status_t give_up(nkrt_comm_t *c, const char *what) {
   bool other = atomic_exchange(&c->hdr->failed, 1) != 0;
   futex_wake(&c->hdr->generation);
@@ -112,6 +113,7 @@ static nkrt_status_t give_up(nkrt_comm_t *c, const char *what) {
                           (double)c->timeout_ns / 1e9, what);
 }
 
+NKRT_MUST_USE_RESULT
 static nkrt_status_t barrier(nkrt_comm_t *c, const char *what) {
   header_t *h = c->hdr;
   /* a rank that gave up left the count inconsistent: nothing can meet again */
@@ -247,6 +249,7 @@ nkrt_status_t nkrt_comm_barrier(nkrt_comm_t *c) {
 }
 
 /* The caller's index in the group, after checking the group. */
+NKRT_MUST_USE_RESULT
 static nkrt_status_t group_index(const nkrt_comm_t *c, const int32_t *ranks, uint32_t n,
                                  uint32_t dtype, int64_t count, uint32_t *out_index) {
   if (!ranks || n == 0) return nkrt_status_make(NKRT_INVALID, "collective: empty rank group");
@@ -291,6 +294,7 @@ static void announce(nkrt_comm_t *c, uint32_t kind, uint32_t dtype, uint32_t op,
 
 /* After the first barrier: every rank runs the same collective of the same
  * size, and every member of the group passed the same rank list. */
+NKRT_MUST_USE_RESULT
 static nkrt_status_t agree(nkrt_comm_t *c, const int32_t *ranks, uint32_t n) {
   const desc_t *mine = &c->hdr->desc[c->rank];
   uint64_t what = atomic_load(&mine->what), group = atomic_load(&mine->group);
@@ -454,6 +458,7 @@ static void take_blocks(const xfer_t *x, int64_t off, int64_t k) {
            slot(x->c, x->ranks[m]) + (size_t)x->me * (size_t)k * x->es, (size_t)k * x->es);
 }
 
+NKRT_MUST_USE_RESULT
 static nkrt_status_t run_chunks(xfer_t *x) {
   nkrt_comm_t *c = x->c;
   if (!c) return nkrt_status_make(NKRT_INVALID_HANDLE, "communicator is NULL");

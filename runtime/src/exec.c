@@ -35,6 +35,7 @@ static void shape_text(const nkrt_neff_tensor_t *t, char *buf, size_t cap) {
   if (used < cap) snprintf(buf + used, cap - used, "]");
 }
 
+NKRT_MUST_USE_RESULT
 static nkrt_status_t check_binding(const nkrt_model_t *m, const char *kind,
                                    const nkrt_neff_tensor_t *info, const nkrt_tensor_t *t) {
   if (t->size != info->size) {
@@ -52,6 +53,7 @@ static nkrt_status_t check_binding(const nkrt_model_t *m, const char *kind,
   return NULL;
 }
 
+NKRT_MUST_USE_RESULT
 static nkrt_status_t check_unknown(const nkrt_model_t *m, const char *kind,
                                    const nkrt_tensor_set_t *set, const nkrt_neff_tensor_t *ts,
                                    uint32_t n) {
@@ -71,6 +73,7 @@ static nkrt_status_t check_unknown(const nkrt_model_t *m, const char *kind,
 }
 
 /* Resolves and retains every tensor of an execution into slots[0 .. nin+nout). */
+NKRT_MUST_USE_RESULT
 static nkrt_status_t bind(const nkrt_model_t *m, const nkrt_tensor_set_t *in,
                           const nkrt_tensor_set_t *out, nkrt_tensor_t **slots) {
   const nkrt_neff_desc_t *d = m->desc;
@@ -129,6 +132,7 @@ static void slot_addresses(nkrt_tensor_t *const *slots, uint32_t n, void **ptrs,
 
 /* Binds by address (nkrt_execute_at): each tensor's owning allocation on the
  * model's core is retained into slots; ptrs and ranges get the addresses. */
+NKRT_MUST_USE_RESULT
 static nkrt_status_t bind_at(const nkrt_model_t *m, void *const *addresses,
                              nkrt_tensor_t **slots, void **ptrs, nkrt_range_t *ranges) {
   const nkrt_neff_desc_t *d = m->desc;
@@ -181,6 +185,7 @@ typedef struct {
   nkrt_range_t *ranges;
 } exec_arrays_t;
 
+NKRT_MUST_USE_RESULT
 static nkrt_status_t arrays_init(exec_arrays_t *a, const nkrt_model_t *m, uint32_t n) {
   if (n <= 32) {
     a->slots = a->slots_buf;
@@ -204,6 +209,7 @@ static void arrays_free(exec_arrays_t *a) {
 
 /* Binds tensor sets into `a` (arrays_free it afterwards, whatever the result):
  * the tensors retained, their addresses and ranges. */
+NKRT_MUST_USE_RESULT
 static nkrt_status_t bind_sets(const nkrt_model_t *m, const nkrt_tensor_set_t *in,
                                const nkrt_tensor_set_t *out, uint32_t n, exec_arrays_t *a) {
   nkrt_status_t st = arrays_init(a, m, n);
@@ -229,6 +235,7 @@ nkrt_status_t nkrt_execute_async(nkrt_model_t *m, const nkrt_tensor_set_t *in,
  * thread when the core's queue is idle, else queued behind its work and
  * waited for. Either way it first waits for other cores' queued work that
  * overlaps `ranges`. */
+NKRT_MUST_USE_RESULT
 static nkrt_status_t execute_bound(nkrt_model_t *m, nkrt_tensor_t **slots, void **ptrs,
                                    nkrt_range_t *ranges, uint32_t n) {
   nkrt_runtime_t *rt = m->runtime;

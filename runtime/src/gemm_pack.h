@@ -18,6 +18,7 @@ typedef struct nkrt_pack_cache {
   uint64_t hits, packs, invalidations, evictions;
 } nkrt_pack_cache_t;
 
+NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_pack_cache_create(nkrt_pack_cache_t **out_cache);
 void nkrt_pack_cache_destroy(nkrt_pack_cache_t *cache);
 void nkrt_pack_invalidate_slow(nkrt_pack_cache_t *cache, uintptr_t lo, uintptr_t hi);

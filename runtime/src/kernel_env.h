@@ -7,6 +7,7 @@
 
 /* Runs the kernel on its tensors' addresses: ptrs[0 .. inputs), then outputs;
  * `id` is the execution's tracking id. */
+NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_kernel_run(struct nkrt_model *model, void **ptrs, uint64_t id);
 
 #endif /* NKRT_KERNEL_ENV_H */

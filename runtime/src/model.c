@@ -25,6 +25,7 @@ void nkrt_load_options_init(nkrt_load_options_t *o) {
 }
 
 /* Checks one tensor entry of a descriptor. */
+NKRT_MUST_USE_RESULT
 static nkrt_status_t check_tensor(const nkrt_neff_desc_t *d, const char *kind, uint32_t i,
                                   const nkrt_neff_tensor_t *t) {
   const char *model = d->name ? d->name : "?";
@@ -54,6 +55,7 @@ static nkrt_status_t check_tensor(const nkrt_neff_desc_t *d, const char *kind, u
   return NULL;
 }
 
+NKRT_MUST_USE_RESULT
 static nkrt_status_t validate(const nkrt_neff_desc_t *d) {
   if (d->abi_version < NKRT_NEFF_ABI_MIN_VERSION || d->abi_version > NKRT_NEFF_ABI_VERSION)
     return nkrt_status_make(NKRT_UNSUPPORTED_NEFF_VERSION,

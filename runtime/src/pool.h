@@ -8,6 +8,7 @@
 /* ---- worker pool (pool.c) --------------------------------------------- */
 
 typedef struct nkrt_pool nkrt_pool_t;
+NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_pool_create(uint32_t num_workers, nkrt_pool_t **out_pool);
 void nkrt_pool_destroy(nkrt_pool_t *pool);
 uint32_t nkrt_pool_size(const nkrt_pool_t *pool);

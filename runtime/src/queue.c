@@ -46,6 +46,7 @@ void nkrt_queue_init(nkrt_queue_t *q) {
   pthread_cond_init(&q->idle_cv, NULL);
 }
 
+NKRT_MUST_USE_RESULT
 static nkrt_status_t do_work(nkrt_work_t *w) {
   switch (w->kind) {
     case WORK_EXEC: return nkrt_kernel_run(w->model, w->ptrs, nkrt_event_id(w->event));
@@ -110,6 +111,7 @@ static void *queue_main(void *p) {
   return NULL;
 }
 
+NKRT_MUST_USE_RESULT
 static nkrt_status_t enqueue(nkrt_core_t *core, nkrt_work_t *w) {
   nkrt_queue_t *q = &core->queue;
   pthread_mutex_lock(&q->mu);
@@ -149,6 +151,7 @@ void nkrt_queue_shutdown(nkrt_core_t *core) {
 }
 
 /* Submits work with a fresh event; on failure frees the work. */
+NKRT_MUST_USE_RESULT
 static nkrt_status_t submit(nkrt_runtime_t *rt, uint32_t core, nkrt_work_t *w,
                             nkrt_event_t **out_event) {
   nkrt_event_t *ev = nkrt_event_create(rt);
@@ -174,6 +177,7 @@ static nkrt_status_t submit(nkrt_runtime_t *rt, uint32_t core, nkrt_work_t *w,
 
 /* Queued work for an execution whose tensors are bound: takes over the n
  * references in `slots` (released on failure too); copies ptrs and ranges. */
+NKRT_MUST_USE_RESULT
 static nkrt_status_t exec_work_from(nkrt_model_t *m, nkrt_tensor_t *const *slots,
                                     void *const *ptrs, const nkrt_range_t *ranges, uint32_t n,
                                     nkrt_work_t **out_work) {
@@ -212,6 +216,7 @@ nkrt_status_t nkrt_queue_submit_exec(nkrt_model_t *m, nkrt_tensor_t *const *slot
   return st ? st : submit(m->runtime, m->core, w, out_event);
 }
 
+NKRT_MUST_USE_RESULT
 static nkrt_status_t copy_async(work_kind_t kind, nkrt_tensor_t *t, void *host, uint64_t offset,
                                 uint64_t size, nkrt_event_t **out_event) {
   if (!out_event) return nkrt_status_make(NKRT_INVALID, "out_event is NULL");

@@ -53,6 +53,7 @@ static inline void nkrt_queue_unclaim(nkrt_queue_t *q) {
  * the n references in `slots` (released on failure too) and copies `ptrs`
  * and `ranges`. The ranges are registered as a hazard until it finishes.
  * |out_event| must be released by the caller with nkrt_event_release. */
+NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_queue_submit_exec(struct nkrt_model *model, nkrt_tensor_t *const *slots,
                                     void *const *ptrs, const nkrt_range_t *ranges, uint32_t n,
                                     nkrt_event_t **out_event);

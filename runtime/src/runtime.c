@@ -35,6 +35,7 @@ static const char *skip_spaces(const char *p) {
   return p;
 }
 
+NKRT_MUST_USE_RESULT
 static nkrt_status_t parse_uint(const char **pp, const char *spec, uint64_t *out) {
   const char *p = skip_spaces(*pp);
   if (!isdigit((unsigned char)*p))
@@ -125,6 +126,7 @@ nkrt_status_t nkrt_parse_size(const char *text, uint64_t *out_bytes) {
   return NULL;
 }
 
+NKRT_MUST_USE_RESULT
 static nkrt_status_t resolve_cores(const char *spec, uint32_t *ids, uint32_t *count) {
   if (!spec) spec = getenv("NEURON_RT_VISIBLE_CORES");
   if (!spec || !*skip_spaces(spec)) {

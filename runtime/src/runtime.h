@@ -56,6 +56,7 @@ struct nkrt_runtime {
   struct nkrt_trace_session *sessions;
 };
 
+NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_check_core(const nkrt_runtime_t *runtime, uint32_t core);
 
 #endif /* NKRT_RUNTIME_INTERNAL_H */

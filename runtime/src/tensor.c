@@ -128,6 +128,7 @@ void nkrt_tensor_free(nkrt_tensor_t **t) {
   *t = NULL;
 }
 
+NKRT_MUST_USE_RESULT
 static nkrt_status_t check_range(const nkrt_tensor_t *t, uint64_t offset, uint64_t size,
                                  const char *what) {
   if (!t) return nkrt_status_make(NKRT_INVALID_HANDLE, "%s: tensor is NULL", what);
@@ -266,6 +267,7 @@ static bool extent_2d(uint64_t pitch, uint64_t row_bytes, uint64_t rows, uint64_
  * `side` the pitch argument ("dst_pitch"); a destination's rows must not
  * overlap one another (pitch >= row_bytes), a source's may (pitch 0 repeats
  * one row). `t` NULL checks a host buffer `host` instead of a tensor. */
+NKRT_MUST_USE_RESULT
 static nkrt_status_t check_2d(const char *what, const nkrt_tensor_t *t, const void *host,
                               const char *side, bool is_dst, uint64_t offset, uint64_t pitch,
                               uint64_t row_bytes, uint64_t rows, uint64_t *out_extent) {
@@ -295,6 +297,7 @@ static nkrt_status_t check_2d(const char *what, const nkrt_tensor_t *t, const vo
   return NULL;
 }
 
+NKRT_MUST_USE_RESULT
 static nkrt_status_t null_tensor(const char *what, const char *role) {
   return nkrt_status_make(NKRT_INVALID_HANDLE, "%s: %stensor is NULL", what, role);
 }

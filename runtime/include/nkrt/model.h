@@ -33,9 +33,11 @@ typedef struct nkrt_load_options {
 
 void nkrt_load_options_init(nkrt_load_options_t *options);
 
+NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_model_load(nkrt_runtime_t *runtime, const void *neff, size_t size,
                               uint32_t core, const nkrt_load_options_t *options,
                               nkrt_model_t **out_model);
+NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_model_load_file(nkrt_runtime_t *runtime, const char *path, uint32_t core,
                                    const nkrt_load_options_t *options, nkrt_model_t **out_model);
 /* Drops the caller's reference; queued executions keep the model alive. */
