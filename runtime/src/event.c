@@ -55,6 +55,10 @@ static void event_destroy(nkrt_event_t *ev) {
   free(ev);
 }
 
+void nkrt_event_retain(nkrt_event_t *ev) {
+  if (ev) atomic_fetch_add_explicit(&ev->refs, 1, memory_order_relaxed);
+}
+
 void nkrt_event_release(nkrt_event_t *ev) {
   if (ev && atomic_fetch_sub_explicit(&ev->refs, 1, memory_order_acq_rel) == 1) event_destroy(ev);
 }

@@ -136,6 +136,7 @@ void nkrt_model_release(nkrt_model_t *m) {
     nkrt_model_destroy_now(m);
 }
 
+/* The older name of nkrt_model_release (nkrt/model.h). */
 void nkrt_model_unload(nkrt_model_t *m) { nkrt_model_release(m); }
 
 nkrt_status_t nkrt_model_load(nkrt_runtime_t *rt, const void *neff, size_t size, uint32_t core,

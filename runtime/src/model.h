@@ -20,8 +20,6 @@ struct nkrt_model {
   struct nkrt_model *list_prev, *list_next;
 };
 
-void nkrt_model_retain(struct nkrt_model *model);
-void nkrt_model_release(struct nkrt_model *model);
 /* Frees a model regardless of references (runtime teardown). */
 void nkrt_model_destroy_now(struct nkrt_model *model);
 

@@ -122,6 +122,7 @@ void nkrt_tensor_release(nkrt_tensor_t *t) {
   nkrt_tensor_release(root);
 }
 
+/* The older form of nkrt_tensor_release (nkrt/tensor.h). */
 void nkrt_tensor_free(nkrt_tensor_t **t) {
   if (!t) return;
   nkrt_tensor_release(*t);

@@ -33,7 +33,8 @@ typedef struct nkrt_comm nkrt_comm_t;
  * `rank` of `world_size` (2 .. 1024) and waits until every rank has joined
  * (timeout_ns < 0: $NKRT_CC_TIMEOUT). Errors say which rank is missing, or
  * that the name is in use by a job of another size or with this rank taken
- * (a segment left by a crashed job: pick a new name). */
+ * (a segment left by a crashed job: pick a new name). |out_comm| is owned by
+ * the caller and must be destroyed with nkrt_comm_destroy. */
 NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_comm_join(const char *name, uint32_t rank, uint32_t world_size,
                              int64_t timeout_ns, nkrt_comm_t **out_comm);

@@ -33,6 +33,9 @@ extern "C" {
 
 typedef struct nkrt_tensor_set nkrt_tensor_set_t;
 
+/* A set is owned by whoever created it. |out_set| must be destroyed by the
+ * caller with nkrt_tensor_set_destroy (which releases its tensors), before
+ * the runtime is destroyed. */
 NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_tensor_set_create(nkrt_tensor_set_t **out_set);
 void nkrt_tensor_set_destroy(nkrt_tensor_set_t *set);
@@ -67,12 +70,14 @@ typedef struct nkrt_event nkrt_event_t;
 
 /* Queues an execution on the model's core. Tensors are bound (and retained)
  * at submission, so the sets may change or be destroyed right after.
- * Synchronous operations on their bytes wait for it (see above). */
+ * Synchronous operations on their bytes wait for it (see above).
+ * |out_event| must be released by the caller with nkrt_event_release. */
 NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_execute_async(nkrt_model_t *model, const nkrt_tensor_set_t *inputs,
                                  const nkrt_tensor_set_t *outputs, nkrt_event_t **out_event);
 /* Queued host-to-device / device-to-host copies, in order with executions on
- * the tensor's core. The host buffer must stay valid until the event is done. */
+ * the tensor's core. The host buffer must stay valid until the event is done.
+ * |out_event| must be released by the caller with nkrt_event_release. */
 NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_tensor_write_async(nkrt_tensor_t *tensor, const void *src, uint64_t offset,
                                       uint64_t size, nkrt_event_t **out_event);
@@ -88,6 +93,9 @@ nkrt_status_t nkrt_event_wait(nkrt_event_t *event, int64_t timeout_ns);
 bool nkrt_event_is_done(const nkrt_event_t *event);
 /* Monotonic per-runtime id, also the tracking_id in traces. */
 uint64_t nkrt_event_id(const nkrt_event_t *event);
+/* Events are shared handles (the caller's and the queue's): retain takes a
+ * reference, release drops one. NULL is a no-op. */
+void nkrt_event_retain(nkrt_event_t *event);
 void nkrt_event_release(nkrt_event_t *event);
 
 /* Waits until every queued item on logical core `core` is done. */
