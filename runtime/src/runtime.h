@@ -38,7 +38,7 @@ struct nkrt_runtime {
   pthread_mutex_t mu;               /* guards the lists below */
   struct nkrt_model *models;
   struct nkrt_event *events;
-  /* hazards (exec.c): registered ranges of queued work */
+  /* hazards (hazard.c): registered ranges of queued work */
   atomic_uint hazard_count;         /* registered hazards; read lock-free */
   pthread_mutex_t hazard_mu;        /* guards the list and waiters */
   pthread_cond_t hazard_cv;         /* a hazard was removed */
