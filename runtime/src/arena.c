@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "arena.h"
 
 #define BLOCK_OF(node, field) \
   ((nkrt_block_t *)((char *)(node) - offsetof(nkrt_block_t, field)))
@@ -29,9 +29,11 @@ static int cmp_size(const nkrt_treap_node_t *a, const nkrt_treap_node_t *b) {
   return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
-void nkrt_arena_init(nkrt_arena_t *arena, uint32_t core, uint64_t capacity) {
+void nkrt_arena_init(nkrt_arena_t *arena, const nkrt_driver_t *driver, uint32_t core,
+                     uint64_t capacity) {
   memset(arena, 0, sizeof(*arena));
   pthread_mutex_init(&arena->mu, NULL);
+  arena->driver = driver;
   arena->core = core;
   arena->capacity = capacity;
   nkrt_treap_init(&arena->addr, cmp_addr);
@@ -45,7 +47,7 @@ void nkrt_arena_deinit(nkrt_arena_t *arena) {
     free(b);
     b = prev;
   }
-  if (arena->base) nkrt_cpu_driver.mem_release(arena->base, arena->capacity);
+  if (arena->base) arena->driver->mem_release(arena->base, arena->capacity);
   pthread_mutex_destroy(&arena->mu);
   memset(arena, 0, sizeof(*arena));
 }
@@ -76,12 +78,12 @@ static uint64_t largest_free(const nkrt_arena_t *arena) {
   return n ? BLOCK_OF(n, by_size)->size : 0;
 }
 
+NKRT_MUST_USE_RESULT
 static nkrt_status_t reserve(nkrt_arena_t *arena) {
-  nkrt_status_t st = nkrt_cpu_driver.mem_reserve(arena->core, arena->capacity, &arena->base);
-  if (st) return st;
+  NKRT_RETURN_IF_ERROR(arena->driver->mem_reserve(arena->core, arena->capacity, &arena->base));
   nkrt_block_t *b = calloc(1, sizeof(*b));
   if (!b) {
-    nkrt_cpu_driver.mem_release(arena->base, arena->capacity);
+    arena->driver->mem_release(arena->base, arena->capacity);
     arena->base = NULL;
     return nkrt_status_make(NKRT_RESOURCE, "out of host memory creating the arena of core %u",
                             arena->core);
@@ -99,8 +101,7 @@ nkrt_status_t nkrt_arena_alloc_locked(nkrt_arena_t *arena, uint64_t size, nkrt_b
   if (size > arena->capacity) goto oom;
   uint64_t need = size ? (size + NKRT_ALIGNMENT - 1) & ~(uint64_t)(NKRT_ALIGNMENT - 1) : NKRT_ALIGNMENT;
   if (!arena->base) {
-    nkrt_status_t st = reserve(arena);
-    if (st) return st;
+    NKRT_RETURN_IF_ERROR(reserve(arena));
   }
   nkrt_block_t key = {.offset = 0, .size = need};
   nkrt_treap_node_t *n = nkrt_treap_lower_bound(&arena->free_by_size, &key.by_size);

@@ -27,8 +27,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "gemm.h" /* float16 / bfloat16 conversions */
-#include "internal.h"
+#include "comm.h"
+#include "half.h"
+#include "runtime.h"
 #include "nkrt/comm.h"
 
 #define MAX_RANKS 1024
@@ -98,6 +99,7 @@ static bool wait_change(nkrt_comm_t *c, _Atomic uint32_t *word, uint32_t value) 
   return true;
 }
 
+NKRT_MUST_USE_RESULT
 static nkrt_status_t give_up(nkrt_comm_t *c, const char *what) {
   bool other = atomic_exchange(&c->hdr->failed, 1) != 0;
   futex_wake(&c->hdr->generation);
@@ -111,6 +113,7 @@ static nkrt_status_t give_up(nkrt_comm_t *c, const char *what) {
                           (double)c->timeout_ns / 1e9, what);
 }
 
+NKRT_MUST_USE_RESULT
 static nkrt_status_t barrier(nkrt_comm_t *c, const char *what) {
   header_t *h = c->hdr;
   /* a rank that gave up left the count inconsistent: nothing can meet again */
@@ -246,6 +249,7 @@ nkrt_status_t nkrt_comm_barrier(nkrt_comm_t *c) {
 }
 
 /* The caller's index in the group, after checking the group. */
+NKRT_MUST_USE_RESULT
 static nkrt_status_t group_index(const nkrt_comm_t *c, const int32_t *ranks, uint32_t n,
                                  uint32_t dtype, int64_t count, uint32_t *out_index) {
   if (!ranks || n == 0) return nkrt_status_make(NKRT_INVALID, "collective: empty rank group");
@@ -290,6 +294,7 @@ static void announce(nkrt_comm_t *c, uint32_t kind, uint32_t dtype, uint32_t op,
 
 /* After the first barrier: every rank runs the same collective of the same
  * size, and every member of the group passed the same rank list. */
+NKRT_MUST_USE_RESULT
 static nkrt_status_t agree(nkrt_comm_t *c, const int32_t *ranks, uint32_t n) {
   const desc_t *mine = &c->hdr->desc[c->rank];
   uint64_t what = atomic_load(&mine->what), group = atomic_load(&mine->group);
@@ -453,11 +458,11 @@ static void take_blocks(const xfer_t *x, int64_t off, int64_t k) {
            slot(x->c, x->ranks[m]) + (size_t)x->me * (size_t)k * x->es, (size_t)k * x->es);
 }
 
+NKRT_MUST_USE_RESULT
 static nkrt_status_t run_chunks(xfer_t *x) {
   nkrt_comm_t *c = x->c;
   if (!c) return nkrt_status_make(NKRT_INVALID_HANDLE, "communicator is NULL");
-  nkrt_status_t st = group_index(c, x->ranks, x->n, x->dtype, x->count, &x->me);
-  if (st) return st;
+  NKRT_RETURN_IF_ERROR(group_index(c, x->ranks, x->n, x->dtype, x->count, &x->me));
   x->es = nkrt_dtype_size(x->dtype);
   int64_t per_slot = (int64_t)(SLOT_BYTES / x->es);
   /* all_to_all holds n blocks per slot; sized by the world, not the group, so
@@ -466,6 +471,7 @@ static nkrt_status_t run_chunks(xfer_t *x) {
   int64_t chunk = x->kind == NKRT_CC_ALL_TO_ALL ? per_slot / c->world_size : per_slot;
   if (chunk < 1) return nkrt_status_make(NKRT_INVALID, "all_to_all: group too large");
   const char *what = kind_names[x->kind];
+  nkrt_status_t st = NULL;
   pthread_mutex_lock(&c->mu);
   announce(c, x->kind, x->dtype, x->op, x->count, x->ranks, x->n);
   for (int64_t off = 0; (off == 0 || off < x->count) && !st; off += chunk) {
@@ -506,7 +512,7 @@ nkrt_status_t nkrt_comm_all_to_all(nkrt_comm_t *c, uint32_t dtype, const int32_t
   return run_chunks(&x);
 }
 
-/* ---- the kernels' entry (env->lib->collective) ---------------------------- */
+/* ---- the runtime's communicator (env->lib->collective) -------------------- */
 
 nkrt_status_t nkrt_runtime_comm(nkrt_runtime_t *rt, int32_t rank, int32_t world_size,
                                 nkrt_comm_t **out_comm) {
@@ -537,12 +543,12 @@ nkrt_status_t nkrt_runtime_comm(nkrt_runtime_t *rt, int32_t rank, int32_t world_
   return st;
 }
 
-int nkrt_lib_collective(void *ctx, uint32_t kind, uint32_t dtype, uint32_t reduce_op,
-                        const int32_t *ranks, uint32_t n, const void *src, void *dst,
-                        int64_t count) {
-  const nkrt_model_t *m = nkrt_exec_ctx_model(ctx);
+nkrt_status_t nkrt_runtime_collective(nkrt_runtime_t *rt, int32_t rank, int32_t world_size,
+                                      uint32_t kind, uint32_t dtype, uint32_t reduce_op,
+                                      const int32_t *ranks, uint32_t n, const void *src, void *dst,
+                                      int64_t count) {
   nkrt_comm_t *comm = NULL;
-  nkrt_status_t st = nkrt_runtime_comm(m->runtime, m->rank, m->world_size, &comm);
+  nkrt_status_t st = nkrt_runtime_comm(rt, rank, world_size, &comm);
   if (!st) {
     switch (kind) {
       case NKRT_CC_ALL_REDUCE:
@@ -553,8 +559,5 @@ int nkrt_lib_collective(void *ctx, uint32_t kind, uint32_t dtype, uint32_t reduc
       default: st = nkrt_status_make(NKRT_INVALID, "unknown collective kind %u", kind);
     }
   }
-  if (!st) return 0;
-  nkrt_exec_ctx_fail(ctx, nkrt_status_message(st));
-  nkrt_status_free(st);
-  return 1;
+  return st;
 }

@@ -10,8 +10,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "driver.h"
 
+NKRT_MUST_USE_RESULT
 static nkrt_status_t cpu_mem_reserve(uint32_t core, uint64_t bytes, uint8_t **out_base) {
   /* Address space only: pages are backed when first touched. */
   void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
@@ -36,6 +37,7 @@ typedef struct cpu_image {
 /* Checks that the ELF headers and every loadable segment lie inside the
  * image. A truncated shared object would otherwise be mapped past the end of
  * its file, and touching that memory kills the process (SIGBUS). */
+NKRT_MUST_USE_RESULT
 static nkrt_status_t check_elf(const void *bytes, size_t size) {
   const Elf64_Ehdr *eh = bytes;
   if (size < sizeof(*eh) || eh->e_ident[EI_CLASS] != ELFCLASS64 || eh->e_type != ET_DYN)
@@ -57,6 +59,7 @@ static nkrt_status_t check_elf(const void *bytes, size_t size) {
   return NULL;
 }
 
+NKRT_MUST_USE_RESULT
 static nkrt_status_t cpu_image_load(const void *bytes, size_t size, const char *label,
                                     void **out_image) {
   *out_image = NULL;

@@ -1,87 +1,17 @@
-/* exec.c - tensor sets, per-core in-order queues, execution and events. */
-#include <errno.h>
-#include <sched.h>
+/* exec.c - execution: binding a model's tensors (by name or by address) and
+ * running it, inline on an idle core or through its queue. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
-
-/* ---- tensor sets -------------------------------------------------------- */
-
-typedef struct set_entry {
-  char *name;
-  nkrt_tensor_t *tensor;
-} set_entry_t;
-
-struct nkrt_tensor_set {
-  set_entry_t *entries;
-  uint32_t count, capacity;
-};
-
-nkrt_status_t nkrt_tensor_set_create(nkrt_tensor_set_t **out_set) {
-  if (!out_set) return nkrt_status_make(NKRT_INVALID, "out_set is NULL");
-  *out_set = calloc(1, sizeof(nkrt_tensor_set_t));
-  return *out_set ? NULL : nkrt_status_make(NKRT_RESOURCE, "out of host memory");
-}
-
-void nkrt_tensor_set_clear(nkrt_tensor_set_t *s) {
-  if (!s) return;
-  for (uint32_t i = 0; i < s->count; i++) {
-    free(s->entries[i].name);
-    nkrt_tensor_release(s->entries[i].tensor);
-  }
-  s->count = 0;
-}
-
-void nkrt_tensor_set_destroy(nkrt_tensor_set_t *s) {
-  if (!s) return;
-  nkrt_tensor_set_clear(s);
-  free(s->entries);
-  free(s);
-}
-
-static set_entry_t *find_entry(const nkrt_tensor_set_t *s, const char *name) {
-  for (uint32_t i = 0; i < s->count; i++)
-    if (strcmp(s->entries[i].name, name) == 0) return &s->entries[i];
-  return NULL;
-}
-
-nkrt_status_t nkrt_tensor_set_add(nkrt_tensor_set_t *s, const char *name, nkrt_tensor_t *t) {
-  if (!s || !name || !*name || !t)
-    return nkrt_status_make(NKRT_INVALID, "tensor set add needs a set, a non-empty name and a "
-                            "tensor");
-  set_entry_t *e = find_entry(s, name);
-  if (e) {
-    nkrt_tensor_retain(t);
-    nkrt_tensor_release(e->tensor);
-    e->tensor = t;
-    return NULL;
-  }
-  if (s->count == s->capacity) {
-    uint32_t ncap = s->capacity ? s->capacity * 2 : 8;
-    set_entry_t *ne = realloc(s->entries, ncap * sizeof(*ne));
-    if (!ne) return nkrt_status_make(NKRT_RESOURCE, "out of host memory");
-    s->entries = ne;
-    s->capacity = ncap;
-  }
-  char *copy = nkrt_strdup_name(name, name);
-  if (!copy) return nkrt_status_make(NKRT_RESOURCE, "out of host memory");
-  nkrt_tensor_retain(t);
-  s->entries[s->count].name = copy;
-  s->entries[s->count].tensor = t;
-  s->count++;
-  return NULL;
-}
-
-nkrt_tensor_t *nkrt_tensor_set_get(const nkrt_tensor_set_t *s, const char *name) {
-  if (!s || !name) return NULL;
-  set_entry_t *e = find_entry(s, name);
-  return e ? e->tensor : NULL;
-}
-
-uint32_t nkrt_tensor_set_count(const nkrt_tensor_set_t *s) { return s ? s->count : 0; }
+#include "hazard.h"
+#include "kernel_env.h"
+#include "model.h"
+#include "queue.h"
+#include "runtime.h"
+#include "tensor_set.h"
+#include "tensor.h"
 
 /* ---- binding a model's tensors by name ---------------------------------- */
 
@@ -105,6 +35,7 @@ static void shape_text(const nkrt_neff_tensor_t *t, char *buf, size_t cap) {
   if (used < cap) snprintf(buf + used, cap - used, "]");
 }
 
+NKRT_MUST_USE_RESULT
 static nkrt_status_t check_binding(const nkrt_model_t *m, const char *kind,
                                    const nkrt_neff_tensor_t *info, const nkrt_tensor_t *t) {
   if (t->size != info->size) {
@@ -122,6 +53,7 @@ static nkrt_status_t check_binding(const nkrt_model_t *m, const char *kind,
   return NULL;
 }
 
+NKRT_MUST_USE_RESULT
 static nkrt_status_t check_unknown(const nkrt_model_t *m, const char *kind,
                                    const nkrt_tensor_set_t *set, const nkrt_neff_tensor_t *ts,
                                    uint32_t n) {
@@ -141,12 +73,13 @@ static nkrt_status_t check_unknown(const nkrt_model_t *m, const char *kind,
 }
 
 /* Resolves and retains every tensor of an execution into slots[0 .. nin+nout). */
+NKRT_MUST_USE_RESULT
 static nkrt_status_t bind(const nkrt_model_t *m, const nkrt_tensor_set_t *in,
                           const nkrt_tensor_set_t *out, nkrt_tensor_t **slots) {
   const nkrt_neff_desc_t *d = m->desc;
-  nkrt_status_t st = check_unknown(m, "input", in, d->inputs, d->num_inputs);
-  if (!st) st = check_unknown(m, "output", out, d->outputs, d->num_outputs);
-  if (st) return st;
+  NKRT_RETURN_IF_ERROR(check_unknown(m, "input", in, d->inputs, d->num_inputs));
+  NKRT_RETURN_IF_ERROR(check_unknown(m, "output", out, d->outputs, d->num_outputs));
+  nkrt_status_t st = NULL;
   uint32_t bound = 0;
   char names[1024];
   for (uint32_t i = 0; i < d->num_inputs && !st; i++) {
@@ -187,514 +120,6 @@ static void unbind(const nkrt_model_t *m, nkrt_tensor_t **slots) {
   for (uint32_t i = 0; i < n; i++) nkrt_tensor_release(slots[i]);
 }
 
-/* ---- running a kernel ---------------------------------------------------- */
-
-typedef struct exec_ctx {
-  nkrt_model_t *model;
-  void **ptrs;                  /* the tensors' addresses: inputs, then outputs */
-  uint64_t id;                  /* the execution's tracking id */
-  uint64_t scratch_used;
-  nkrt_tensor_t **extra;        /* scratch beyond the model's reservation */
-  uint32_t extra_count, extra_cap;
-  char error[512];
-  bool has_error;
-} exec_ctx_t;
-
-static void env_parallel_for(void *ctx, int64_t n, int64_t grain, nkrt_range_fn fn, void *arg) {
-  exec_ctx_t *x = ctx;
-  nkrt_pool_parallel_for(x->model->runtime->pool, n, grain, fn, arg);
-}
-
-static void *env_scratch(void *ctx, uint64_t bytes) {
-  exec_ctx_t *x = ctx;
-  nkrt_model_t *m = x->model;
-  uint64_t need = (bytes + NKRT_ALIGNMENT - 1) & ~(uint64_t)(NKRT_ALIGNMENT - 1);
-  if (m->scratch && need <= m->scratch->size - x->scratch_used) {
-    void *p = m->scratch->va + x->scratch_used;
-    x->scratch_used += need;
-    return p;
-  }
-  if (x->extra_count == x->extra_cap) {
-    uint32_t ncap = x->extra_cap ? x->extra_cap * 2 : 4;
-    nkrt_tensor_t **ne = realloc(x->extra, ncap * sizeof(*ne));
-    if (!ne) return NULL;
-    x->extra = ne;
-    x->extra_cap = ncap;
-  }
-  nkrt_tensor_t *t = NULL;
-  nkrt_status_t st = nkrt_tensor_allocate(m->runtime, m->core, bytes, "scratch", &t);
-  if (st) {
-    snprintf(x->error, sizeof(x->error), "scratch allocation failed: %s", nkrt_status_message(st));
-    nkrt_status_free(st);
-    return NULL;
-  }
-  x->extra[x->extra_count++] = t;
-  return t->va;
-}
-
-static int log_level(void) {
-  static atomic_int cached = -1;
-  int v = atomic_load(&cached);
-  if (v < 0) {
-    const char *env = getenv("NKRT_LOG_LEVEL");
-    v = env ? atoi(env) : 0;
-    atomic_store(&cached, v);
-  }
-  return v;
-}
-
-static void env_log(void *ctx, int level, const char *msg) {
-  exec_ctx_t *x = ctx;
-  if (level <= log_level())
-    fprintf(stderr, "[nkrt] kernel '%s' (core %u): %s\n", x->model->name, x->model->core,
-            msg ? msg : "");
-}
-
-static void env_set_error(void *ctx, const char *msg) {
-  exec_ctx_t *x = ctx;
-  snprintf(x->error, sizeof(x->error), "%s", msg ? msg : "kernel error");
-  x->has_error = true;
-}
-
-nkrt_pool_t *nkrt_exec_ctx_pool(void *ctx) { return ((exec_ctx_t *)ctx)->model->runtime->pool; }
-const nkrt_model_t *nkrt_exec_ctx_model(void *ctx) { return ((exec_ctx_t *)ctx)->model; }
-
-static bool overlaps(uintptr_t lo, uintptr_t hi, const void *p, uint64_t size) {
-  return lo < (uintptr_t)p + size && (uintptr_t)p < hi;
-}
-
-nkrt_pack_cache_t *nkrt_exec_ctx_packs(void *ctx, const void *lo, const void *hi,
-                                       uint64_t *out_exec_id) {
-  exec_ctx_t *x = ctx;
-  const nkrt_model_t *m = x->model;
-  const nkrt_neff_desc_t *d = m->desc;
-  uintptr_t a = (uintptr_t)lo, b = (uintptr_t)hi;
-  *out_exec_id = x->id;
-  bool inside = false;
-  for (uint32_t i = 0; i < d->num_inputs && !inside; i++) {
-    uintptr_t p = (uintptr_t)x->ptrs[i];
-    inside = p <= a && b <= p + d->inputs[i].size;
-  }
-  if (!inside) return NULL;
-  for (uint32_t i = 0; i < d->num_outputs; i++)
-    if (overlaps(a, b, x->ptrs[d->num_inputs + i], d->outputs[i].size)) return NULL;
-  if (m->scratch && overlaps(a, b, m->scratch->va, m->scratch->size)) return NULL;
-  for (uint32_t i = 0; i < x->extra_count; i++)
-    if (overlaps(a, b, x->extra[i]->va, x->extra[i]->size)) return NULL;
-  return m->runtime->packs;
-}
-void *nkrt_exec_ctx_scratch(void *ctx, uint64_t bytes) { return env_scratch(ctx, bytes); }
-void nkrt_exec_ctx_fail(void *ctx, const char *msg) { env_set_error(ctx, msg); }
-
-/* Runs the kernel on its tensors' addresses: ptrs[0 .. inputs), then outputs. */
-static nkrt_status_t run_kernel(nkrt_model_t *m, void **ptrs, uint64_t id) {
-  const nkrt_neff_desc_t *d = m->desc;
-  exec_ctx_t x = {.model = m, .ptrs = ptrs, .id = id};
-  nkrt_kernel_env_t env = {
-      .struct_size = sizeof(env),
-      .abi_version = NKRT_NEFF_ABI_VERSION,
-      .core_id = m->core,
-      .num_workers = nkrt_pool_size(m->runtime->pool),
-      .rank = m->rank,
-      .world_size = m->world_size,
-      .cc_enabled = m->cc_enabled,
-      .ctx = &x,
-      .parallel_for = env_parallel_for,
-      .scratch = env_scratch,
-      .log = env_log,
-      .set_error = env_set_error,
-      .lib = nkrt_kernel_lib(),
-  };
-  nkrt_runtime_t *rt = m->runtime;
-  bool tracing = nkrt_trace_enabled(rt);
-  if (tracing) nkrt_trace_record(rt, NKRT_TRACE_EXEC, 0, m->core, id, nkrt_now_ns(), 0, m->name);
-  int rc = d->kernel(&env, ptrs, ptrs + d->num_inputs);
-  if (tracing) nkrt_trace_record(rt, NKRT_TRACE_EXEC, 1, m->core, id, nkrt_now_ns(), 0, m->name);
-
-  /* what the kernel wrote: packed copies of those bytes are stale now */
-  for (uint32_t i = 0; i < d->num_outputs; i++)
-    nkrt_pack_invalidate(rt, ptrs[d->num_inputs + i],
-                         (uint8_t *)ptrs[d->num_inputs + i] + d->outputs[i].size);
-  if (m->scratch && x.scratch_used)
-    nkrt_pack_invalidate(rt, m->scratch->va, m->scratch->va + x.scratch_used);
-  for (uint32_t i = 0; i < x.extra_count; i++) nkrt_tensor_release(x.extra[i]);
-  free(x.extra);
-  if (rc != 0 || x.has_error)
-    return nkrt_status_make(NKRT_EXEC_COMPLETED_WITH_ERR, "kernel '%s' failed on core %u: %s",
-                            m->name, m->core, x.error[0] ? x.error : "it returned an error code");
-  return NULL;
-}
-
-/* ---- events -------------------------------------------------------------- */
-
-struct nkrt_event {
-  nkrt_runtime_t *runtime;
-  uint64_t id;
-  atomic_uint refs;         /* the caller's and the queue's */
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  bool done;
-  atomic_bool done_flag;    /* = done, readable without the lock */
-  nkrt_status_t status;
-  struct nkrt_event *list_prev, *list_next;
-};
-
-static nkrt_event_t *event_create(nkrt_runtime_t *rt) {
-  nkrt_event_t *ev = calloc(1, sizeof(*ev));
-  if (!ev) return NULL;
-  ev->runtime = rt;
-  ev->id = atomic_fetch_add(&rt->next_id, 1);
-  atomic_init(&ev->refs, 2);
-  atomic_init(&ev->done_flag, false);
-  pthread_mutex_init(&ev->mu, NULL);
-  pthread_condattr_t attr;
-  pthread_condattr_init(&attr);
-  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-  pthread_cond_init(&ev->cv, &attr);
-  pthread_condattr_destroy(&attr);
-  pthread_mutex_lock(&rt->mu);
-  ev->list_next = rt->events;
-  if (rt->events) rt->events->list_prev = ev;
-  rt->events = ev;
-  pthread_mutex_unlock(&rt->mu);
-  return ev;
-}
-
-static void event_destroy(nkrt_event_t *ev) {
-  nkrt_runtime_t *rt = ev->runtime;
-  pthread_mutex_lock(&rt->mu);
-  if (ev->list_prev) ev->list_prev->list_next = ev->list_next;
-  else rt->events = ev->list_next;
-  if (ev->list_next) ev->list_next->list_prev = ev->list_prev;
-  pthread_mutex_unlock(&rt->mu);
-  nkrt_status_free(ev->status);
-  pthread_cond_destroy(&ev->cv);
-  pthread_mutex_destroy(&ev->mu);
-  free(ev);
-}
-
-void nkrt_event_release(nkrt_event_t *ev) {
-  if (ev && atomic_fetch_sub_explicit(&ev->refs, 1, memory_order_acq_rel) == 1) event_destroy(ev);
-}
-
-void nkrt_events_destroy_all(nkrt_runtime_t *rt) {
-  while (rt->events) event_destroy(rt->events);
-}
-
-static void event_complete(nkrt_event_t *ev, nkrt_status_t st) {
-  pthread_mutex_lock(&ev->mu);
-  ev->status = st;
-  ev->done = true;
-  atomic_store_explicit(&ev->done_flag, true, memory_order_release);
-  pthread_cond_broadcast(&ev->cv);
-  pthread_mutex_unlock(&ev->mu);
-  nkrt_event_release(ev);
-}
-
-nkrt_status_t nkrt_event_wait(nkrt_event_t *ev, int64_t timeout_ns) {
-  if (!ev) return nkrt_status_make(NKRT_INVALID_HANDLE, "event is NULL");
-  struct timespec deadline;
-  if (timeout_ns >= 0) {
-    clock_gettime(CLOCK_MONOTONIC, &deadline);
-    deadline.tv_sec += timeout_ns / 1000000000;
-    deadline.tv_nsec += timeout_ns % 1000000000;
-    if (deadline.tv_nsec >= 1000000000) {
-      deadline.tv_sec++;
-      deadline.tv_nsec -= 1000000000;
-    }
-  }
-  if (timeout_ns != 0) { /* poll briefly before sleeping */
-    uint64_t t0 = nkrt_now_ns();
-    uint64_t limit = timeout_ns > 0 && (uint64_t)timeout_ns < NKRT_SPIN_NS ? (uint64_t)timeout_ns
-                                                                         : NKRT_SPIN_NS;
-    while (!atomic_load_explicit(&ev->done_flag, memory_order_acquire) &&
-           nkrt_now_ns() - t0 < limit)
-      sched_yield();
-  }
-  pthread_mutex_lock(&ev->mu);
-  while (!ev->done) {
-    if (timeout_ns < 0) {
-      pthread_cond_wait(&ev->cv, &ev->mu);
-    } else if (pthread_cond_timedwait(&ev->cv, &ev->mu, &deadline) == ETIMEDOUT) {
-      break;
-    }
-  }
-  nkrt_status_t st;
-  if (!ev->done)
-    st = nkrt_status_make(NKRT_TIMEOUT, "event %" PRIu64 " not done after %" PRId64 " ns", ev->id,
-                          timeout_ns);
-  else
-    st = ev->status ? nkrt_status_make(nkrt_status_code(ev->status), "%s",
-                                       nkrt_status_message(ev->status))
-                    : NULL;
-  pthread_mutex_unlock(&ev->mu);
-  return st;
-}
-
-bool nkrt_event_is_done(const nkrt_event_t *ev) {
-  if (!ev) return true;
-  nkrt_event_t *e = (nkrt_event_t *)ev;
-  pthread_mutex_lock(&e->mu);
-  bool done = e->done;
-  pthread_mutex_unlock(&e->mu);
-  return done;
-}
-
-uint64_t nkrt_event_id(const nkrt_event_t *ev) { return ev ? ev->id : 0; }
-
-/* ---- hazards ---------------------------------------------------------------- */
-
-static bool ranges_overlap(const nkrt_range_t *a, uint32_t na, const nkrt_range_t *b,
-                           uint32_t nb) {
-  for (uint32_t i = 0; i < na; i++)
-    for (uint32_t j = 0; j < nb; j++)
-      if (a[i].lo < b[j].hi && b[j].lo < a[i].hi) return true;
-  return false;
-}
-
-void nkrt_hazard_add(nkrt_runtime_t *rt, nkrt_hazard_t *h) {
-  pthread_mutex_lock(&rt->hazard_mu);
-  h->prev = NULL;
-  h->next = rt->hazards;
-  if (rt->hazards) rt->hazards->prev = h;
-  rt->hazards = h;
-  h->registered = true;
-  atomic_fetch_add_explicit(&rt->hazard_count, 1, memory_order_release);
-  pthread_mutex_unlock(&rt->hazard_mu);
-}
-
-/* Called once the work's memory accesses are over: the release decrement
- * publishes them to a synchronous operation that then loads a count of 0. */
-void nkrt_hazard_remove(nkrt_runtime_t *rt, nkrt_hazard_t *h) {
-  pthread_mutex_lock(&rt->hazard_mu);
-  if (h->registered) {
-    if (h->prev) h->prev->next = h->next;
-    else rt->hazards = h->next;
-    if (h->next) h->next->prev = h->prev;
-    h->registered = false;
-    atomic_fetch_add_explicit(&rt->hazard_removals, 1, memory_order_release);
-    atomic_fetch_sub_explicit(&rt->hazard_count, 1, memory_order_release);
-    if (rt->hazard_waiters) pthread_cond_broadcast(&rt->hazard_cv);
-  }
-  pthread_mutex_unlock(&rt->hazard_mu);
-}
-
-/* Caller holds hazard_mu. */
-static bool hazard_conflict_locked(nkrt_runtime_t *rt, const nkrt_range_t *ranges,
-                                   uint32_t count, uint32_t skip_core) {
-  for (const nkrt_hazard_t *h = rt->hazards; h; h = h->next)
-    if (h->core != skip_core && ranges_overlap(h->ranges, h->count, ranges, count)) return true;
-  return false;
-}
-
-void nkrt_hazard_wait_slow(nkrt_runtime_t *rt, const nkrt_range_t *ranges, uint32_t count,
-                           uint32_t skip_core) {
-  bool polled = false;
-  pthread_mutex_lock(&rt->hazard_mu);
-  while (hazard_conflict_locked(rt, ranges, count, skip_core)) {
-    if (!polled) { /* poll briefly for a removal before sleeping */
-      polled = true;
-      unsigned seen = atomic_load_explicit(&rt->hazard_removals, memory_order_relaxed);
-      pthread_mutex_unlock(&rt->hazard_mu);
-      uint64_t t0 = nkrt_now_ns();
-      while (atomic_load_explicit(&rt->hazard_removals, memory_order_acquire) == seen &&
-             nkrt_now_ns() - t0 < NKRT_SPIN_NS)
-        sched_yield();
-      pthread_mutex_lock(&rt->hazard_mu);
-      continue;
-    }
-    rt->hazard_waiters++;
-    pthread_cond_wait(&rt->hazard_cv, &rt->hazard_mu);
-    rt->hazard_waiters--;
-  }
-  pthread_mutex_unlock(&rt->hazard_mu);
-}
-
-/* ---- queued work ----------------------------------------------------------- */
-
-typedef enum { WORK_EXEC, WORK_WRITE, WORK_READ } work_kind_t;
-
-struct nkrt_work {
-  work_kind_t kind;
-  nkrt_work_t *next;
-  nkrt_event_t *event;
-  nkrt_runtime_t *runtime;
-  nkrt_model_t *model;        /* exec */
-  nkrt_tensor_t **slots;      /* exec: the tensors it holds (retained) */
-  void **ptrs;                /* exec: the kernel's tensor addresses */
-  nkrt_tensor_t *tensor;      /* copies */
-  void *host;
-  uint64_t offset, size;
-  nkrt_hazard_t hazard;       /* the device ranges it touches while queued */
-  nkrt_range_t range;         /* copies: the one range; exec: ranges are allocated */
-};
-
-void nkrt_queue_init(nkrt_queue_t *q) {
-  memset(q, 0, sizeof(*q));
-  atomic_init(&q->pending, 0);
-  pthread_mutex_init(&q->mu, NULL);
-  pthread_cond_init(&q->work_cv, NULL);
-  pthread_cond_init(&q->idle_cv, NULL);
-}
-
-static nkrt_status_t do_work(nkrt_work_t *w) {
-  switch (w->kind) {
-    case WORK_EXEC: return run_kernel(w->model, w->ptrs, w->event->id);
-    case WORK_WRITE: nkrt_tensor_write_raw(w->tensor, w->host, w->offset, w->size); break;
-    case WORK_READ: nkrt_tensor_read_raw(w->tensor, w->host, w->offset, w->size); break;
-  }
-  return NULL;
-}
-
-/* Unregisters the work's ranges, then drops what it holds. */
-static void free_work(nkrt_work_t *w) {
-  nkrt_hazard_remove(w->runtime, &w->hazard);
-  if (w->kind == WORK_EXEC) {
-    unbind(w->model, w->slots);
-    free(w->slots);
-    free(w->ptrs);
-    if (w->hazard.ranges != &w->range) free(w->hazard.ranges);
-    nkrt_model_release(w->model);
-  } else {
-    nkrt_tensor_release(w->tensor);
-  }
-  free(w);
-}
-
-static void *queue_main(void *p) {
-  nkrt_core_t *core = p;
-  nkrt_queue_t *q = &core->queue;
-  pthread_mutex_lock(&q->mu);
-  for (;;) {
-    while (!q->stop && (!q->head || q->busy)) {
-      if (!q->head && !q->busy) { /* idle: poll briefly before sleeping */
-        pthread_mutex_unlock(&q->mu);
-        uint64_t t0 = nkrt_now_ns();
-        while (atomic_load_explicit(&q->pending, memory_order_acquire) == 0 &&
-               nkrt_now_ns() - t0 < NKRT_SPIN_NS)
-          sched_yield();
-        pthread_mutex_lock(&q->mu);
-        if (q->head || q->stop) continue;
-      }
-      pthread_cond_wait(&q->work_cv, &q->mu);
-    }
-    if (!q->head) break; /* stopping, and nothing left */
-    if (q->busy) {       /* stopping while an inline execution runs */
-      pthread_cond_wait(&q->work_cv, &q->mu);
-      continue;
-    }
-    nkrt_work_t *w = q->head;
-    atomic_fetch_sub_explicit(&q->pending, 1, memory_order_relaxed);
-    q->head = w->next;
-    if (!q->head) q->tail = NULL;
-    q->busy = true;
-    pthread_mutex_unlock(&q->mu);
-    nkrt_status_t st = do_work(w);
-    nkrt_event_t *ev = w->event;
-    free_work(w);
-    event_complete(ev, st);
-    pthread_mutex_lock(&q->mu);
-    q->busy = false;
-    pthread_cond_broadcast(&q->idle_cv);
-  }
-  pthread_mutex_unlock(&q->mu);
-  return NULL;
-}
-
-static nkrt_status_t enqueue(nkrt_core_t *core, nkrt_work_t *w) {
-  nkrt_queue_t *q = &core->queue;
-  pthread_mutex_lock(&q->mu);
-  if (q->stop) {
-    pthread_mutex_unlock(&q->mu);
-    return nkrt_status_make(NKRT_CLOSED, "the runtime is shutting down");
-  }
-  if (!q->thread_started) {
-    if (pthread_create(&q->thread, NULL, queue_main, core) != 0) {
-      pthread_mutex_unlock(&q->mu);
-      return nkrt_status_make(NKRT_HW_ERROR, "cannot start the queue thread of core %u",
-                              core->arena.core);
-    }
-    q->thread_started = true;
-  }
-  w->next = NULL;
-  if (q->tail) q->tail->next = w;
-  else q->head = w;
-  q->tail = w;
-  atomic_fetch_add_explicit(&q->pending, 1, memory_order_release);
-  pthread_cond_signal(&q->work_cv);
-  pthread_mutex_unlock(&q->mu);
-  return NULL;
-}
-
-void nkrt_queue_shutdown(nkrt_core_t *core) {
-  nkrt_queue_t *q = &core->queue;
-  pthread_mutex_lock(&q->mu);
-  q->stop = true;
-  pthread_cond_broadcast(&q->work_cv);
-  bool started = q->thread_started;
-  pthread_mutex_unlock(&q->mu);
-  if (started) pthread_join(q->thread, NULL);
-  pthread_cond_destroy(&q->work_cv);
-  pthread_cond_destroy(&q->idle_cv);
-  pthread_mutex_destroy(&q->mu);
-}
-
-/* Submits work with a fresh event; on failure frees the work. */
-static nkrt_status_t submit(nkrt_runtime_t *rt, uint32_t core, nkrt_work_t *w,
-                            nkrt_event_t **out_event) {
-  nkrt_event_t *ev = event_create(rt);
-  w->event = ev;
-  w->hazard.core = core;
-  /* registered before it is queued: a synchronous operation the caller issues
-   * after this returns sees it; free_work unregisters it */
-  if (ev) nkrt_hazard_add(rt, &w->hazard);
-  /* once queued, w belongs to the queue thread and may be gone at any time */
-  nkrt_status_t st = ev ? enqueue(&rt->cores[core], w)
-                        : nkrt_status_make(NKRT_RESOURCE, "out of host memory");
-  if (st) {
-    free_work(w);
-    if (ev) { /* neither the queue nor the caller will release it */
-      nkrt_event_release(ev);
-      nkrt_event_release(ev);
-    }
-    return st;
-  }
-  *out_event = ev;
-  return NULL;
-}
-
-/* Queued work for an execution whose tensors are bound: takes over the n
- * references in `slots` (released on failure too); copies ptrs and ranges. */
-static nkrt_status_t exec_work_from(nkrt_model_t *m, nkrt_tensor_t *const *slots,
-                                    void *const *ptrs, const nkrt_range_t *ranges, uint32_t n,
-                                    nkrt_work_t **out_work) {
-  nkrt_work_t *w = calloc(1, sizeof(*w));
-  nkrt_tensor_t **wslots = calloc(n ? n : 1, sizeof(*wslots));
-  void **wptrs = calloc(n ? n : 1, sizeof(*wptrs));
-  nkrt_range_t *wranges = n > 1 ? calloc(n, sizeof(*wranges)) : NULL;
-  if (!w || !wslots || !wptrs || (n > 1 && !wranges)) {
-    free(w);
-    free(wslots);
-    free(wptrs);
-    free(wranges);
-    for (uint32_t i = 0; i < n; i++) nkrt_tensor_release(slots[i]);
-    return nkrt_status_make(NKRT_RESOURCE, "out of host memory");
-  }
-  memcpy(wslots, slots, n * sizeof(*wslots));
-  memcpy(wptrs, ptrs, n * sizeof(*wptrs));
-  nkrt_model_retain(m);
-  w->kind = WORK_EXEC;
-  w->runtime = m->runtime;
-  w->model = m;
-  w->slots = wslots;
-  w->ptrs = wptrs;
-  w->hazard.ranges = wranges ? wranges : &w->range;
-  w->hazard.count = n;
-  memcpy(w->hazard.ranges, ranges, n * sizeof(*ranges));
-  *out_work = w;
-  return NULL;
-}
-
 /* Kernel addresses and hazard ranges of tensors bound by name. */
 static void slot_addresses(nkrt_tensor_t *const *slots, uint32_t n, void **ptrs,
                            nkrt_range_t *ranges) {
@@ -707,6 +132,7 @@ static void slot_addresses(nkrt_tensor_t *const *slots, uint32_t n, void **ptrs,
 
 /* Binds by address (nkrt_execute_at): each tensor's owning allocation on the
  * model's core is retained into slots; ptrs and ranges get the addresses. */
+NKRT_MUST_USE_RESULT
 static nkrt_status_t bind_at(const nkrt_model_t *m, void *const *addresses,
                              nkrt_tensor_t **slots, void **ptrs, nkrt_range_t *ranges) {
   const nkrt_neff_desc_t *d = m->desc;
@@ -759,6 +185,7 @@ typedef struct {
   nkrt_range_t *ranges;
 } exec_arrays_t;
 
+NKRT_MUST_USE_RESULT
 static nkrt_status_t arrays_init(exec_arrays_t *a, const nkrt_model_t *m, uint32_t n) {
   if (n <= 32) {
     a->slots = a->slots_buf;
@@ -782,6 +209,7 @@ static void arrays_free(exec_arrays_t *a) {
 
 /* Binds tensor sets into `a` (arrays_free it afterwards, whatever the result):
  * the tensors retained, their addresses and ranges. */
+NKRT_MUST_USE_RESULT
 static nkrt_status_t bind_sets(const nkrt_model_t *m, const nkrt_tensor_set_t *in,
                                const nkrt_tensor_set_t *out, uint32_t n, exec_arrays_t *a) {
   nkrt_status_t st = arrays_init(a, m, n);
@@ -790,39 +218,24 @@ static nkrt_status_t bind_sets(const nkrt_model_t *m, const nkrt_tensor_set_t *i
   return st;
 }
 
-static nkrt_status_t make_exec_work(nkrt_model_t *m, const nkrt_tensor_set_t *in,
-                                    const nkrt_tensor_set_t *out, nkrt_work_t **out_work) {
-  uint32_t n = m->desc->num_inputs + m->desc->num_outputs;
-  exec_arrays_t a;
-  nkrt_status_t st = bind_sets(m, in, out, n, &a);
-  if (!st) st = exec_work_from(m, a.slots, a.ptrs, a.ranges, n, out_work);
-  arrays_free(&a);
-  return st;
-}
-
-/* Queues an execution; with `wait_other_cores`, first waits until no queued
- * work of another core overlaps its tensors (what nkrt_execute promises). */
-static nkrt_status_t queue_exec(nkrt_model_t *m, nkrt_work_t *w, bool wait_other_cores,
-                                nkrt_event_t **out_event) {
-  if (wait_other_cores)
-    nkrt_hazard_wait(m->runtime, w->hazard.ranges, w->hazard.count, m->core);
-  return submit(m->runtime, m->core, w, out_event);
-}
-
 nkrt_status_t nkrt_execute_async(nkrt_model_t *m, const nkrt_tensor_set_t *in,
                                  const nkrt_tensor_set_t *out, nkrt_event_t **out_event) {
   if (!out_event) return nkrt_status_make(NKRT_INVALID, "out_event is NULL");
   *out_event = NULL;
   if (!m) return nkrt_status_make(NKRT_INVALID_HANDLE, "model is NULL");
-  nkrt_work_t *w = NULL;
-  nkrt_status_t st = make_exec_work(m, in, out, &w);
-  return st ? st : queue_exec(m, w, false, out_event);
+  uint32_t n = m->desc->num_inputs + m->desc->num_outputs;
+  exec_arrays_t a;
+  nkrt_status_t st = bind_sets(m, in, out, n, &a);
+  if (!st) st = nkrt_queue_submit_exec(m, a.slots, a.ptrs, a.ranges, n, out_event);
+  arrays_free(&a);
+  return st;
 }
 
 /* Runs bound tensors (n references in slots, consumed): inline on the calling
  * thread when the core's queue is idle, else queued behind its work and
  * waited for. Either way it first waits for other cores' queued work that
  * overlaps `ranges`. */
+NKRT_MUST_USE_RESULT
 static nkrt_status_t execute_bound(nkrt_model_t *m, nkrt_tensor_t **slots, void **ptrs,
                                    nkrt_range_t *ranges, uint32_t n) {
   nkrt_runtime_t *rt = m->runtime;
@@ -831,30 +244,18 @@ static nkrt_status_t execute_bound(nkrt_model_t *m, nkrt_tensor_t **slots, void 
    * cores touching the same memory must finish first. Waiting happens before
    * the core is claimed, so no queue is held up meanwhile. */
   nkrt_hazard_wait(rt, ranges, n, m->core);
-  pthread_mutex_lock(&q->mu);
-  bool inline_ok = !q->busy && !q->head && !q->stop;
-  if (inline_ok) q->busy = true;
-  pthread_mutex_unlock(&q->mu);
-
-  if (!inline_ok) { /* in order behind the queued work */
-    nkrt_work_t *w = NULL;
+  if (!nkrt_queue_claim_idle(q)) { /* in order behind the queued work */
     nkrt_event_t *ev = NULL;
-    nkrt_status_t st = exec_work_from(m, slots, ptrs, ranges, n, &w);
-    if (!st) st = queue_exec(m, w, false, &ev);
-    if (st) return st;
-    st = nkrt_event_wait(ev, -1);
+    NKRT_RETURN_IF_ERROR(nkrt_queue_submit_exec(m, slots, ptrs, ranges, n, &ev));
+    nkrt_status_t st = nkrt_event_wait(ev, -1);
     nkrt_event_release(ev);
     return st;
   }
   /* idle core: run on the calling thread, no hand-off */
   nkrt_status_t st =
-      run_kernel(m, ptrs, atomic_fetch_add_explicit(&rt->next_id, 1, memory_order_relaxed));
+      nkrt_kernel_run(m, ptrs, atomic_fetch_add_explicit(&rt->next_id, 1, memory_order_relaxed));
   unbind(m, slots);
-  pthread_mutex_lock(&q->mu);
-  q->busy = false;
-  if (q->head) pthread_cond_signal(&q->work_cv);
-  pthread_cond_broadcast(&q->idle_cv);
-  pthread_mutex_unlock(&q->mu);
+  nkrt_queue_unclaim(q);
   return st;
 }
 
@@ -881,48 +282,3 @@ nkrt_status_t nkrt_execute_at(nkrt_model_t *m, void *const *addresses) {
   return st;
 }
 
-static nkrt_status_t copy_async(work_kind_t kind, nkrt_tensor_t *t, void *host, uint64_t offset,
-                                uint64_t size, nkrt_event_t **out_event) {
-  if (!out_event) return nkrt_status_make(NKRT_INVALID, "out_event is NULL");
-  *out_event = NULL;
-  if (!t) return nkrt_status_make(NKRT_INVALID_HANDLE, "tensor is NULL");
-  if (offset > t->size || size > t->size - offset)
-    return nkrt_status_make(NKRT_INVALID, "%s of %" PRIu64 " bytes at offset %" PRIu64
-                            " exceeds the tensor bound of '%s' (%" PRIu64 " bytes)",
-                            kind == WORK_WRITE ? "write" : "read", size, offset, t->name, t->size);
-  if (size && !host) return nkrt_status_make(NKRT_INVALID, "host buffer is NULL");
-  nkrt_work_t *w = calloc(1, sizeof(*w));
-  if (!w) return nkrt_status_make(NKRT_RESOURCE, "out of host memory");
-  nkrt_tensor_retain(t);
-  w->kind = kind;
-  w->runtime = t->runtime;
-  w->tensor = t;
-  uintptr_t lo = (uintptr_t)(t->va + offset);
-  w->range = (nkrt_range_t){lo, lo + (uintptr_t)size};
-  w->hazard.ranges = &w->range;
-  w->hazard.count = 1;
-  w->host = host;
-  w->offset = offset;
-  w->size = size;
-  return submit(t->runtime, t->core, w, out_event);
-}
-
-nkrt_status_t nkrt_tensor_write_async(nkrt_tensor_t *t, const void *src, uint64_t offset,
-                                      uint64_t size, nkrt_event_t **out_event) {
-  return copy_async(WORK_WRITE, t, (void *)src, offset, size, out_event);
-}
-
-nkrt_status_t nkrt_tensor_read_async(nkrt_tensor_t *t, void *dst, uint64_t offset, uint64_t size,
-                                     nkrt_event_t **out_event) {
-  return copy_async(WORK_READ, t, dst, offset, size, out_event);
-}
-
-nkrt_status_t nkrt_core_synchronize(nkrt_runtime_t *rt, uint32_t core) {
-  nkrt_status_t st = nkrt_check_core(rt, core);
-  if (st) return st;
-  nkrt_queue_t *q = &rt->cores[core].queue;
-  pthread_mutex_lock(&q->mu);
-  while (q->head || q->busy) pthread_cond_wait(&q->idle_cv, &q->mu);
-  pthread_mutex_unlock(&q->mu);
-  return NULL;
-}

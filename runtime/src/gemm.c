@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "gemm.h"
+#include "log.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -106,66 +107,7 @@ void nkrt_gemm_buffer_put(void *buffer) {
   free(h);
 }
 
-/* ---- float16 / bfloat16 -------------------------------------------------- */
-
-float nkrt_half_to_float(uint16_t h) {
-  uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
-  if (exp == 0) {
-    if (man == 0) {
-      bits = sign;
-    } else { /* subnormal */
-      exp = 127 - 15 + 1;
-      while (!(man & 0x400)) {
-        man <<= 1;
-        exp--;
-      }
-      bits = sign | (exp << 23) | ((man & 0x3ff) << 13);
-    }
-  } else if (exp == 31) {
-    bits = sign | 0x7f800000u | (man << 13);
-  } else {
-    bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
-  }
-  float f;
-  memcpy(&f, &bits, 4);
-  return f;
-}
-
-uint16_t nkrt_float_to_half(float f) {
-  uint32_t x;
-  memcpy(&x, &f, 4);
-  uint32_t sign = (x >> 16) & 0x8000;
-  int32_t exp = (int32_t)((x >> 23) & 0xff) - 127 + 15;
-  uint32_t man = x & 0x7fffff;
-  if (((x >> 23) & 0xff) == 0xff) return (uint16_t)(sign | 0x7c00 | (man ? 0x200 : 0));
-  if (exp >= 31) return (uint16_t)(sign | 0x7c00);
-  if (exp <= 0) {
-    if (exp < -10) return (uint16_t)sign;
-    man |= 0x800000;
-    uint32_t shift = (uint32_t)(14 - exp);
-    uint32_t half = man >> shift, rem = man & ((1u << shift) - 1), mid = 1u << (shift - 1);
-    if (rem > mid || (rem == mid && (half & 1))) half++;
-    return (uint16_t)(sign | half);
-  }
-  uint32_t half = sign | ((uint32_t)exp << 10) | (man >> 13);
-  uint32_t rem = man & 0x1fff;
-  if (rem > 0x1000 || (rem == 0x1000 && (half & 1))) half++;
-  return (uint16_t)half;
-}
-
-float nkrt_bf16_to_float(uint16_t h) {
-  uint32_t bits = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &bits, 4);
-  return f;
-}
-
-uint16_t nkrt_float_to_bf16(float f) {
-  uint32_t x;
-  memcpy(&x, &f, 4);
-  if ((x & 0x7fffffff) > 0x7f800000) return (uint16_t)((x >> 16) | 0x40);
-  return (uint16_t)((x + 0x7fff + ((x >> 16) & 1)) >> 16);
-}
+/* ---- float16 / bfloat16 arrays ------------------------------------------- */
 
 #ifdef NKRT_GEMM_X86
 __attribute__((target("avx,f16c"))) static void half_widen_f16c(const uint16_t *s, float *d,
@@ -274,11 +216,6 @@ static void narrow(uint32_t dtype, const float *s, uint16_t *d, int64_t n) {
 
 /* ---- provider selection ------------------------------------------------- */
 
-static int log_level(void) {
-  const char *env = getenv("NKRT_LOG_LEVEL");
-  return env ? atoi(env) : 0;
-}
-
 /* Tries libmkl_rt.so.3 and .2 in each directory of the ':'-separated `list`,
  * each directory followed by `suffix`. */
 static const nkrt_gemm_provider_t *mkl_in_list(const char *list, const char *suffix, char *why,
@@ -350,7 +287,7 @@ static const nkrt_gemm_provider_t *choose_provider(void) {
     p = &nkrt_gemm_reference;
   }
   if (!p) p = &nkrt_gemm_reference;
-  if (log_level() >= 2) {
+  if (nkrt_log_level() >= 2) {
     const char *d = p->description;
     if (p == &nkrt_gemm_reference)
       fprintf(stderr, "[nkrt] GEMM provider: reference (built-in blocked C kernel, %s)\n",
@@ -570,22 +507,31 @@ static const char *run_job(gemm_job_t *g, nkrt_pool_t *pool, int64_t batch) {
   return atomic_load(&g->failed) ? "out of host memory for low-precision GEMM buffers" : NULL;
 }
 
-/* float32 products; `ctx` (an execution, or NULL) lets a single product's B
- * come from the packed-weights cache when it is one of the kernel's inputs. */
-static const char *sgemm_job(const nkrt_gemm_provider_t *p, nkrt_pool_t *pool, void *ctx,
-                             int64_t batch, int ta, int tb, int64_t m, int64_t n, int64_t k,
-                             float alpha, const float *a, int64_t lda, int64_t sa,
-                             const float *b, int64_t ldb, int64_t sb, float beta, float *c,
-                             int64_t ldc, int64_t sc) {
+bool nkrt_gemm_packable_b(const nkrt_gemm_provider_t *p, int64_t batch, int tb, int64_t m,
+                          int64_t n, int64_t k, const float *b, int64_t ldb, const void **out_lo,
+                          const void **out_hi) {
+  if (!(batch == 1 && p->pack_b_size && m >= PACK_MIN_ROWS && n > 0 && k > 0)) return false;
+  int64_t rows = tb ? n : k, cols = tb ? k : n;
+  *out_lo = b;
+  *out_hi = b + (rows - 1) * ldb + cols;
+  return true;
+}
+
+const char *nkrt_gemm_sgemm_job(const nkrt_gemm_provider_t *p, nkrt_pool_t *pool,
+                                nkrt_pack_cache_t *packs, uint64_t exec_id, int64_t batch, int ta,
+                                int tb, int64_t m, int64_t n, int64_t k, float alpha,
+                                const float *a, int64_t lda, int64_t sa, const float *b,
+                                int64_t ldb, int64_t sb, float beta, float *c, int64_t ldc,
+                                int64_t sc) {
   const char *err = check_args(batch, ta, tb, m, n, k, &lda, &ldb, &ldc);
   if (err) return err;
   gemm_job_t g = {.p = p, .dtype = NKRT_DTYPE_FLOAT32, .ta = ta, .tb = tb, .m = m, .n = n,
                   .k = k, .alpha = alpha, .beta = beta, .a = a, .b = b, .c = c, .lda = lda,
                   .ldb = ldb, .ldc = ldc, .sa = sa, .sb = sb, .sc = sc};
   atomic_init(&g.failed, false);
-  if (ctx && batch == 1 && p->pack_b_size && m >= PACK_MIN_ROWS && n > 0 && k > 0) {
-    int64_t rows = tb ? n : k, cols = tb ? k : n;
-    g.packs = nkrt_exec_ctx_packs(ctx, b, b + (rows - 1) * ldb + cols, &g.exec_id);
+  if (packs && batch == 1 && p->pack_b_size && m >= PACK_MIN_ROWS && n > 0 && k > 0) {
+    g.packs = packs;
+    g.exec_id = exec_id;
   }
   return run_job(&g, pool, batch);
 }
@@ -595,8 +541,8 @@ const char *nkrt_gemm_sgemm_batched(const nkrt_gemm_provider_t *p, nkrt_pool_t *
                                     int64_t k, float alpha, const float *a, int64_t lda,
                                     int64_t sa, const float *b, int64_t ldb, int64_t sb,
                                     float beta, float *c, int64_t ldc, int64_t sc) {
-  return sgemm_job(p, pool, NULL, batch, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c,
-                   ldc, sc);
+  return nkrt_gemm_sgemm_job(p, pool, NULL, 0, batch, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb,
+                             beta, c, ldc, sc);
 }
 
 const char *nkrt_gemm_lowp_batched(const nkrt_gemm_provider_t *p, nkrt_pool_t *pool,
@@ -614,42 +560,3 @@ const char *nkrt_gemm_lowp_batched(const nkrt_gemm_provider_t *p, nkrt_pool_t *p
   atomic_init(&g.failed, false);
   return run_job(&g, pool, batch);
 }
-
-/* ---- the table kernels get -------------------------------------------- */
-
-static void lib_sgemm(void *ctx, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha,
-                      const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
-                      float *c, int64_t ldc) {
-  const char *err = sgemm_job(nkrt_gemm_selected(), nkrt_exec_ctx_pool(ctx), ctx, 1, ta, tb, m,
-                              n, k, alpha, a, lda, 0, b, ldb, 0, beta, c, ldc, 0);
-  if (err) nkrt_exec_ctx_fail(ctx, err);
-}
-
-static void lib_sgemm_batched(void *ctx, int64_t batch, int ta, int tb, int64_t m, int64_t n,
-                              int64_t k, float alpha, const float *a, int64_t lda, int64_t sa,
-                              const float *b, int64_t ldb, int64_t sb, float beta, float *c,
-                              int64_t ldc, int64_t sc) {
-  const char *err = sgemm_job(nkrt_gemm_selected(), nkrt_exec_ctx_pool(ctx), ctx, batch, ta, tb,
-                              m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc, sc);
-  if (err) nkrt_exec_ctx_fail(ctx, err);
-}
-
-static void lib_gemm_batched_lowp(void *ctx, uint32_t dtype, int64_t batch, int ta, int tb,
-                                  int64_t m, int64_t n, int64_t k, float alpha, const void *a,
-                                  int64_t lda, int64_t sa, const void *b, int64_t ldb, int64_t sb,
-                                  float beta, void *c, int64_t ldc, int64_t sc) {
-  const char *err = nkrt_gemm_lowp_batched(nkrt_gemm_selected(), nkrt_exec_ctx_pool(ctx), dtype,
-                                           batch, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb,
-                                           beta, c, ldc, sc);
-  if (err) nkrt_exec_ctx_fail(ctx, err);
-}
-
-static const nkrt_kernel_lib_t kernel_lib = {
-    .struct_size = sizeof(nkrt_kernel_lib_t),
-    .sgemm = lib_sgemm,
-    .sgemm_batched = lib_sgemm_batched,
-    .gemm_batched_lowp = lib_gemm_batched_lowp,
-    .collective = nkrt_lib_collective,
-};
-
-const nkrt_kernel_lib_t *nkrt_kernel_lib(void) { return &kernel_lib; }

@@ -11,7 +11,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "internal.h"
+#include "base.h"
+#include "gemm_pack.h"
+#include "half.h" /* panels widen and narrow float16 / bfloat16 */
+#include "pool.h"
 
 /* Hot loops are compiled at -O3 (vectorised) though the runtime builds at
  * -O2; clang has no per-function optimize attribute and vectorises at -O2. */
@@ -81,6 +84,23 @@ void nkrt_pack_release(nkrt_pack_cache_t *cache, void *entry);
 void *nkrt_gemm_buffer_get(uint64_t bytes);
 void nkrt_gemm_buffer_put(void *buffer);
 
+/* Whether a float32 product may take its B from packed weights: a single
+ * product with rows enough, on a provider that packs. If so, B's bytes are
+ * [*out_lo, *out_hi): the caller looks for a cache that may hold them (an
+ * execution's: B one of the kernel's inputs, not written by it). */
+bool nkrt_gemm_packable_b(const nkrt_gemm_provider_t *p, int64_t batch, int tb, int64_t m,
+                          int64_t n, int64_t k, const float *b, int64_t ldb, const void **out_lo,
+                          const void **out_hi);
+/* float32 products on the worker pool; `packs` (or NULL) is the packed-
+ * weights cache a single product's B may come from, for the execution
+ * `exec_id` (nkrt_pack_acquire). */
+const char *nkrt_gemm_sgemm_job(const nkrt_gemm_provider_t *p, nkrt_pool_t *pool,
+                                nkrt_pack_cache_t *packs, uint64_t exec_id, int64_t batch, int ta,
+                                int tb, int64_t m, int64_t n, int64_t k, float alpha,
+                                const float *a, int64_t lda, int64_t sa, const float *b,
+                                int64_t ldb, int64_t sb, float beta, float *c, int64_t ldc,
+                                int64_t sc);
+
 /* ---- entry points for tests and benchmarks ------------------------------
  * The routines of nkrt_kernel_lib_t, with a pool instead of an execution
  * context, on a chosen provider. They return NULL, or a message when
@@ -102,11 +122,5 @@ const nkrt_gemm_provider_t *nkrt_gemm_selected(void);
 void nkrt_gemm_reselect(void);
 /* A provider by name ("reference", "mkl"), or NULL when not available. */
 const nkrt_gemm_provider_t *nkrt_gemm_find(const char *name);
-
-/* float16 / bfloat16 conversions (round to nearest even). */
-float nkrt_half_to_float(uint16_t h);
-uint16_t nkrt_float_to_half(float f);
-float nkrt_bf16_to_float(uint16_t h);
-uint16_t nkrt_float_to_bf16(float f);
 
 #endif /* NKRT_GEMM_H */

@@ -6,7 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "model.h"
+#include "runtime.h"
+#include "tensor.h"
 
 static const char *const dtype_names[NKRT_DTYPE_COUNT_] = {
     "unknown", "float32", "float16", "bfloat16", "int8",  "uint8",  "int16",
@@ -23,6 +25,7 @@ void nkrt_load_options_init(nkrt_load_options_t *o) {
 }
 
 /* Checks one tensor entry of a descriptor. */
+NKRT_MUST_USE_RESULT
 static nkrt_status_t check_tensor(const nkrt_neff_desc_t *d, const char *kind, uint32_t i,
                                   const nkrt_neff_tensor_t *t) {
   const char *model = d->name ? d->name : "?";
@@ -52,6 +55,7 @@ static nkrt_status_t check_tensor(const nkrt_neff_desc_t *d, const char *kind, u
   return NULL;
 }
 
+NKRT_MUST_USE_RESULT
 static nkrt_status_t validate(const nkrt_neff_desc_t *d) {
   if (d->abi_version < NKRT_NEFF_ABI_MIN_VERSION || d->abi_version > NKRT_NEFF_ABI_VERSION)
     return nkrt_status_make(NKRT_UNSUPPORTED_NEFF_VERSION,
@@ -70,13 +74,11 @@ static nkrt_status_t validate(const nkrt_neff_desc_t *d) {
   if (d->num_inputs > 4096 || d->num_outputs > 4096)
     return nkrt_status_make(NKRT_FAILURE, "invalid NEFF '%s': too many tensors", d->name);
   for (uint32_t i = 0; i < d->num_inputs; i++) {
-    nkrt_status_t st = check_tensor(d, "input", i, &d->inputs[i]);
-    if (st) return st;
+    NKRT_RETURN_IF_ERROR(check_tensor(d, "input", i, &d->inputs[i]));
   }
   for (uint32_t i = 0; i < d->num_outputs; i++) {
     const nkrt_neff_tensor_t *o = &d->outputs[i];
-    nkrt_status_t st = check_tensor(d, "output", i, o);
-    if (st) return st;
+    NKRT_RETURN_IF_ERROR(check_tensor(d, "output", i, o));
     if (o->alias_input >= (int32_t)d->num_inputs || o->alias_input < -1)
       return nkrt_status_make(NKRT_FAILURE, "invalid NEFF '%s': output '%s' aliases input %d "
                               "of %u", d->name, o->name, o->alias_input, d->num_inputs);
@@ -134,14 +136,14 @@ void nkrt_model_release(nkrt_model_t *m) {
     nkrt_model_destroy_now(m);
 }
 
+/* The older name of nkrt_model_release (nkrt/model.h). */
 void nkrt_model_unload(nkrt_model_t *m) { nkrt_model_release(m); }
 
 nkrt_status_t nkrt_model_load(nkrt_runtime_t *rt, const void *neff, size_t size, uint32_t core,
                               const nkrt_load_options_t *options, nkrt_model_t **out_model) {
   if (!out_model) return nkrt_status_make(NKRT_INVALID, "out_model is NULL");
   *out_model = NULL;
-  nkrt_status_t st = nkrt_check_core(rt, core);
-  if (st) return st;
+  NKRT_RETURN_IF_ERROR(nkrt_check_core(rt, core));
   nkrt_load_options_t defaults;
   nkrt_load_options_init(&defaults);
   if (!options) options = &defaults;
@@ -163,7 +165,8 @@ nkrt_status_t nkrt_model_load(nkrt_runtime_t *rt, const void *neff, size_t size,
   m->rank = options->rank;
   m->world_size = options->world_size;
 
-  st = rt->driver->image_load(neff, size, options->name ? options->name : "nkrt-neff", &m->image);
+  nkrt_status_t st =
+      rt->driver->image_load(neff, size, options->name ? options->name : "nkrt-neff", &m->image);
   if (st) goto fail;
   nkrt_neff_query_fn query = (nkrt_neff_query_fn)rt->driver->image_symbol(m->image, NKRT_NEFF_ENTRY);
   if (!query) {
@@ -232,12 +235,7 @@ nkrt_status_t nkrt_model_load_file(nkrt_runtime_t *rt, const char *path, uint32_
   fclose(f);
   if (!st) {
     st = nkrt_model_load(rt, buf, len, core, options, out_model);
-    if (st) { /* say which file */
-      nkrt_status_t wrapped = nkrt_status_make(nkrt_status_code(st), "%s (file '%s')",
-                                               nkrt_status_message(st), path);
-      nkrt_status_free(st);
-      st = wrapped;
-    }
+    st = nkrt_status_annotate(st, "file '%s'", path); /* say which file */
   }
   free(buf);
   return st;

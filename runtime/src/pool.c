@@ -8,10 +8,11 @@
  * every worker that joined it has left, so the job can live on its stack.
  * Worker ids are unique within a job: the caller is 0, pool thread i is i+1.
  */
+#include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
 
-#include "internal.h"
+#include "pool.h"
 
 typedef struct pool_job {
   nkrt_range_fn fn;

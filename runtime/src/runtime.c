@@ -5,7 +5,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "event.h"
+#include "gemm_pack.h"
+#include "model.h"
+#include "runtime.h"
+#include "tensor.h"
+#include "trace.h"
 #include "nkrt/comm.h"
 
 char *nkrt_strdup_name(const char *name, const char *fallback) {
@@ -30,6 +35,7 @@ static const char *skip_spaces(const char *p) {
   return p;
 }
 
+NKRT_MUST_USE_RESULT
 static nkrt_status_t parse_uint(const char **pp, const char *spec, uint64_t *out) {
   const char *p = skip_spaces(*pp);
   if (!isdigit((unsigned char)*p))
@@ -55,13 +61,11 @@ nkrt_status_t nkrt_parse_core_list(const char *spec, uint32_t *out_ids, uint32_t
   if (!*p) return nkrt_status_make(NKRT_INVALID, "invalid core list \"%s\": it is empty", spec);
   for (;;) {
     uint64_t lo, hi;
-    nkrt_status_t st = parse_uint(&p, spec, &lo);
-    if (st) return st;
+    NKRT_RETURN_IF_ERROR(parse_uint(&p, spec, &lo));
     hi = lo;
     if (*p == '-') {
       p++;
-      st = parse_uint(&p, spec, &hi);
-      if (st) return st;
+      NKRT_RETURN_IF_ERROR(parse_uint(&p, spec, &hi));
     }
     if (hi < lo)
       return nkrt_status_make(NKRT_INVALID, "invalid core list \"%s\": range %llu-%llu is reversed",
@@ -122,6 +126,7 @@ nkrt_status_t nkrt_parse_size(const char *text, uint64_t *out_bytes) {
   return NULL;
 }
 
+NKRT_MUST_USE_RESULT
 static nkrt_status_t resolve_cores(const char *spec, uint32_t *ids, uint32_t *count) {
   if (!spec) spec = getenv("NEURON_RT_VISIBLE_CORES");
   if (!spec || !*skip_spaces(spec)) {
@@ -147,14 +152,13 @@ nkrt_status_t nkrt_runtime_create(const nkrt_options_t *options, nkrt_runtime_t 
                             "nkrt_options_init first", options->struct_size);
 
   uint32_t ids[NKRT_TOTAL_CORES], count = 0;
-  nkrt_status_t st = resolve_cores(options->visible_cores, ids, &count);
-  if (st) return st;
+  NKRT_RETURN_IF_ERROR(resolve_cores(options->visible_cores, ids, &count));
 
   uint64_t memory = options->core_memory_bytes;
   if (!memory) {
     const char *env = getenv("NKRT_CORE_MEMORY");
     if (env && *env) {
-      st = nkrt_parse_size(env, &memory);
+      nkrt_status_t st = nkrt_parse_size(env, &memory);
       if (st) {
         nkrt_status_t wrapped = nkrt_status_make(NKRT_INVALID, "NKRT_CORE_MEMORY: %s",
                                                  nkrt_status_message(st));
@@ -212,10 +216,10 @@ nkrt_status_t nkrt_runtime_create(const nkrt_options_t *options, nkrt_runtime_t 
   for (uint32_t i = 0; i < count; i++) {
     cores[i].physical_id = ids[i];
     cores[i].runtime = rt;
-    nkrt_arena_init(&cores[i].arena, i, memory);
+    nkrt_arena_init(&cores[i].arena, rt->driver, i, memory);
     nkrt_queue_init(&cores[i].queue);
   }
-  st = nkrt_pool_create(workers, &rt->pool);
+  nkrt_status_t st = nkrt_pool_create(workers, &rt->pool);
   if (!st) st = nkrt_pack_cache_create(&rt->packs);
   if (st) {
     nkrt_runtime_destroy(rt);
@@ -274,8 +278,7 @@ nkrt_status_t nkrt_check_core(const nkrt_runtime_t *rt, uint32_t core) {
 }
 
 nkrt_status_t nkrt_memory_stats(nkrt_runtime_t *rt, uint32_t core, nkrt_memory_stats_t *out) {
-  nkrt_status_t st = nkrt_check_core(rt, core);
-  if (st) return st;
+  NKRT_RETURN_IF_ERROR(nkrt_check_core(rt, core));
   if (!out) return nkrt_status_make(NKRT_INVALID, "out_stats is NULL");
   uint32_t size = out->struct_size;
   nkrt_memory_stats_t full;
@@ -292,8 +295,7 @@ nkrt_status_t nkrt_memory_stats(nkrt_runtime_t *rt, uint32_t core, nkrt_memory_s
 }
 
 nkrt_status_t nkrt_memory_reset_peak(nkrt_runtime_t *rt, uint32_t core) {
-  nkrt_status_t st = nkrt_check_core(rt, core);
-  if (st) return st;
+  NKRT_RETURN_IF_ERROR(nkrt_check_core(rt, core));
   nkrt_arena_t *arena = &rt->cores[core].arena;
   pthread_mutex_lock(&arena->mu);
   nkrt_arena_reset_peak_locked(arena);

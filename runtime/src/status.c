@@ -1,4 +1,5 @@
-/* status.c - status values: heap objects carrying a code and a message. */
+/* status.c - status values: heap objects carrying a code and a message, and
+ * context added to them on the way out. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +37,31 @@ nkrt_status_t nkrt_status_make(nkrt_code_t code, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   nkrt_status_t s = nkrt_status_makev(code, fmt, ap);
+  va_end(ap);
+  return s;
+}
+
+nkrt_status_t nkrt_status_annotatev(nkrt_status_t status, const char *fmt, va_list ap) {
+  if (!status) return NULL;
+  va_list ap2;
+  va_copy(ap2, ap);
+  int n = vsnprintf(NULL, 0, fmt, ap2);
+  va_end(ap2);
+  if (n < 0) return status;
+  char *context = malloc((size_t)n + 1);
+  if (!context) return status;
+  vsnprintf(context, (size_t)n + 1, fmt, ap);
+  nkrt_status_t s = nkrt_status_make(status->code, "%s (%s)", status->message, context);
+  free(context);
+  if (s == &oom_status.s) return status; /* no room for more: keep what it said */
+  nkrt_status_free(status);
+  return s;
+}
+
+nkrt_status_t nkrt_status_annotate(nkrt_status_t status, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  nkrt_status_t s = nkrt_status_annotatev(status, fmt, ap);
   va_end(ap);
   return s;
 }

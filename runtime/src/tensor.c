@@ -4,7 +4,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "gemm_pack.h"
+#include "hazard.h"
+#include "runtime.h"
+#include "tensor.h"
+#include "trace.h"
 
 static nkrt_tensor_t *new_tensor(nkrt_runtime_t *rt, uint32_t core, const char *name) {
   nkrt_tensor_t *t = calloc(1, sizeof(*t));
@@ -38,13 +42,12 @@ nkrt_status_t nkrt_tensor_allocate(nkrt_runtime_t *rt, uint32_t core, uint64_t s
                                    const char *name, nkrt_tensor_t **out_tensor) {
   if (!out_tensor) return nkrt_status_make(NKRT_INVALID, "out_tensor is NULL");
   *out_tensor = NULL;
-  nkrt_status_t st = nkrt_check_core(rt, core);
-  if (st) return st;
+  NKRT_RETURN_IF_ERROR(nkrt_check_core(rt, core));
   nkrt_tensor_t *t = new_tensor(rt, core, name);
   if (!t) return nkrt_status_make(NKRT_RESOURCE, "out of host memory allocating a tensor");
   nkrt_core_t *c = &rt->cores[core];
   pthread_mutex_lock(&c->arena.mu);
-  st = nkrt_arena_alloc_locked(&c->arena, size, &t->block);
+  nkrt_status_t st = nkrt_arena_alloc_locked(&c->arena, size, &t->block);
   if (!st) {
     t->block->owner = t;
     t->va = c->arena.base + t->block->offset;
@@ -119,12 +122,14 @@ void nkrt_tensor_release(nkrt_tensor_t *t) {
   nkrt_tensor_release(root);
 }
 
+/* The older form of nkrt_tensor_release (nkrt/tensor.h). */
 void nkrt_tensor_free(nkrt_tensor_t **t) {
   if (!t) return;
   nkrt_tensor_release(*t);
   *t = NULL;
 }
 
+NKRT_MUST_USE_RESULT
 static nkrt_status_t check_range(const nkrt_tensor_t *t, uint64_t offset, uint64_t size,
                                  const char *what) {
   if (!t) return nkrt_status_make(NKRT_INVALID_HANDLE, "%s: tensor is NULL", what);
@@ -170,8 +175,7 @@ void nkrt_tensor_read_raw(const nkrt_tensor_t *t, void *dst, uint64_t offset, ui
 
 nkrt_status_t nkrt_tensor_write(nkrt_tensor_t *t, const void *src, uint64_t offset,
                                 uint64_t size) {
-  nkrt_status_t st = check_range(t, offset, size, "write");
-  if (st) return st;
+  NKRT_RETURN_IF_ERROR(check_range(t, offset, size, "write"));
   if (size && !src) return nkrt_status_make(NKRT_INVALID, "write: source buffer is NULL");
   nkrt_range_t r = range_of(t, offset, size);
   nkrt_hazard_wait(t->runtime, &r, 1, NKRT_HAZARD_ALL_CORES);
@@ -184,8 +188,7 @@ nkrt_status_t nkrt_tensor_write(nkrt_tensor_t *t, const void *src, uint64_t offs
 nkrt_status_t nkrt_tensor_update(nkrt_tensor_t *t, const void *src, uint64_t offset,
                                  uint64_t size, uint64_t *out_written) {
   if (out_written) *out_written = 0;
-  nkrt_status_t st = check_range(t, offset, size, "update");
-  if (st) return st;
+  NKRT_RETURN_IF_ERROR(check_range(t, offset, size, "update"));
   if (size && !src) return nkrt_status_make(NKRT_INVALID, "update: source buffer is NULL");
   nkrt_range_t r = range_of(t, offset, size);
   nkrt_hazard_wait(t->runtime, &r, 1, NKRT_HAZARD_ALL_CORES);
@@ -215,8 +218,7 @@ nkrt_status_t nkrt_tensor_update(nkrt_tensor_t *t, const void *src, uint64_t off
 }
 
 nkrt_status_t nkrt_tensor_read(const nkrt_tensor_t *t, void *dst, uint64_t offset, uint64_t size) {
-  nkrt_status_t st = check_range(t, offset, size, "read");
-  if (st) return st;
+  NKRT_RETURN_IF_ERROR(check_range(t, offset, size, "read"));
   if (size && !dst) return nkrt_status_make(NKRT_INVALID, "read: destination buffer is NULL");
   nkrt_range_t r = range_of(t, offset, size);
   nkrt_hazard_wait(t->runtime, &r, 1, NKRT_HAZARD_ALL_CORES);
@@ -226,9 +228,8 @@ nkrt_status_t nkrt_tensor_read(const nkrt_tensor_t *t, void *dst, uint64_t offse
 
 nkrt_status_t nkrt_tensor_copy(const nkrt_tensor_t *src, uint64_t src_offset, nkrt_tensor_t *dst,
                                uint64_t dst_offset, uint64_t size) {
-  nkrt_status_t st = check_range(src, src_offset, size, "copy source");
-  if (!st) st = check_range(dst, dst_offset, size, "copy destination");
-  if (st) return st;
+  NKRT_RETURN_IF_ERROR(check_range(src, src_offset, size, "copy source"));
+  NKRT_RETURN_IF_ERROR(check_range(dst, dst_offset, size, "copy destination"));
   if (src->runtime != dst->runtime)
     return nkrt_status_make(NKRT_INVALID, "copy between tensors of different runtimes");
   nkrt_range_t r[2] = {range_of(src, src_offset, size), range_of(dst, dst_offset, size)};
@@ -241,8 +242,7 @@ nkrt_status_t nkrt_tensor_copy(const nkrt_tensor_t *src, uint64_t src_offset, nk
 }
 
 nkrt_status_t nkrt_tensor_memset(nkrt_tensor_t *t, int value, uint64_t offset, uint64_t size) {
-  nkrt_status_t st = check_range(t, offset, size, "memset");
-  if (st) return st;
+  NKRT_RETURN_IF_ERROR(check_range(t, offset, size, "memset"));
   nkrt_range_t r = range_of(t, offset, size);
   nkrt_hazard_wait(t->runtime, &r, 1, NKRT_HAZARD_ALL_CORES);
   if (size) memset(t->va + offset, value, size);
@@ -268,6 +268,7 @@ static bool extent_2d(uint64_t pitch, uint64_t row_bytes, uint64_t rows, uint64_
  * `side` the pitch argument ("dst_pitch"); a destination's rows must not
  * overlap one another (pitch >= row_bytes), a source's may (pitch 0 repeats
  * one row). `t` NULL checks a host buffer `host` instead of a tensor. */
+NKRT_MUST_USE_RESULT
 static nkrt_status_t check_2d(const char *what, const nkrt_tensor_t *t, const void *host,
                               const char *side, bool is_dst, uint64_t offset, uint64_t pitch,
                               uint64_t row_bytes, uint64_t rows, uint64_t *out_extent) {
@@ -297,6 +298,7 @@ static nkrt_status_t check_2d(const char *what, const nkrt_tensor_t *t, const vo
   return NULL;
 }
 
+NKRT_MUST_USE_RESULT
 static nkrt_status_t null_tensor(const char *what, const char *role) {
   return nkrt_status_make(NKRT_INVALID_HANDLE, "%s: %stensor is NULL", what, role);
 }
@@ -317,11 +319,10 @@ nkrt_status_t nkrt_tensor_write_2d(nkrt_tensor_t *t, const void *src, uint64_t s
                                    uint64_t rows) {
   if (!t) return null_tensor("write_2d", "");
   uint64_t dst_extent, src_extent;
-  nkrt_status_t st = check_2d("write_2d", t, NULL, "dst_pitch", true, dst_offset, dst_pitch,
-                              row_bytes, rows, &dst_extent);
-  if (!st) st = check_2d("write_2d", NULL, src, "src_pitch", false, 0, src_pitch, row_bytes, rows,
-                         &src_extent);
-  if (st) return st;
+  NKRT_RETURN_IF_ERROR(check_2d("write_2d", t, NULL, "dst_pitch", true, dst_offset, dst_pitch,
+                                row_bytes, rows, &dst_extent));
+  NKRT_RETURN_IF_ERROR(check_2d("write_2d", NULL, src, "src_pitch", false, 0, src_pitch,
+                                row_bytes, rows, &src_extent));
   nkrt_range_t r = range_of(t, dst_offset, dst_extent);
   nkrt_hazard_wait(t->runtime, &r, 1, NKRT_HAZARD_ALL_CORES);
   uint64_t bytes = dst_extent ? rows * row_bytes : 0;
@@ -337,11 +338,10 @@ nkrt_status_t nkrt_tensor_read_2d(const nkrt_tensor_t *t, void *dst, uint64_t ds
                                   uint64_t rows) {
   if (!t) return null_tensor("read_2d", "");
   uint64_t dst_extent, src_extent;
-  nkrt_status_t st = check_2d("read_2d", t, NULL, "src_pitch", false, src_offset, src_pitch,
-                              row_bytes, rows, &src_extent);
-  if (!st) st = check_2d("read_2d", NULL, dst, "dst_pitch", true, 0, dst_pitch, row_bytes, rows,
-                         &dst_extent);
-  if (st) return st;
+  NKRT_RETURN_IF_ERROR(check_2d("read_2d", t, NULL, "src_pitch", false, src_offset, src_pitch,
+                                row_bytes, rows, &src_extent));
+  NKRT_RETURN_IF_ERROR(check_2d("read_2d", NULL, dst, "dst_pitch", true, 0, dst_pitch,
+                                row_bytes, rows, &dst_extent));
   nkrt_range_t r = range_of(t, src_offset, src_extent);
   nkrt_hazard_wait(t->runtime, &r, 1, NKRT_HAZARD_ALL_CORES);
   uint64_t bytes = dst_extent ? rows * row_bytes : 0;
@@ -360,11 +360,10 @@ nkrt_status_t nkrt_tensor_copy_2d(const nkrt_tensor_t *src, uint64_t src_offset,
     return nkrt_status_make(NKRT_INVALID, "copy_2d: the source and destination tensors belong "
                             "to different runtimes");
   uint64_t src_extent, dst_extent;
-  nkrt_status_t st = check_2d("copy_2d source", src, NULL, "src_pitch", false, src_offset,
-                              src_pitch, row_bytes, rows, &src_extent);
-  if (!st) st = check_2d("copy_2d destination", dst, NULL, "dst_pitch", true, dst_offset,
-                         dst_pitch, row_bytes, rows, &dst_extent);
-  if (st) return st;
+  NKRT_RETURN_IF_ERROR(check_2d("copy_2d source", src, NULL, "src_pitch", false, src_offset,
+                                src_pitch, row_bytes, rows, &src_extent));
+  NKRT_RETURN_IF_ERROR(check_2d("copy_2d destination", dst, NULL, "dst_pitch", true, dst_offset,
+                                dst_pitch, row_bytes, rows, &dst_extent));
   nkrt_range_t r[2] = {range_of(src, src_offset, src_extent), range_of(dst, dst_offset, dst_extent)};
   bool overlap = r[0].lo < r[1].hi && r[1].lo < r[0].hi;
   if (overlap && src_pitch != dst_pitch)
@@ -400,9 +399,8 @@ nkrt_status_t nkrt_tensor_memset_2d(nkrt_tensor_t *t, int value, uint64_t offset
                                     uint64_t row_bytes, uint64_t rows) {
   if (!t) return null_tensor("memset_2d", "");
   uint64_t extent;
-  nkrt_status_t st = check_2d("memset_2d", t, NULL, "pitch", true, offset, pitch, row_bytes, rows,
-                              &extent);
-  if (st) return st;
+  NKRT_RETURN_IF_ERROR(check_2d("memset_2d", t, NULL, "pitch", true, offset, pitch, row_bytes,
+                                rows, &extent));
   nkrt_range_t r = range_of(t, offset, extent);
   nkrt_hazard_wait(t->runtime, &r, 1, NKRT_HAZARD_ALL_CORES);
   if (!extent) return NULL;

@@ -7,7 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "runtime.h"
+#include "trace.h"
 
 typedef struct trace_event {
   uint64_t tracking_id;
@@ -44,8 +45,7 @@ nkrt_status_t nkrt_trace_start(nkrt_runtime_t *rt, int32_t core, nkrt_trace_sess
   if (!rt) return nkrt_status_make(NKRT_INVALID_HANDLE, "runtime handle is NULL");
   if (core < -1) return nkrt_status_make(NKRT_INVALID, "trace core %d: use -1 for all cores", core);
   if (core >= 0) {
-    nkrt_status_t st = nkrt_check_core(rt, (uint32_t)core);
-    if (st) return st;
+    NKRT_RETURN_IF_ERROR(nkrt_check_core(rt, (uint32_t)core));
   }
   nkrt_trace_session_t *s = calloc(1, sizeof(*s));
   if (!s) return nkrt_status_make(NKRT_RESOURCE, "out of host memory");

@@ -8,7 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "gemm.h"
+#include "half.h"
 #include "nkrt/comm.h"
 #include "test.h"
 

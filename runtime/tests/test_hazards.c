@@ -5,7 +5,8 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "internal.h" /* the fake-hazard test registers a range by hand */
+#include "hazard.h" /* the fake-hazard test registers a range by hand */
+#include "runtime.h"
 #include "test.h"
 
 enum { XN = 1024, XB = XN * 4 };

@@ -1,7 +1,7 @@
 /* The per-core allocator and device tensors. */
 #include <stdlib.h>
 
-#include "internal.h"
+#include "pool.h"
 #include "test.h"
 
 static nkrt_memory_stats_t stats(nkrt_runtime_t *rt, uint32_t core) {

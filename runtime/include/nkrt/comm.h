@@ -33,7 +33,9 @@ typedef struct nkrt_comm nkrt_comm_t;
  * `rank` of `world_size` (2 .. 1024) and waits until every rank has joined
  * (timeout_ns < 0: $NKRT_CC_TIMEOUT). Errors say which rank is missing, or
  * that the name is in use by a job of another size or with this rank taken
- * (a segment left by a crashed job: pick a new name). */
+ * (a segment left by a crashed job: pick a new name). |out_comm| is owned by
+ * the caller and must be destroyed with nkrt_comm_destroy. */
+NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_comm_join(const char *name, uint32_t rank, uint32_t world_size,
                              int64_t timeout_ns, nkrt_comm_t **out_comm);
 void nkrt_comm_destroy(nkrt_comm_t *comm);
@@ -41,6 +43,7 @@ uint32_t nkrt_comm_rank(const nkrt_comm_t *comm);
 uint32_t nkrt_comm_world_size(const nkrt_comm_t *comm);
 
 /* Every rank of the job waits here for all the others. */
+NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_comm_barrier(nkrt_comm_t *comm);
 
 /* Collectives within the group `ranks[0 .. n)` (the caller among them; every
@@ -53,11 +56,14 @@ nkrt_status_t nkrt_comm_barrier(nkrt_comm_t *comm);
  *   all_gather:  dst[n * count] = the members' src[count], in group order.
  *   all_to_all:  src is n blocks of count; member i's dst block j is member
  *                j's src block i. */
+NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_comm_all_reduce(nkrt_comm_t *comm, uint32_t dtype, uint32_t reduce_op,
                                    const int32_t *ranks, uint32_t n, const void *src, void *dst,
                                    int64_t count);
+NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_comm_all_gather(nkrt_comm_t *comm, uint32_t dtype, const int32_t *ranks,
                                    uint32_t n, const void *src, void *dst, int64_t count);
+NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_comm_all_to_all(nkrt_comm_t *comm, uint32_t dtype, const int32_t *ranks,
                                    uint32_t n, const void *src, void *dst, int64_t count);
 

@@ -33,9 +33,14 @@ extern "C" {
 
 typedef struct nkrt_tensor_set nkrt_tensor_set_t;
 
+/* A set is owned by whoever created it. |out_set| must be destroyed by the
+ * caller with nkrt_tensor_set_destroy (which releases its tensors), before
+ * the runtime is destroyed. */
+NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_tensor_set_create(nkrt_tensor_set_t **out_set);
 void nkrt_tensor_set_destroy(nkrt_tensor_set_t *set);
 /* Binds name -> tensor (retaining it); replaces an earlier binding of name. */
+NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_tensor_set_add(nkrt_tensor_set_t *set, const char *name, nkrt_tensor_t *tensor);
 /* Borrowed; NULL if absent. */
 nkrt_tensor_t *nkrt_tensor_set_get(const nkrt_tensor_set_t *set, const char *name);
@@ -45,6 +50,7 @@ void nkrt_tensor_set_clear(nkrt_tensor_set_t *set);
 /* Runs the model once and returns its status. Thread-safe. Runs after the
  * work queued on the model's core, and after queued work of other cores that
  * overlaps its tensors. */
+NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_execute(nkrt_model_t *model, const nkrt_tensor_set_t *inputs,
                            const nkrt_tensor_set_t *outputs);
 
@@ -57,32 +63,43 @@ nkrt_status_t nkrt_execute(nkrt_model_t *model, const nkrt_tensor_set_t *inputs,
  * lookup is made: this is the per-call path of callers that bind the same
  * model over and over (spike_torch). The caller keeps the memory alive for
  * the call. Errors name the tensor (NKRT_EXEC_BAD_INPUT). */
+NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_execute_at(nkrt_model_t *model, void *const *addresses);
 
 typedef struct nkrt_event nkrt_event_t;
 
 /* Queues an execution on the model's core. Tensors are bound (and retained)
  * at submission, so the sets may change or be destroyed right after.
- * Synchronous operations on their bytes wait for it (see above). */
+ * Synchronous operations on their bytes wait for it (see above).
+ * |out_event| must be released by the caller with nkrt_event_release. */
+NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_execute_async(nkrt_model_t *model, const nkrt_tensor_set_t *inputs,
                                  const nkrt_tensor_set_t *outputs, nkrt_event_t **out_event);
 /* Queued host-to-device / device-to-host copies, in order with executions on
- * the tensor's core. The host buffer must stay valid until the event is done. */
+ * the tensor's core. The host buffer must stay valid until the event is done.
+ * |out_event| must be released by the caller with nkrt_event_release. */
+NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_tensor_write_async(nkrt_tensor_t *tensor, const void *src, uint64_t offset,
                                       uint64_t size, nkrt_event_t **out_event);
+NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_tensor_read_async(nkrt_tensor_t *tensor, void *dst, uint64_t offset,
                                      uint64_t size, nkrt_event_t **out_event);
 
 /* Waits up to timeout_ns (< 0: forever). Returns the work's status (a copy
  * the caller frees), or NKRT_TIMEOUT. Can be called repeatedly. */
+NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_event_wait(nkrt_event_t *event, int64_t timeout_ns);
 /* Polls without blocking. */
 bool nkrt_event_is_done(const nkrt_event_t *event);
 /* Monotonic per-runtime id, also the tracking_id in traces. */
 uint64_t nkrt_event_id(const nkrt_event_t *event);
+/* Events are shared handles (the caller's and the queue's): retain takes a
+ * reference, release drops one. NULL is a no-op. */
+void nkrt_event_retain(nkrt_event_t *event);
 void nkrt_event_release(nkrt_event_t *event);
 
 /* Waits until every queued item on logical core `core` is done. */
+NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_core_synchronize(nkrt_runtime_t *runtime, uint32_t core);
 
 #ifdef __cplusplus

@@ -1,4 +1,4 @@
-/* nkrt/model.h - executables (NEFFs): load, validate, describe, unload.
+/* nkrt/model.h - executables (NEFFs): load, validate, describe, release.
  *
  * A NEFF is a native shared object following nkrt/neff_abi.h. Loading copies
  * the bytes into an anonymous memory file and loads that, so every load is
@@ -33,12 +33,24 @@ typedef struct nkrt_load_options {
 
 void nkrt_load_options_init(nkrt_load_options_t *options);
 
+/* Loads a NEFF image of `size` bytes onto logical core `core` (options NULL:
+ * the defaults). |out_model| must be released by the caller with
+ * nkrt_model_release. */
+NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_model_load(nkrt_runtime_t *runtime, const void *neff, size_t size,
                               uint32_t core, const nkrt_load_options_t *options,
                               nkrt_model_t **out_model);
+/* nkrt_model_load of the file at `path`; errors name the file. |out_model|
+ * must be released by the caller with nkrt_model_release. */
+NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_model_load_file(nkrt_runtime_t *runtime, const char *path, uint32_t core,
                                    const nkrt_load_options_t *options, nkrt_model_t **out_model);
-/* Drops the caller's reference; queued executions keep the model alive. */
+/* Models are shared handles: retain takes a reference, release drops one;
+ * queued executions hold their own, so the model lives until they finish.
+ * NULL is a no-op. */
+void nkrt_model_retain(nkrt_model_t *model);
+void nkrt_model_release(nkrt_model_t *model);
+/* The older name of nkrt_model_release, kept so callers do not break. */
 void nkrt_model_unload(nkrt_model_t *model);
 
 uint32_t nkrt_model_input_count(const nkrt_model_t *model);
@@ -50,6 +62,8 @@ const char *nkrt_model_name(const nkrt_model_t *model);
 uint32_t nkrt_model_core(const nkrt_model_t *model);
 uint32_t nkrt_model_abi_version(const nkrt_model_t *model);
 uint64_t nkrt_model_scratch_bytes(const nkrt_model_t *model);
+/* The collective parameters it was loaded with; each out-parameter may be
+ * NULL and is the caller's storage (nothing to release). */
 void nkrt_model_collectives(const nkrt_model_t *model, uint32_t *out_cc_enabled,
                             int32_t *out_rank, int32_t *out_world_size);
 

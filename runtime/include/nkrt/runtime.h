@@ -45,16 +45,25 @@ typedef struct nkrt_options {
 void nkrt_options_init(nkrt_options_t *options);
 
 /* Parses a core list such as "0-3,5" into ascending unique ids below
- * NKRT_TOTAL_CORES. Errors name the offending text. */
+ * NKRT_TOTAL_CORES. Errors name the offending text. |out_ids| (capacity
+ * entries) and |out_count| are the caller's storage; nothing to release. */
+NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_parse_core_list(const char *spec, uint32_t *out_ids, uint32_t capacity,
                                    uint32_t *out_count);
-/* Parses a byte size such as "4G", "512M", "65536". */
+/* Parses a byte size such as "4G", "512M", "65536". |out_bytes| is the
+ * caller's storage; nothing to release. */
+NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_parse_size(const char *text, uint64_t *out_bytes);
 
 /* How many cores a runtime created now with default options would see
- * (reads NEURON_RT_VISIBLE_CORES). Needs no runtime. */
+ * (reads NEURON_RT_VISIBLE_CORES). Needs no runtime. |out_count| is the
+ * caller's storage; nothing to release. */
+NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_visible_core_count(uint32_t *out_count);
 
+/* Creates a runtime (options NULL: the defaults). |out_runtime| is owned by
+ * the caller and must be destroyed with nkrt_runtime_destroy. */
+NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_runtime_create(const nkrt_options_t *options, nkrt_runtime_t **out_runtime);
 /* Waits for queued work, then frees every tensor, model, event, trace session
  * and arena. Handles obtained from the runtime are invalid afterwards: destroy
@@ -85,8 +94,12 @@ typedef struct nkrt_memory_stats {
   uint64_t largest_free_block;
 } nkrt_memory_stats_t;
 
+/* Fills |out_stats|, the caller's struct (set its struct_size; 0 means this
+ * header's size); nothing to release. */
+NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_memory_stats(nkrt_runtime_t *runtime, uint32_t core,
                                 nkrt_memory_stats_t *out_stats);
+NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_memory_reset_peak(nkrt_runtime_t *runtime, uint32_t core);
 
 /* Name of the GEMM library kernels get through nkrt_kernel_lib_t: "mkl" or
@@ -114,6 +127,8 @@ typedef struct nkrt_gemm_pack_stats {
   uint64_t evictions;       /* remembered (unpacked) entries forgotten beyond 4096 */
 } nkrt_gemm_pack_stats_t;
 
+/* Fills |out_stats|, the caller's struct; nothing to release. */
+NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_gemm_pack_stats(nkrt_runtime_t *runtime, nkrt_gemm_pack_stats_t *out_stats);
 
 #ifdef __cplusplus

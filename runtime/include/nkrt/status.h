@@ -35,12 +35,35 @@ typedef enum nkrt_code {
 
 typedef struct nkrt_status_s *nkrt_status_t;
 
+/* Marks a function whose result must be used: every call returning an
+ * nkrt_status_t is one, since a status ignored is an error lost (and a heap
+ * object leaked). With GCC, a (void) cast does not silence the warning:
+ * handle the status, or free it with nkrt_status_free. */
+#if defined(__GNUC__) || defined(__clang__)
+#define NKRT_MUST_USE_RESULT __attribute__((warn_unused_result))
+#else
+#define NKRT_MUST_USE_RESULT
+#endif
+
 /* Makes a status with a printf-style message. NKRT_SUCCESS gives NULL. Never
  * fails: when the host is out of memory a static status without the
  * formatted message is returned (and nkrt_status_free ignores it). */
+NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_status_make(nkrt_code_t code, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_status_makev(nkrt_code_t code, const char *fmt, va_list ap);
+
+/* Adds context to a status on its way out: the result has the same code and
+ * the message "<message> (<context>)", with the context formatted printf-
+ * style. Takes over `status` (the caller frees what is returned instead);
+ * NULL stays NULL. When the host is out of memory the status comes back
+ * unchanged. */
+NKRT_MUST_USE_RESULT
+nkrt_status_t nkrt_status_annotate(nkrt_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+NKRT_MUST_USE_RESULT
+nkrt_status_t nkrt_status_annotatev(nkrt_status_t status, const char *fmt, va_list ap);
 
 /* NKRT_SUCCESS for NULL. */
 nkrt_code_t nkrt_status_code(nkrt_status_t status);

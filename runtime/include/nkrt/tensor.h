@@ -4,7 +4,7 @@
  * tensor holds an allocation from the core's arena; a slice is a non-owning
  * window (offset, size) into another tensor that keeps the allocation alive
  * while the slice exists, so it can never dangle. Tensors are reference
- * counted: nkrt_tensor_free() drops the caller's reference, and in-flight
+ * counted: nkrt_tensor_release() drops the caller's reference, and in-flight
  * executions and tensor sets hold their own, so memory is returned only when
  * nothing uses it. Reads and writes are bounds-checked.
  *
@@ -35,18 +35,27 @@ typedef struct nkrt_tensor nkrt_tensor_t;
 
 /* Allocates `size` bytes on logical core `core`. size 0 is allowed (a valid,
  * unique address with no bytes). name NULL gives "unnamed_tensor". Out of
- * memory is NKRT_RESOURCE with the figures in the message. */
+ * memory is NKRT_RESOURCE with the figures in the message. |out_tensor|
+ * must be released by the caller with nkrt_tensor_release. */
+NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_tensor_allocate(nkrt_runtime_t *runtime, uint32_t core, uint64_t size,
                                    const char *name, nkrt_tensor_t **out_tensor);
-/* A window [offset, offset+size) of `source`; size 0 means "to the end". */
+/* A window [offset, offset+size) of `source`; size 0 means "to the end".
+ * |out_tensor| must be released by the caller with nkrt_tensor_release; it
+ * keeps the source's allocation alive meanwhile. */
+NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_tensor_slice(nkrt_tensor_t *source, uint64_t offset, uint64_t size,
                                 const char *name, nkrt_tensor_t **out_tensor);
 
+/* Tensors are shared handles: retain takes a reference, release drops one
+ * (the last frees the tensor). NULL is a no-op. */
 void nkrt_tensor_retain(nkrt_tensor_t *tensor);
 void nkrt_tensor_release(nkrt_tensor_t *tensor);
-/* Releases *tensor and sets it to NULL. */
+/* The older name, kept so callers do not break: nkrt_tensor_release(*tensor),
+ * then *tensor = NULL. */
 void nkrt_tensor_free(nkrt_tensor_t **tensor);
 
+NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_tensor_write(nkrt_tensor_t *tensor, const void *src, uint64_t offset,
                                 uint64_t size);
 /* nkrt_tensor_write that leaves equal bytes alone: the bytes are compared in
@@ -54,14 +63,18 @@ nkrt_status_t nkrt_tensor_write(nkrt_tensor_t *tensor, const void *src, uint64_t
  * packed GEMM weights dropped, see nkrt_gemm_pack_stats). For inputs copied in
  * again on every call that rarely change - weights handed over as host
  * tensors - what the runtime derived from them survives, and an unchanged
- * input costs a read instead of a write. *out_written (may be NULL): the
- * bytes that were written. */
+ * input costs a read instead of a write. *out_written (may be NULL; the
+ * caller's storage, nothing to release): the bytes that were written. */
+NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_tensor_update(nkrt_tensor_t *tensor, const void *src, uint64_t offset,
                                  uint64_t size, uint64_t *out_written);
+NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_tensor_read(const nkrt_tensor_t *tensor, void *dst, uint64_t offset,
                                uint64_t size);
+NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_tensor_copy(const nkrt_tensor_t *src, uint64_t src_offset, nkrt_tensor_t *dst,
                                uint64_t dst_offset, uint64_t size);
+NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_tensor_memset(nkrt_tensor_t *tensor, int value, uint64_t offset,
                                  uint64_t size);
 
@@ -73,17 +86,21 @@ nkrt_status_t nkrt_tensor_memset(nkrt_tensor_t *tensor, int value, uint64_t offs
  * (NKRT_INVALID, the message says which argument). rows or row_bytes 0 is an
  * empty copy (the offset must still be within the tensor). Traced as
  * tensor_write / tensor_read / tensor_copy with rows * row_bytes bytes. */
+NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_tensor_write_2d(nkrt_tensor_t *tensor, const void *src, uint64_t src_pitch,
                                    uint64_t dst_offset, uint64_t dst_pitch, uint64_t row_bytes,
                                    uint64_t rows);
+NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_tensor_read_2d(const nkrt_tensor_t *tensor, void *dst, uint64_t dst_pitch,
                                   uint64_t src_offset, uint64_t src_pitch, uint64_t row_bytes,
                                   uint64_t rows);
 /* Device to device. Source and destination extents may overlap only with
  * equal pitches (then it behaves like memmove); else NKRT_INVALID. */
+NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_tensor_copy_2d(const nkrt_tensor_t *src, uint64_t src_offset,
                                   uint64_t src_pitch, nkrt_tensor_t *dst, uint64_t dst_offset,
                                   uint64_t dst_pitch, uint64_t row_bytes, uint64_t rows);
+NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_tensor_memset_2d(nkrt_tensor_t *tensor, int value, uint64_t offset,
                                     uint64_t pitch, uint64_t row_bytes, uint64_t rows);
 
@@ -97,8 +114,11 @@ int nkrt_tensor_is_slice(const nkrt_tensor_t *tensor);
 nkrt_runtime_t *nkrt_tensor_runtime(const nkrt_tensor_t *tensor);
 
 /* Finds the owning tensor whose allocation contains `address` (any byte inside
- * it, not only its base). The tensor is borrowed: valid while it is live.
- * NKRT_INVALID if no live allocation contains the address. */
+ * it, not only its base). |out_tensor| is borrowed: valid while it is live;
+ * the caller does not release it (nkrt_tensor_retain it to keep it).
+ * |out_offset| is the caller's storage. NKRT_INVALID if no live allocation
+ * contains the address. */
+NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_tensor_lookup(nkrt_runtime_t *runtime, const void *address,
                                  nkrt_tensor_t **out_tensor, uint64_t *out_offset);
 

@@ -36,17 +36,23 @@ typedef enum nkrt_trace_kind {
 
 typedef struct nkrt_trace_session nkrt_trace_session_t;
 
-/* core: a logical core, or -1 for all cores. */
+/* core: a logical core, or -1 for all cores. |out_session| is owned by the
+ * caller and must be destroyed with nkrt_trace_destroy, before the runtime
+ * is destroyed. */
+NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_trace_start(nkrt_runtime_t *runtime, int32_t core,
                                nkrt_trace_session_t **out_session);
 /* Stops recording; recorded events stay readable. Idempotent. */
 void nkrt_trace_stop(nkrt_trace_session_t *session);
 uint64_t nkrt_trace_event_count(const nkrt_trace_session_t *session);
 /* Events as JSON (see above); with drain, the returned events are removed.
- * Free *out_json with nkrt_free. */
+ * |out_json| must be freed by the caller with nkrt_free; |out_length| (may
+ * be NULL) is the caller's storage. */
+NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_trace_events_json(nkrt_trace_session_t *session, bool drain, char **out_json,
                                      size_t *out_length);
 /* Writes the recorded events as Chrome Trace Event JSON to `path`. */
+NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_trace_write_chrome(nkrt_trace_session_t *session, const char *path);
 /* Stops if needed and frees. NULL is a no-op. */
 void nkrt_trace_destroy(nkrt_trace_session_t *session);
