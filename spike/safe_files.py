@@ -1,4 +1,4 @@
-"""Writing files the stack produces without trusting what already lies at the path.
+"""Files the stack writes and reads back, without trusting what lies at a path.
 
 Every file the Python layers write for the user (profiles, NEFF copies beside
 them, compiled artifacts) goes through :func:`write_atomic`: the bytes are
@@ -10,15 +10,27 @@ never sees a half-written file. See docs/security.md.
 
 :func:`safe_child` checks a file name that came from outside (a NEFF's output
 name, say) before it is joined under a directory.
+
+Caches hold code that runs in this process (a NEFF is a shared object, a cached
+``nkipy_func.py`` is Python), so whoever can write into a cache runs code as
+its user. :func:`private_dir` creates a cache directory private (0700) or
+checks an existing one, and :func:`check_trusted` refuses a directory or file
+that another user owns or that others may write, naming the path and the fix
+(:class:`UntrustedPathError`). docs/security.md states the trust model.
 """
 from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import tempfile
 from typing import Optional, Union
 
-__all__ = ["write_atomic", "safe_child"]
+__all__ = ["write_atomic", "safe_child", "private_dir", "check_trusted", "UntrustedPathError"]
+
+
+class UntrustedPathError(PermissionError):
+    """A cache directory or file that another user owns or others may write."""
 
 
 def _default_mode() -> int:
@@ -77,3 +89,49 @@ def safe_child(directory: Union[str, os.PathLike], name: str, what: str = "file"
         raise ValueError(f"refusing {what} name {name!r}: it must be a plain file name, "
                          f"without '/', '..' or NUL, so it stays inside {os.fspath(directory)!r}")
     return os.path.join(os.fspath(directory), name)
+
+
+def check_trusted(path: Union[str, os.PathLike], what: str = "cache directory",
+                  st: Optional[os.stat_result] = None) -> os.stat_result:
+    """Refuses ``path`` unless the current user owns it and neither group nor
+    others may write it (a symlink is judged by what it points to, which must
+    pass the same test). Returns its ``stat``; raises
+    :class:`UntrustedPathError` naming the path, the reason and the fix, or
+    ``OSError`` if it cannot be read."""
+    path = os.fspath(path)
+    if st is None:
+        st = os.stat(path)
+    uid = os.geteuid()
+    if st.st_uid != uid:
+        raise UntrustedPathError(
+            f"refusing the {what} {path!r}: it belongs to uid {st.st_uid}, not to you "
+            f"(uid {uid}). Whoever can write into a compile cache runs code in this process. "
+            f"Use a directory of your own, or take it over: chown -R {uid} {path!r}")
+    if st.st_mode & 0o022:
+        raise UntrustedPathError(
+            f"refusing the {what} {path!r}: its mode {stat.S_IMODE(st.st_mode):04o} lets "
+            f"{'others' if st.st_mode & 0o002 else 'its group'} write it. Whoever can write "
+            f"into a compile cache runs code in this process. Make it private: "
+            f"chmod -R go-w {path!r}")
+    return st
+
+
+def private_dir(path: Union[str, os.PathLike], what: str = "cache directory") -> str:
+    """Creates ``path`` as a private directory (mode 0700; missing parents are
+    made with default modes) or checks an existing one with
+    :func:`check_trusted`. Returns the path."""
+    path = os.fspath(path)
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except FileNotFoundError:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            pass
+    st = check_trusted(path, what)
+    if not stat.S_ISDIR(st.st_mode):
+        raise NotADirectoryError(f"the {what} {path!r} is not a directory")
+    return path

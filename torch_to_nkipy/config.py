@@ -2,9 +2,13 @@
 from __future__ import annotations
 
 import logging
+import operator
 import os
 from dataclasses import dataclass
 from typing import Callable, List, Optional
+
+from spike.environ import env_int
+from spike.safe_files import private_dir
 
 log = logging.getLogger("torch_to_nkipy")
 
@@ -76,9 +80,16 @@ def visible_core_ids() -> list:
     return ids
 
 
+def _as_int(name: str, value: object) -> int:
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an int, not {type(value).__name__} {value!r}") from None
+
+
 def _detect_rank(rank: Optional[int]) -> int:
     if rank is not None:
-        return int(rank)
+        return _as_int("rank", rank)
     try:
         import torch.distributed as dist
 
@@ -87,14 +98,15 @@ def _detect_rank(rank: Optional[int]) -> int:
     except Exception:  # pragma: no cover - torch without distributed
         pass
     for var in ("LOCAL_RANK", "RANK"):
-        if os.environ.get(var, "").strip():
-            return int(os.environ[var])
+        value = env_int(var, minimum=0)
+        if value is not None:
+            return value
     return 0
 
 
 def _detect_world_size(world_size: Optional[int]) -> int:
     if world_size is not None:
-        return int(world_size)
+        return _as_int("world_size", world_size)
     try:
         import torch.distributed as dist
 
@@ -102,9 +114,7 @@ def _detect_world_size(world_size: Optional[int]) -> int:
             return dist.get_world_size()
     except Exception:  # pragma: no cover
         pass
-    if os.environ.get("WORLD_SIZE", "").strip():
-        return int(os.environ["WORLD_SIZE"])
-    return 1
+    return env_int("WORLD_SIZE", 1, minimum=1)
 
 
 def _communicator_id(world_size: int) -> Optional[str]:
@@ -138,7 +148,15 @@ def _communicator_id(world_size: int) -> Optional[str]:
     return cc_id
 
 
-def init_nkipy_backend(nkipy_cache: str = "./nkipy_cache", log_level: int = logging.INFO,
+def default_cache_dir() -> str:
+    """Where compiled graphs are cached by default: a per-user directory,
+    ``$XDG_CACHE_HOME/torch_to_nkipy`` (else ``~/.cache/torch_to_nkipy``),
+    never the working directory, which other users may be able to write."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "torch_to_nkipy")
+
+
+def init_nkipy_backend(nkipy_cache: Optional[str] = None, log_level: int = logging.INFO,
                        rank: Optional[int] = None, world_size: Optional[int] = None,
                        core_offset: int = 0, additional_compiler_args: str = "",
                        pad_on_device: bool = True, keep_outputs_on_device: bool = False,
@@ -149,7 +167,10 @@ def init_nkipy_backend(nkipy_cache: str = "./nkipy_cache", log_level: int = logg
 
     ``rank``/``world_size`` default to ``torch.distributed`` when it is
     initialised, else ``LOCAL_RANK``/``RANK`` and ``WORLD_SIZE``, else 0 and 1.
-    Kernels are cached under ``<nkipy_cache>/rank_<rank>/``; the device core is
+    Kernels are cached under ``<nkipy_cache>/rank_<rank>/`` (``nkipy_cache``
+    defaults to :func:`default_cache_dir`; the directories are created private,
+    and one that another user owns or may write is refused: docs/security.md);
+    the device core is
     ``rank + core_offset``. With ``world_size > 1`` the ranks agree on the name of
     the runtime communicator that collectives inside compiled graphs use
     (``$NKRT_CC_ID``; through ``torch.distributed`` when it is initialised, so
@@ -163,8 +184,9 @@ def init_nkipy_backend(nkipy_cache: str = "./nkipy_cache", log_level: int = logg
         raise RuntimeError("nkipy backend is already initialized "
                            "(call reset_nkipy_backend() first to re-initialize)")
     r, ws = _detect_rank(rank), _detect_world_size(world_size)
-    if ws < 1 or not 0 <= r < max(ws, r + 1):
-        raise ValueError(f"invalid rank {r} / world_size {ws}")
+    if ws < 1 or not 0 <= r < ws:
+        raise ValueError(f"invalid rank {r} / world_size {ws}: the rank must be in "
+                         f"[0, world_size) and world_size at least 1")
     if input_layout not in ("auto", "padded"):
         raise ValueError(f"input_layout must be 'auto' or 'padded', not {input_layout!r}")
     if output_layout not in ("unpad", "padded"):
@@ -185,7 +207,7 @@ def init_nkipy_backend(nkipy_cache: str = "./nkipy_cache", log_level: int = logg
         raise ValueError(f"max_bucket_size must be a positive int, not {max_bucket_size!r}")
     if core_offset < 0:
         raise ValueError(f"core_offset must be >= 0, not {core_offset}")
-    prefix = os.fspath(nkipy_cache)
+    prefix = os.fspath(nkipy_cache if nkipy_cache is not None else default_cache_dir())
     cfg = NKIPyBackendConfig(
         nkipy_cache_prefix=prefix, nkipy_cache=os.path.join(prefix, f"rank_{r}"),
         log_level=log_level, rank=r, world_size=ws, core_offset=core_offset,
@@ -193,7 +215,8 @@ def init_nkipy_backend(nkipy_cache: str = "./nkipy_cache", log_level: int = logg
         keep_outputs_on_device=keep_outputs_on_device, pipelined=pipelined,
         input_layout=input_layout, output_layout=output_layout,
         max_bucket_size=max_bucket_size, bucket_strategy=bucket_strategy)
-    os.makedirs(cfg.nkipy_cache, exist_ok=True)
+    private_dir(prefix, "torch_to_nkipy cache directory")
+    private_dir(cfg.nkipy_cache, "torch_to_nkipy cache directory")
     log.setLevel(log_level)
     if not log.handlers and not logging.getLogger().handlers:
         logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")

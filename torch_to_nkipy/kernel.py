@@ -17,18 +17,20 @@ the compiler arguments; a second process with the same cache finds the NEFF in
 from __future__ import annotations
 
 import hashlib
-import importlib.util
+import io
 import json
 import logging
 import os
-import tempfile
 import threading
 import time
+import types
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 import torch.fx
+
+from spike.safe_files import check_trusted, private_dir, write_atomic
 
 from . import device
 from .config import on_reset
@@ -62,10 +64,7 @@ on_reset(clear_loaded_kernels)   # reset_nkipy_backend() forgets the loaded kern
 
 
 def _write_atomic(path: str, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp_")
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    write_atomic(path, data, mode=0o600)
 
 
 def signature_of(args: Sequence[Any]) -> Tuple:
@@ -79,14 +78,29 @@ def signature_of(args: Sequence[Any]) -> Tuple:
     return tuple(sig)
 
 
-def load_func_from_file(path: str, name: str = "nkipy_func") -> Any:
-    """Imports ``name`` from a generated source file."""
-    spec = importlib.util.spec_from_file_location(
-        f"nkipy_generated_{hashlib.sha1(path.encode()).hexdigest()[:12]}", path)
-    mod = importlib.util.module_from_spec(spec)
-    assert spec.loader is not None
-    spec.loader.exec_module(mod)
+def _exec_source(source: str, path: str, name: str) -> Any:
+    """Runs generated Python from its text (``path`` names it in tracebacks and
+    is its ``__file__``) and returns ``name`` from it. Nothing is imported
+    through the import system, so no bytecode is read from or written to a
+    cache's ``__pycache__``."""
+    mod = types.ModuleType(f"nkipy_generated_{hashlib.sha1(path.encode()).hexdigest()[:12]}")
+    mod.__file__ = path
+    exec(compile(source, path, "exec", dont_inherit=True), mod.__dict__)
     return getattr(mod, name)
+
+
+def load_func_from_file(path: str, name: str = "nkipy_func") -> Any:
+    """Runs a generated source file and returns ``name`` (``nkipy_func``) from it.
+
+    The file and its directory must belong to the current user and be writable
+    by no one else (``spike.safe_files.UntrustedPathError`` otherwise); the
+    source is executed from its text, never from bytecode."""
+    path = os.fspath(path)
+    check_trusted(os.path.dirname(os.path.abspath(path)), "kernel cache entry")
+    with open(path, "rb") as f:
+        check_trusted(path, "generated source", os.fstat(f.fileno()))
+        source = f.read().decode()
+    return _exec_source(source, path, name)
 
 
 def kernel_hash(gen: GeneratedSource, args: Sequence[Any], compiler_args: str,
@@ -137,21 +151,23 @@ class NKIPyKernel:
                      for i in self.tensor_arg_idx]
         self.hash = kernel_hash(self.gen, args, compiler_args, world_size)
         self.dir = os.path.join(cache_root, f"kernel_{self.hash}")
-        os.makedirs(self.dir, exist_ok=True)
+        private_dir(cache_root, "torch_to_nkipy cache directory")
+        private_dir(self.dir, "kernel cache entry")
         src_path = os.path.join(self.dir, "nkipy_func.py")
         for fname, data in self.gen.constants.items():
             p = os.path.join(self.dir, fname)
-            if not os.path.exists(p):
-                buf = tempfile.NamedTemporaryFile(dir=self.dir, suffix=".npy", delete=False)
+            try:
+                check_trusted(p, "cached constant")
+            except FileNotFoundError:
+                buf = io.BytesIO()
                 np.save(buf, data)
-                buf.close()
-                os.replace(buf.name, p)
-        if not os.path.exists(src_path) or open(src_path).read() != self.gen.source:
-            _write_atomic(src_path, self.gen.source.encode())
+                _write_atomic(p, buf.getvalue())
+        _write_atomic(src_path, self.gen.source.encode())
         _write_atomic(os.path.join(self.dir, "fx_vs_nkipy.txt"), side_by_side(self.gen).encode())
         _write_atomic(os.path.join(self.dir, "fx_graph.py"), gm.code.encode())
         self.source_path = src_path
-        self.func = load_func_from_file(src_path)
+        # run from the source just generated, not from what the file now holds
+        self.func = _exec_source(self.gen.source, src_path, "nkipy_func")
 
         # Trace: non-tensor results are static (Python values at trace time).
         self.static_outputs: Dict[int, Any] = {}

@@ -735,3 +735,24 @@ def test_device_core_maps_the_visible_core(monkeypatch, nkipy_cache):
     with pytest.raises(RuntimeError, match=r"NeuronCore 1 \(rank 1 \+ core_offset 0\) is not "
                                            r"visible to this process"):
         cfg(1, 2).device_core
+
+
+@pytest.mark.parametrize("kwargs, env, exc, message", [
+    (dict(rank=3, world_size=2), {}, ValueError, r"invalid rank 3 / world_size 2: the rank must "
+                                                 r"be in \[0, world_size\)"),
+    (dict(rank=0, world_size=0), {}, ValueError, r"invalid rank 0 / world_size 0"),
+    (dict(rank=0, world_size=2.5), {}, TypeError, r"world_size must be an int, not float 2.5"),
+    (dict(rank="1", world_size=2), {}, TypeError, r"rank must be an int, not str '1'"),
+    ({}, {"WORLD_SIZE": "abc"}, ValueError, r"environment variable WORLD_SIZE must be an "
+                                            r"integer, got 'abc'"),
+    ({}, {"RANK": "-1"}, ValueError, r"environment variable RANK must be >= 0, got '-1'"),
+])
+def test_bad_rank_and_world_size_refused(tmp_path, monkeypatch, kwargs, env, exc, message):
+    reset_nkipy_backend()
+    for var in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    with pytest.raises(exc, match=message):
+        init_nkipy_backend(nkipy_cache=str(tmp_path), **kwargs)
+    assert not torch_to_nkipy.is_nkipy_backend_initialized()

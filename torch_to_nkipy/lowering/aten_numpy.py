@@ -16,6 +16,7 @@ import numpy as np
 
 from nkipy.core import ops
 from nkipy.core.language import bfloat16
+from spike.safe_files import check_trusted
 
 from .registry import AtenOpRegistry
 
@@ -41,7 +42,10 @@ def cast(x: Any, dtype: np.dtype) -> Any:
 
 def load_constant(directory: str, fname: str, dtype: Any = None) -> np.ndarray:
     """A graph constant saved beside the generated source (bfloat16 stored as uint16)."""
-    a = np.load(os.path.join(directory, fname))
+    path = os.path.join(directory, fname)
+    with open(path, "rb") as f:
+        check_trusted(path, "cached constant", os.fstat(f.fileno()))
+        a = np.load(f, allow_pickle=False)
     return a.view(dt(dtype)) if dtype else a
 
 

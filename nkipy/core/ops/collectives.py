@@ -7,7 +7,6 @@ all_gather repeats x n times, ...). With one rank they are identities.
 """
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
@@ -15,6 +14,7 @@ import numpy as np
 from nkipy.core import interp as _interp
 from nkipy.core.ops import _builder as B
 from nkipy.core.ops._core import nkipy_op, to_value, wrap
+from spike.environ import env_int
 
 __all__ = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "get_world_size",
            "normalize_reduce_op", "normalize_replica_groups"]
@@ -26,11 +26,9 @@ _REDUCE_OPS = {
 
 
 def get_world_size() -> int:
-    """Ranks in the job: ``$WORLD_SIZE`` (torchrun sets it), else 1."""
-    try:
-        return max(int(os.environ.get("WORLD_SIZE", "1")), 1)
-    except ValueError:
-        return 1
+    """Ranks in the job: ``$WORLD_SIZE`` (torchrun sets it), else 1; a value
+    that is not a positive integer is an error naming the variable."""
+    return env_int("WORLD_SIZE", 1, minimum=1)
 
 
 def normalize_reduce_op(op: Any) -> str:
