@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
 from nkipy.core.ir import Graph
+from spike.safe_files import safe_child, write_atomic
 
 from .build import compile_graph
 from .codegen import generate_c
@@ -31,14 +31,12 @@ def compile_to_neff(trace_kernel: Any, output_dir: str | os.PathLike, neff_name:
     graph = _graph_of(trace_kernel)
     compiled = compile_graph(graph, cache_dir=cache_dir, extra_flags=additional_compiler_args)
     out = Path(output_dir)
+    target = Path(safe_child(out, neff_name, "NEFF"))
     out.mkdir(parents=True, exist_ok=True)
-    target = out / neff_name
-    tmp = out / f".{neff_name}.tmp"
-    shutil.copyfile(compiled.neff_path, tmp)
-    os.replace(tmp, target)
+    write_atomic(target, Path(compiled.neff_path).read_bytes())
     if save_artifacts:
-        shutil.copyfile(compiled.c_path, out / "kernel.c")
-        shutil.copyfile(compiled.ir_path, out / "kernel.ir")
+        write_atomic(out / "kernel.c", Path(compiled.c_path).read_bytes())
+        write_atomic(out / "kernel.ir", Path(compiled.ir_path).read_bytes())
     return str(target)
 
 

@@ -12,11 +12,17 @@ Cache layout (one directory per kernel)::
 ``hash16`` is the SHA-256 of (canonical IR, constants, compiler version,
 C compiler identity, flags, host ISA, NEFF ABI version). An entry is built
 in a private temporary directory beside it and renamed into place whole,
-meta.json included, so processes sharing a cache (the ranks of a job, say)
-never see or disturb each other's half-built entries; when two build the
-same kernel, the first to publish wins and the other uses it. An entry whose
-meta.json is missing or unreadable, or whose NEFF does not match the
-recorded hash, is rebuilt rather than loaded.
+meta.json included, so processes of one user sharing a cache (the ranks of
+a job, say) never see or disturb each other's half-built entries; when two
+build the same kernel, the first to publish wins and the other uses it. An
+entry whose meta.json is missing or unreadable, or whose NEFF does not match
+the recorded hash, is rebuilt rather than loaded.
+
+A NEFF is native code that runs in this process, so the cache is private:
+the root is created 0700, entries stay 0700 and their files 0600, and a root,
+entry or NEFF that another user owns or that group or others may write is
+refused (``spike.safe_files.UntrustedPathError``, naming the path and the
+fix). docs/security.md states the trust model.
 """
 from __future__ import annotations
 
@@ -35,6 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from nkipy.core.ir import Graph, dtype_name
+from spike.safe_files import UntrustedPathError, check_trusted, private_dir, write_atomic
 
 from . import codegen, passes
 
@@ -189,25 +196,12 @@ def _sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def _umask() -> int:
-    """The process umask, read without changing it (os.umask would, for a moment,
-    for every thread)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0o022
-
-
 def _publish(work: Path, entry: Path) -> None:
     """Renames a finished build directory to its entry. A valid entry published
     by another process meanwhile wins (ours is dropped); an invalid one (a
     failed or interrupted build) is first renamed aside, atomically, so a
-    valid entry another process publishes in between is never deleted."""
-    os.chmod(work, 0o777 & ~_umask())    # mkdtemp made it private; entries are shared
+    valid entry another process publishes in between is never deleted. The
+    entry keeps the private mode mkdtemp gave it."""
     for _ in range(3):
         try:
             os.rename(work, entry)
@@ -225,6 +219,21 @@ def _publish(work: Path, entry: Path) -> None:
     if not _entry_valid(entry):
         raise OSError(f"could not publish the cache entry {entry}: another process keeps "
                       "replacing it with an invalid one")
+
+
+def _check_entry_trusted(entry: Path) -> None:
+    """Refuses an existing entry, or its NEFF, that another user owns or others
+    may write (UntrustedPathError); a missing one passes."""
+    for path, what in ((entry, "nkipy cache entry"), (entry / "kernel.neff", "cached NEFF")):
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return
+        check_trusted(path, what, st)
+
+
+def _write_private(path: Path, text: str) -> None:
+    write_atomic(path, text, mode=0o600)
 
 
 def _entry_valid(entry: Path) -> bool:
@@ -252,34 +261,59 @@ def compile_graph(graph: Graph, *, cache_dir: str | os.PathLike | None = None,
         graph.verify()
     key = cache_key(graph, flags)
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    private_dir(root, "nkipy compile cache")
     entry = root / f"{graph.name}_{key}"
     files = dict(neff_path=str(entry / "kernel.neff"), c_path=str(entry / "kernel.c"),
                  ir_path=str(entry / "kernel.ir"))
+    _check_entry_trusted(entry)
     if _entry_valid(entry):
         log.debug("cache hit for %s: %s", graph.name, entry)
         return CompiledKernel(graph.name, cache_key=key, cache_hit=True,
                               compile_seconds=time.perf_counter() - start, graph=graph, **files)
     if entry.exists():
         log.warning("rebuilding corrupt or partial cache entry %s", entry)
-    root.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(dir=root, prefix=f".{entry.name}."))
     try:
-        source = codegen.generate_c(graph)
-        (work / "kernel.ir").write_text(str(graph))
-        (work / "kernel.c").write_text(source)
-        cmd = [c_compiler(), *flags, "-I", runtime_include_dir(), "-I", prelude_dir(),
-               str(work / "kernel.c"), "-o", str(work / "kernel.neff"), "-lm"]
-        log.debug("compiling %s: %s", graph.name, " ".join(cmd))
+        work = Path(tempfile.mkdtemp(dir=root, prefix=f".{entry.name}."))
+    except OSError as exc:
+        raise OSError(exc.errno, f"cannot create a build directory in the nkipy compile cache "
+                                 f"{str(root)!r}: {exc.strerror}") from exc
+    try:
+        return _build_in(work, entry, graph, key, flags, files, start)
+    except OSError as exc:
+        if isinstance(exc, UntrustedPathError) or not exc.strerror:
+            raise
+        raise OSError(exc.errno, f"building kernel '{graph.name}' in the nkipy compile cache "
+                                 f"{str(root)!r} failed: {exc.strerror}"
+                                 + (f" ({exc.filename})" if exc.filename else "")) from exc
+    finally:
+        shutil.rmtree(work, ignore_errors=True)    # gone already once published
+
+
+def _build_in(work: Path, entry: Path, graph: Graph, key: str, flags: tuple[str, ...],
+              files: dict, start: float) -> CompiledKernel:
+    """Generates and compiles ``graph`` in the private directory ``work`` and
+    publishes it as ``entry``."""
+    source = codegen.generate_c(graph)
+    _write_private(work / "kernel.ir", str(graph))
+    _write_private(work / "kernel.c", source)
+    cc = c_compiler()
+    cmd = [cc, *flags, "-I", runtime_include_dir(), "-I", prelude_dir(),
+           str(work / "kernel.c"), "-o", str(work / "kernel.neff"), "-lm"]
+    log.debug("compiling %s: %s", graph.name, " ".join(cmd))
+    try:
         proc = subprocess.run(cmd, capture_output=True, text=True)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
+    except OSError as exc:
+        raise CompileError(f"cannot run the C compiler {cc!r} (set by NKIPY_CC, else CC, else "
+                           f"'cc'): {exc.strerror or exc}") from exc
     if proc.returncode != 0:
         (work / "kernel.neff").unlink(missing_ok=True)
         _publish(work, entry)      # the failing source where the message says (no meta.json)
+        output = (proc.stderr.strip() or proc.stdout.strip()
+                  or f"{cc!r} exited with status {proc.returncode} and printed nothing")
         raise CompileError(
             f"C compilation of kernel '{graph.name}' failed (source: {entry / 'kernel.c'}):\n"
-            f"{proc.stderr.strip()}", str(entry / "kernel.c"), proc.stderr)
+            f"{output}", str(entry / "kernel.c"), proc.stderr)
+    os.chmod(work / "kernel.neff", 0o600)
     meta = {
         "name": graph.name,
         "compiler_version": COMPILER_VERSION,
@@ -292,7 +326,7 @@ def compile_graph(graph: Graph, *, cache_dir: str | os.PathLike | None = None,
                     for i, (nm, v) in enumerate(zip(graph.output_names, graph.outputs))],
         "neff_sha256": _sha256_file(work / "kernel.neff"),
     }
-    (work / "meta.json").write_text(json.dumps(meta, indent=1))
+    _write_private(work / "meta.json", json.dumps(meta, indent=1))
     _publish(work, entry)
     seconds = time.perf_counter() - start
     log.info("compiled kernel %s in %.3f s (%s)", graph.name, seconds, entry)

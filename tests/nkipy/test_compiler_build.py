@@ -44,9 +44,9 @@ def test_compile_run_and_cache_hit(tmp_path):
     for f in (first.neff_path, first.c_path, first.ir_path):
         assert os.path.isfile(f)
     entry = tmp_path / f"softmax_{first.cache_key}"
-    umask = os.umask(0)
-    os.umask(umask)
-    assert entry.stat().st_mode & 0o777 == 0o777 & ~umask   # shareable, not mkdtemp's 0700
+    assert entry.stat().st_mode & 0o777 == 0o700             # private: it holds native code
+    for f in entry.iterdir():
+        assert f.stat().st_mode & 0o777 == 0o600, f
     meta = json.loads((entry / "meta.json").read_text())
     assert meta["inputs"] == [{"name": "x", "shape": [8, 33], "dtype": "float32"}]
     assert meta["outputs"][0]["name"] == "output0"
