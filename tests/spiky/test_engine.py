@@ -103,6 +103,24 @@ def test_memory_stats_move_with_device_outputs_and_trim_releases(backend):
     assert after["total_bytes"] == after["used_bytes"] + after["cached_bytes"]
 
 
+def test_memory_stats_count_buffers_of_calls_on_cpu_tensors(backend):
+    """A compiled graph called with CPU tensors keeps persistent device buffers
+    outside the pool; the figures count them (they were all zero)."""
+    import spike_torch
+
+    c = torch.compile(lambda x, w: torch.relu(x @ w) - 3.5, backend="nkipy")
+    with torch.no_grad():                             # shapes no other test compiles
+        c(torch.randn(248, 264), torch.randn(264, 232))
+    stats = spiky.get_memory_stats()
+    pool = spike_torch.memory_pool_stats()
+    held = (248 * 264 + 264 * 232 + 248 * 232) * 4    # two input buffers and the output
+    assert stats["used_bytes"] - pool["used_bytes"] >= held
+    assert stats["total_bytes"] - pool["total_bytes"] >= held
+    assert stats["total_bytes"] == stats["used_bytes"] + stats["cached_bytes"]
+    assert stats["cached_bytes"] == pool["cached_bytes"]
+    assert spiky.get_memory_stats(0)["used_bytes"] == stats["used_bytes"]
+
+
 def test_trim_to_a_target_and_errors(backend):
     xs = [torch.empty(2**20, device="nkipy") for _ in range(6)]
     del xs
