@@ -22,29 +22,44 @@ The plan, in order:
    dimension through ``env->parallel_for`` and keep a unit-stride inner loop
    the C compiler vectorises. float16/bfloat16 are stored as such and
    computed in float32.
+
+The package, one concept per module, lowest first:
+
+- ``maps``: affine index maps and buffers (views fold into maps).
+- ``ctext``: C text of dtypes, literals, elementwise ops and reductions.
+- ``planning``: inlining, GEMM scaling, aliasing snapshots, live ranges and
+  the scratch layout.
+- ``loops``: expressions, loop nests, elementwise groups and reductions.
+- ``matmul``, ``structured``, ``rowgroups``: the other kinds of group.
+- ``generator``: the Generator (the mixins above put together), its driver
+  and the translation unit around the groups.
+
+Every name the single-module ``codegen.py`` defined is importable from here.
 """
 from __future__ import annotations
 
-import math
-import re
-from dataclasses import dataclass
-from typing import Callable
+from nkipy.core.ir import Graph
 
-import numpy as np
-
-from nkipy.core.ir import (BINARY, COLLECTIVES, ELEMENTWISE, PREDICATES, REDUCTIONS, UNARY,
-                           Graph, Node, Value, bfloat16, dtype_name)
+from .ctext import (_NKRT_DTYPE, _STORAGE, CodegenError, _fix_ptrs, _int_max, _int_min, _subst,
+                    c_literal, compute_type, elementwise_c, is_float, load_expr, reduce_parts,
+                    storage_type, store_expr)
+from .generator import PRELUDE_INCLUDE, Generator, const_array, descriptor
+from .loops import PARALLEL_GRAIN, Loops
 from .maps import (VIEW_OPS, Access, Buffer, Dim, access_of, broadcast_map, compose,
                    contiguous_strides, identity_map, reshape_strides, view_map)
-from .ctext import (_NKRT_DTYPE, _STORAGE, CodegenError, _fix_ptrs, _int_max, _int_min,
-                    _subst, c_literal, compute_type, elementwise_c, is_float, load_expr,
-                    reduce_parts, storage_type, store_expr)
-from .planning import SHARED_INLINE_MAX_COPIES, SHARED_INLINE_OPS, Planning
-from .loops import PARALLEL_GRAIN, Loops
 from .matmul import Matmul
-from .structured import Structured
+from .planning import SHARED_INLINE_MAX_COPIES, SHARED_INLINE_OPS, Planning
 from .rowgroups import RowGroups
-from .generator import PRELUDE_INCLUDE, Generator, const_array, descriptor
+from .structured import Structured
+
+__all__ = [
+    "VIEW_OPS", "PARALLEL_GRAIN", "SHARED_INLINE_OPS", "SHARED_INLINE_MAX_COPIES",
+    "CodegenError", "storage_type", "is_float", "compute_type", "load_expr", "store_expr",
+    "c_literal", "elementwise_c", "reduce_parts", "Dim", "identity_map", "broadcast_map",
+    "compose", "contiguous_strides", "reshape_strides", "view_map", "Buffer", "Access",
+    "access_of", "Planning", "Loops", "Matmul", "Structured", "RowGroups", "Generator",
+    "PRELUDE_INCLUDE", "const_array", "descriptor", "generate_c",
+]
 
 
 def generate_c(graph: Graph) -> str:

@@ -20,7 +20,7 @@ from .structured import Structured
 # ---- the generator ----------------------------------------------------------
 
 class Generator(Planning, Loops, Matmul, Structured, RowGroups):
-    """Turns one optimised Graph into C source; see the module docstring."""
+    """Turns one optimised Graph into C source; see the package docstring."""
 
     def __init__(self, graph: Graph) -> None:
         self.g = graph
