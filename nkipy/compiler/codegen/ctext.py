@@ -130,6 +130,73 @@ def _int_max(dtype) -> str:
 
 
 # ---- elementwise operators --------------------------------------------------
+#
+# Op-to-C text as tables, built once: each entry is a template over the
+# operand expressions {a} (and {b}), in the compute type of the operands.
+
+#: Unary ops on float operands.
+UNARY_FLOAT_C = {
+    "neg": "(-({a}))", "abs": "__builtin_fabsf({a})", "exp": "nk_exp({a})",
+    "expm1": "expm1f({a})", "log": "nk_log({a})", "log1p": "log1pf({a})",
+    "log2": "(nk_log({a}) * 1.4426950408889634f)", "sqrt": "__builtin_sqrtf({a})",
+    "rsqrt": "(1.0f / __builtin_sqrtf({a}))", "reciprocal": "(1.0f / ({a}))",
+    "square": "(({a}) * ({a}))", "sin": "sinf({a})", "cos": "cosf({a})",
+    "tan": "tanf({a})", "arctan": "atanf({a})", "tanh": "nk_tanh({a})",
+    "sigmoid": "nk_sigmoid({a})", "erf": "nk_erf({a})", "ceil": "__builtin_ceilf({a})",
+    "floor": "__builtin_floorf({a})", "rint": "nk_rint({a})",
+    "trunc": "__builtin_truncf({a})", "sign": "nk_sign({a})",
+    "logical_not": "(({a}) == 0)", "isnan": "(({a}) != ({a}))",
+    "isfinite": "(({a}) - ({a}) == 0.0f)", "copy": "({a})",
+}
+#: Unary ops on integer operands.
+UNARY_INT_C = {
+    "neg": "(-({a}))", "abs": "(({a}) < 0 ? -({a}) : ({a}))", "square": "(({a}) * ({a}))",
+    "sign": "((({a}) > 0) - (({a}) < 0))", "logical_not": "(({a}) == 0)",
+    "bitwise_not": "(~({a}))",
+    "isnan": "0", "isfinite": "1", "copy": "({a})", "ceil": "({a})", "floor": "({a})",
+    "rint": "({a})", "trunc": "({a})", "reciprocal": "(1 / ({a}))",
+}
+#: Unary ops on bool operands: the integer ones, with a logical bitwise_not.
+UNARY_BOOL_C = {**UNARY_INT_C, "bitwise_not": "(!({a}))"}
+
+#: Binary ops: op -> (template on float operands, template on integer or
+#: bool operands); None where the op is not defined for that kind.
+BINARY_C: dict[str, tuple[str | None, str | None]] = {
+    **{op: (f"(({{a}}) {sym} ({{b}}))",) * 2 for op, sym in (
+        ("add", "+"), ("sub", "-"), ("mul", "*"), ("eq", "=="), ("ne", "!="), ("lt", "<"),
+        ("le", "<="), ("gt", ">"), ("ge", ">="))},
+    "div": ("(({a}) / ({b}))", "(({b}) == 0 ? 0 : ({a}) / ({b}))"),
+    "maximum": ("((({a}) > ({b}) || ({a}) != ({a})) ? ({a}) : ({b}))",
+                "(({a}) > ({b}) ? ({a}) : ({b}))"),
+    "minimum": ("((({a}) < ({b}) || ({a}) != ({a})) ? ({a}) : ({b}))",
+                "(({a}) < ({b}) ? ({a}) : ({b}))"),
+    "pow": ("powf({a}, {b})", "nk_ipow({a}, {b})"),
+    "mod": ("nk_fmod_py({a}, {b})", "nk_imod_py({a}, {b})"),
+    "floor_div": ("__builtin_floorf(({a}) / ({b}))", "nk_idiv_floor({a}, {b})"),
+    **{op: (f"((({{a}}) != 0) {sym} (({{b}}) != 0))",) * 2 for op, sym in (
+        ("logical_and", "&&"), ("logical_or", "||"), ("logical_xor", "!="))},
+    **{op: (None, f"(({{a}}) {sym} ({{b}}))") for op, sym in (
+        ("bitwise_and", "&"), ("bitwise_or", "|"), ("bitwise_xor", "^"))},
+}
+
+
+def cast_c(n: Node, a: str) -> str:
+    """C expression of a cast node over its operand expression."""
+    dst = n.output.dtype
+    s = n.inputs[0].dtype
+    name = dtype_name(dst)
+    if name == "bool":
+        return f"(({a}) != 0)"
+    if name == "float32":
+        return f"((float)({a}))"
+    if name == "float16":
+        return f"((float)(nk_f16)({a}))"
+    if name == "bfloat16":
+        return f"nk_bf2f(nk_f2bf((float)({a})))"
+    if is_float(s):  # float -> int: truncate, NaN to 0
+        return f"(({compute_type(dst)})({storage_type(dst)})(({a}) == ({a}) ? ({a}) : 0))"
+    return f"(({compute_type(dst)})({storage_type(dst)})({a}))"
+
 
 def elementwise_c(n: Node, args: list[str]) -> str:
     """C expression of an elementwise node over operand expressions."""
@@ -140,75 +207,30 @@ def elementwise_c(n: Node, args: list[str]) -> str:
     a = args[0] if args else ""
     b = args[1] if len(args) > 1 else ""
     if op == "cast":
-        dst = out.dtype
-        s = n.inputs[0].dtype
-        name = dtype_name(dst)
-        if name == "bool":
-            return f"(({a}) != 0)"
-        if name == "float32":
-            return f"((float)({a}))"
-        if name == "float16":
-            return f"((float)(nk_f16)({a}))"
-        if name == "bfloat16":
-            return f"nk_bf2f(nk_f2bf((float)({a})))"
-        if is_float(s):  # float -> int: truncate, NaN to 0
-            return f"(({compute_type(dst)})({storage_type(dst)})(({a}) == ({a}) ? ({a}) : 0))"
-        return f"(({compute_type(dst)})({storage_type(dst)})({a}))"
+        return cast_c(n, a)
     if op == "where":
         return f"(({a}) ? ({b}) : ({args[2]}))"
     if op in UNARY:
-        table_f = {
-            "neg": "(-({a}))", "abs": "__builtin_fabsf({a})", "exp": "nk_exp({a})",
-            "expm1": "expm1f({a})", "log": "nk_log({a})", "log1p": "log1pf({a})",
-            "log2": "(nk_log({a}) * 1.4426950408889634f)", "sqrt": "__builtin_sqrtf({a})",
-            "rsqrt": "(1.0f / __builtin_sqrtf({a}))", "reciprocal": "(1.0f / ({a}))",
-            "square": "(({a}) * ({a}))", "sin": "sinf({a})", "cos": "cosf({a})",
-            "tan": "tanf({a})", "arctan": "atanf({a})", "tanh": "nk_tanh({a})",
-            "sigmoid": "nk_sigmoid({a})", "erf": "nk_erf({a})", "ceil": "__builtin_ceilf({a})",
-            "floor": "__builtin_floorf({a})", "rint": "nk_rint({a})",
-            "trunc": "__builtin_truncf({a})", "sign": "nk_sign({a})",
-            "logical_not": "(({a}) == 0)", "isnan": "(({a}) != ({a}))",
-            "isfinite": "(({a}) - ({a}) == 0.0f)", "copy": "({a})",
-        }
-        table_i = {
-            "neg": "(-({a}))", "abs": "(({a}) < 0 ? -({a}) : ({a}))", "square": "(({a}) * ({a}))",
-            "sign": "((({a}) > 0) - (({a}) < 0))", "logical_not": "(({a}) == 0)",
-            "bitwise_not": ("(!({a}))" if dtype_name(src_dtype) == "bool" else "(~({a}))"),
-            "isnan": "0", "isfinite": "1", "copy": "({a})", "ceil": "({a})", "floor": "({a})",
-            "rint": "({a})", "trunc": "({a})", "reciprocal": "(1 / ({a}))",
-        }
-        table = table_f if flt else table_i
+        table = UNARY_FLOAT_C if flt else (
+            UNARY_BOOL_C if dtype_name(src_dtype) == "bool" else UNARY_INT_C)
         if op not in table:
             raise CodegenError(f"{op} is not defined for {dtype_name(src_dtype)}")
         return table[op].format(a=a)
-    if op in BINARY:
-        simple = {"add": "+", "sub": "-", "mul": "*", "eq": "==", "ne": "!=", "lt": "<",
-                  "le": "<=", "gt": ">", "ge": ">="}
-        if op in simple:
-            return f"(({a}) {simple[op]} ({b}))"
-        if op == "div":
-            return f"(({a}) / ({b}))" if flt else f"(({b}) == 0 ? 0 : ({a}) / ({b}))"
-        if op == "maximum":
-            return (f"((({a}) > ({b}) || ({a}) != ({a})) ? ({a}) : ({b}))" if flt
-                    else f"(({a}) > ({b}) ? ({a}) : ({b}))")
-        if op == "minimum":
-            return (f"((({a}) < ({b}) || ({a}) != ({a})) ? ({a}) : ({b}))" if flt
-                    else f"(({a}) < ({b}) ? ({a}) : ({b}))")
-        if op == "pow":
-            return f"powf({a}, {b})" if flt else f"nk_ipow({a}, {b})"
-        if op == "mod":
-            return f"nk_fmod_py({a}, {b})" if flt else f"nk_imod_py({a}, {b})"
-        if op == "floor_div":
-            return (f"__builtin_floorf(({a}) / ({b}))" if flt else f"nk_idiv_floor({a}, {b})")
-        logical = {"logical_and": "&&", "logical_or": "||"}
-        if op in logical:
-            return f"((({a}) != 0) {logical[op]} (({b}) != 0))"
-        if op == "logical_xor":
-            return f"((({a}) != 0) != (({b}) != 0))"
-        bitwise = {"bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^"}
-        if op in bitwise and not flt:
-            return f"(({a}) {bitwise[op]} ({b}))"
+    if op in BINARY and op in BINARY_C:
+        template = BINARY_C[op][0 if flt else 1]
+        if template is not None:
+            return template.format(a=a, b=b)
     raise CodegenError(f"no C lowering for elementwise op {op!r} on {dtype_name(src_dtype)}")
+
+
+#: Sum, product, any and all: op -> (initial value, update of acc by x,
+#: omp simd reduction clause).
+REDUCE_C = {
+    "reduce_sum": ("0", "acc += x;", "reduction(+:acc)"),
+    "reduce_prod": ("1", "acc *= x;", "reduction(*:acc)"),
+    "reduce_any": ("0", "acc |= (x != 0);", "reduction(|:acc)"),
+    "reduce_all": ("1", "acc &= (x != 0);", "reduction(&:acc)"),
+}
 
 
 def reduce_parts(op: str, src_dtype: np.dtype, out_dtype: np.dtype):
@@ -228,13 +250,7 @@ def reduce_parts(op: str, src_dtype: np.dtype, out_dtype: np.dtype):
         return (acct, f"{acct} acc = {init};", f"acc = x {cmp} acc ? x : acc;",
                 f"reduction({kind}:acc)", "")
     acct = compute_type(out_dtype)
-    table = {
-        "reduce_sum": ("0", "acc += x;", "reduction(+:acc)"),
-        "reduce_prod": ("1", "acc *= x;", "reduction(*:acc)"),
-        "reduce_any": ("0", "acc |= (x != 0);", "reduction(|:acc)"),
-        "reduce_all": ("1", "acc &= (x != 0);", "reduction(&:acc)"),
-    }
-    init, update, clause = table[op]
+    init, update, clause = REDUCE_C[op]
     if op in ("reduce_any", "reduce_all"):
         acct = "int32_t"
     return acct, f"{acct} acc = {init};", update, clause, ""

@@ -18,6 +18,8 @@ from .maps import (VIEW_OPS, Access, Buffer, Dim, access_of, broadcast_map, comp
 
 #: Elements below which a loop runs on one thread.
 PARALLEL_GRAIN = 1 << 14
+#: The value of a reduction over no elements, where it has one.
+REDUCE_IDENTITY = {"reduce_sum": 0, "reduce_prod": 1, "reduce_any": 0, "reduce_all": 1}
 
 
 class Loops:
@@ -373,7 +375,7 @@ class Loops:
         """A reduction over no axes (a cast) or over an empty input (the identity)."""
         v, src = n.output, n.inputs[0]
         if src.size == 0:
-            init = {"reduce_sum": 0, "reduce_prod": 1, "reduce_any": 0, "reduce_all": 1}.get(n.op)
+            init = REDUCE_IDENTITY.get(n.op)
             if init is None:
                 raise CodegenError(f"{n.op} of an empty array has no identity")
             out = self.new_output_buffer(v)

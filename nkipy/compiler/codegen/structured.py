@@ -14,6 +14,14 @@ from .ctext import (_NKRT_DTYPE, CodegenError, c_literal, compute_type, load_exp
                     store_expr)
 from .maps import Buffer, access_of, contiguous_strides, identity_map
 
+#: The runtime's collective each collective op calls (reduce_scatter is an
+#: all-reduce followed by taking this rank's part).
+COLLECTIVE_KIND_C = {"all_reduce": "NKRT_CC_ALL_REDUCE", "reduce_scatter": "NKRT_CC_ALL_REDUCE",
+                     "all_gather": "NKRT_CC_ALL_GATHER", "all_to_all": "NKRT_CC_ALL_TO_ALL"}
+#: A collective's reduce_op attribute -> the runtime's reduction.
+COLLECTIVE_REDUCE_C = {"add": "NKRT_CC_ADD", "multiply": "NKRT_CC_MUL", "maximum": "NKRT_CC_MAX",
+                       "minimum": "NKRT_CC_MIN"}
+
 
 class Structured:
     """Generator methods that emit the structured ops (a mixin: the state
@@ -206,11 +214,7 @@ class Structured:
         es = np.dtype(v.dtype).itemsize
         src = self.contiguous_ptr(x)
         dst = f"kc.{out.name}"
-        kinds = {"all_reduce": "NKRT_CC_ALL_REDUCE", "reduce_scatter": "NKRT_CC_ALL_REDUCE",
-                 "all_gather": "NKRT_CC_ALL_GATHER", "all_to_all": "NKRT_CC_ALL_TO_ALL"}
-        reduce_ops = {"add": "NKRT_CC_ADD", "multiply": "NKRT_CC_MUL", "maximum": "NKRT_CC_MAX",
-                      "minimum": "NKRT_CC_MIN"}
-        rop = reduce_ops[n.attrs.get("reduce_op", "add")]
+        rop = COLLECTIVE_REDUCE_C[n.attrs.get("reduce_op", "add")]
         table = ", ".join("{" + ", ".join(str(r) for r in g) + "}" for g in groups)
         lines = ["  {",
                  f"    static const int32_t groups[{len(groups)}][{size}] = {{{table}}};",
@@ -226,8 +230,8 @@ class Structured:
                  "\"" + op + ": the runtime has no collectives\"); return 1; }"]
 
         def call(s_ptr: str, d_ptr: str, count: int) -> str:
-            return (f"    if (env->lib->collective(env->ctx, {kinds[op]}, {code}, {rop}, grp, "
-                    f"{size}, {s_ptr}, {d_ptr}, {count})) return 1;")
+            return (f"    if (env->lib->collective(env->ctx, {COLLECTIVE_KIND_C[op]}, {code}, "
+                    f"{rop}, grp, {size}, {s_ptr}, {d_ptr}, {count})) return 1;")
 
         def blocks(ax: int, shape: tuple[int, ...]) -> tuple[int, int]:
             outer = int(np.prod(shape[:ax], dtype=np.int64))
