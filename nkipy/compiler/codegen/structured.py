@@ -62,112 +62,134 @@ class Structured:
         return lines
 
     def gen_structured(self, n: Node) -> None:
-        v = n.output
-        op = n.op
-        if op == "constant":
-            arr = np.ascontiguousarray(np.asarray(n.attrs["value"], dtype=v.dtype).reshape(v.shape))
-            name = self.fresh("c")
-            buf = Buffer(name, v.dtype, v.shape, "const", data=arr)
-            self.consts.append(buf)
-            if v.id in self.out_ids:
-                self.buffers[v.id] = buf
-                tmp_src = Value(v.shape, v.dtype)
-                self.buffers[tmp_src.id] = buf
-                del self.buffers[v.id]
-                self.gen_copy(v, tmp_src)
-            else:
-                self.buffers[v.id] = buf
+        """Emits a structured op through the STRUCTURED_OPS table (a constant
+        becomes a static array instead)."""
+        if n.op == "constant":
+            self._gen_constant(n)
             return
-        out = self.new_output_buffer(v)
-        ct = compute_type(v.dtype)
+        out = self.new_output_buffer(n.output)
+        gen = STRUCTURED_OPS.get(n.op)
+        if gen is None:
+            raise CodegenError(f"the C code generator has no lowering for op {n.op!r}")
+        gen(self, n, out)
 
+    @staticmethod
+    def writer(out: Buffer, v: Value) -> Callable[[list[str], str], str]:
+        """``w(index_exprs, value)``: the C statement storing a compute-type
+        value into out, v's buffer, at a multi-index."""
         def w(index_exprs, value):
             terms = [f"{s} * ({e})" for s, e in zip(out.strides, index_exprs) if s]
             return f"kc.{out.name}[{' + '.join(['0'] + terms)}] = {store_expr(v.dtype, value)};"
+        return w
 
-        if op == "concat":
-            axis = n.attrs["axis"]
-            base = 0
-            for operand in n.inputs:
-                if operand.size:
-                    def body(idx, operand=operand, base=base):
-                        oi = list(idx)
-                        oi[axis] = f"{idx[axis]} + {base}"
-                        return [w(oi, load_expr(v.dtype, self.reader(operand, idx)))]
-                    self.body += self.serial_nest(operand.shape, body)
-                base += operand.shape[axis]
-        elif op == "pad":
-            fill = c_literal(n.attrs["value"], v.dtype)
-            src = n.inputs[0]
-            self.body += self.serial_nest(v.shape, lambda idx: [w(idx, fill)])
-            pads = n.attrs["pad_width"]
-
-            def body(idx):
-                oi = [f"{i} + {lo}" for i, (lo, _) in zip(idx, pads)]
-                return [w(oi, load_expr(v.dtype, self.reader(src, idx)))]
-            if src.size:
-                self.body += self.serial_nest(src.shape, body)
-        elif op in ("cumsum", "cumprod"):
-            axis = n.attrs["axis"]
-            src = n.inputs[0]
-            outer = tuple(s for d, s in enumerate(v.shape) if d != axis)
-            sym = "+" if op == "cumsum" else "*"
-
-            def body(idx):
-                full = list(idx[:axis]) + ["a"] + list(idx[axis:])
-                return [f"{ct} acc = {0 if op == 'cumsum' else 1};",
-                        f"for (int64_t a = 0; a < {v.shape[axis]}; a++) {{",
-                        f"  acc = acc {sym} {load_expr(src.dtype, self.reader(src, full))};",
-                        "  " + w(full, "acc"), "}"]
-            self.body += self.serial_nest(outer, body)
-        elif op in ("argmax", "argmin"):
-            axis = n.attrs["axis"]
-            src = n.inputs[0]
-            sct = compute_type(src.dtype)
-            outer = tuple(s for d, s in enumerate(src.shape) if d != axis)
-            better = ">" if op == "argmax" else "<"
-
-            def body(idx):
-                full = list(idx[:axis]) + ["a"] + list(idx[axis:])
-                oidx = list(idx[:axis]) + (["0"] if n.attrs["keepdims"] else []) + list(idx[axis:])
-                return [f"{sct} best = 0; int32_t bi = -1;",
-                        f"for (int64_t a = 0; a < {src.shape[axis]}; a++) {{",
-                        f"  {sct} x = {load_expr(src.dtype, self.reader(src, full))};",
-                        f"  if (bi < 0 || x {better} best || (x != x && best == best)) "
-                        "{ best = x; bi = (int32_t)a; }", "}", w(oidx, "bi")]
-            self.body += self.serial_nest(outer, body)
-        elif op == "take":
-            x, ind = n.inputs
-            axis = n.attrs["axis"]
-            n_axis = x.shape[axis]
-
-            def body(idx):
-                iidx = idx[axis:axis + ind.ndim]
-                sel = f"nk_clamp_index((int64_t){self.reader(ind, iidx)}, {n_axis})"
-                xidx = idx[:axis] + [sel] + idx[axis + ind.ndim:]
-                return [w(idx, load_expr(x.dtype, self.reader(x, xidx)))]
-            self.body += self.serial_nest(v.shape, body)
-        elif op == "take_along_axis":
-            x, ind = n.inputs
-            axis = n.attrs["axis"]
-
-            def body(idx):
-                iidx = [i if ind.shape[d] != 1 else "0" for d, i in enumerate(idx)]
-                sel = f"nk_clamp_index((int64_t){self.reader(ind, iidx)}, {x.shape[axis]})"
-                xidx = [i if x.shape[d] != 1 else "0" for d, i in enumerate(idx)]
-                xidx[axis] = sel
-                return [w(idx, load_expr(x.dtype, self.reader(x, xidx)))]
-            self.body += self.serial_nest(v.shape, body)
-        elif op in ("set_slice", "update_slice", "put_along_axis"):
-            self._gen_update(n, out, w)
-        elif op == "topk":
-            self._gen_topk(n, out)
-        elif op == "conv2d":
-            self._gen_conv2d(n, out)
-        elif op in COLLECTIVES:
-            self._gen_collective(n, out)
+    def _gen_constant(self, n: Node) -> None:
+        v = n.output
+        arr = np.ascontiguousarray(np.asarray(n.attrs["value"], dtype=v.dtype).reshape(v.shape))
+        name = self.fresh("c")
+        buf = Buffer(name, v.dtype, v.shape, "const", data=arr)
+        self.consts.append(buf)
+        if v.id in self.out_ids:
+            self.buffers[v.id] = buf
+            tmp_src = Value(v.shape, v.dtype)
+            self.buffers[tmp_src.id] = buf
+            del self.buffers[v.id]
+            self.gen_copy(v, tmp_src)
         else:
-            raise CodegenError(f"the C code generator has no lowering for op {op!r}")
+            self.buffers[v.id] = buf
+
+    def _gen_concat(self, n: Node, out: Buffer) -> None:
+        v = n.output
+        w = self.writer(out, v)
+        axis = n.attrs["axis"]
+        base = 0
+        for operand in n.inputs:
+            if operand.size:
+                def body(idx, operand=operand, base=base):
+                    oi = list(idx)
+                    oi[axis] = f"{idx[axis]} + {base}"
+                    return [w(oi, load_expr(v.dtype, self.reader(operand, idx)))]
+                self.body += self.serial_nest(operand.shape, body)
+            base += operand.shape[axis]
+
+    def _gen_pad(self, n: Node, out: Buffer) -> None:
+        v = n.output
+        w = self.writer(out, v)
+        fill = c_literal(n.attrs["value"], v.dtype)
+        src = n.inputs[0]
+        self.body += self.serial_nest(v.shape, lambda idx: [w(idx, fill)])
+        pads = n.attrs["pad_width"]
+
+        def body(idx):
+            oi = [f"{i} + {lo}" for i, (lo, _) in zip(idx, pads)]
+            return [w(oi, load_expr(v.dtype, self.reader(src, idx)))]
+        if src.size:
+            self.body += self.serial_nest(src.shape, body)
+
+    def _gen_cumulative(self, n: Node, out: Buffer) -> None:
+        """cumsum and cumprod."""
+        v, op = n.output, n.op
+        w = self.writer(out, v)
+        ct = compute_type(v.dtype)
+        axis = n.attrs["axis"]
+        src = n.inputs[0]
+        outer = tuple(s for d, s in enumerate(v.shape) if d != axis)
+        sym = "+" if op == "cumsum" else "*"
+
+        def body(idx):
+            full = list(idx[:axis]) + ["a"] + list(idx[axis:])
+            return [f"{ct} acc = {0 if op == 'cumsum' else 1};",
+                    f"for (int64_t a = 0; a < {v.shape[axis]}; a++) {{",
+                    f"  acc = acc {sym} {load_expr(src.dtype, self.reader(src, full))};",
+                    "  " + w(full, "acc"), "}"]
+        self.body += self.serial_nest(outer, body)
+
+    def _gen_arg_extreme(self, n: Node, out: Buffer) -> None:
+        """argmax and argmin."""
+        v, op = n.output, n.op
+        w = self.writer(out, v)
+        axis = n.attrs["axis"]
+        src = n.inputs[0]
+        sct = compute_type(src.dtype)
+        outer = tuple(s for d, s in enumerate(src.shape) if d != axis)
+        better = ">" if op == "argmax" else "<"
+
+        def body(idx):
+            full = list(idx[:axis]) + ["a"] + list(idx[axis:])
+            oidx = list(idx[:axis]) + (["0"] if n.attrs["keepdims"] else []) + list(idx[axis:])
+            return [f"{sct} best = 0; int32_t bi = -1;",
+                    f"for (int64_t a = 0; a < {src.shape[axis]}; a++) {{",
+                    f"  {sct} x = {load_expr(src.dtype, self.reader(src, full))};",
+                    f"  if (bi < 0 || x {better} best || (x != x && best == best)) "
+                    "{ best = x; bi = (int32_t)a; }", "}", w(oidx, "bi")]
+        self.body += self.serial_nest(outer, body)
+
+    def _gen_take(self, n: Node, out: Buffer) -> None:
+        v = n.output
+        w = self.writer(out, v)
+        x, ind = n.inputs
+        axis = n.attrs["axis"]
+        n_axis = x.shape[axis]
+
+        def body(idx):
+            iidx = idx[axis:axis + ind.ndim]
+            sel = f"nk_clamp_index((int64_t){self.reader(ind, iidx)}, {n_axis})"
+            xidx = idx[:axis] + [sel] + idx[axis + ind.ndim:]
+            return [w(idx, load_expr(x.dtype, self.reader(x, xidx)))]
+        self.body += self.serial_nest(v.shape, body)
+
+    def _gen_take_along_axis(self, n: Node, out: Buffer) -> None:
+        v = n.output
+        w = self.writer(out, v)
+        x, ind = n.inputs
+        axis = n.attrs["axis"]
+
+        def body(idx):
+            iidx = [i if ind.shape[d] != 1 else "0" for d, i in enumerate(idx)]
+            sel = f"nk_clamp_index((int64_t){self.reader(ind, iidx)}, {x.shape[axis]})"
+            xidx = [i if x.shape[d] != 1 else "0" for d, i in enumerate(idx)]
+            xidx[axis] = sel
+            return [w(idx, load_expr(x.dtype, self.reader(x, xidx)))]
+        self.body += self.serial_nest(v.shape, body)
 
     def contiguous_ptr(self, x: Value) -> str:
         """A C pointer to x's elements in row-major order (x copied into scratch
@@ -285,8 +307,10 @@ class Structured:
         lines.append("  }")
         self.body += lines
 
-    def _gen_update(self, n: Node, out: Buffer, w) -> None:
+    def _gen_update(self, n: Node, out: Buffer) -> None:
+        """set_slice, update_slice and put_along_axis."""
         v = n.output
+        w = self.writer(out, v)
         x = n.inputs[0]
         # start from a copy of x (skipped when x already lives in the output)
         xsrc = self.materialized_source(x)
@@ -440,3 +464,23 @@ class Structured:
         lines.append("    }")
         lines.append("  }")
         self.body += lines
+
+
+#: The structured ops: op name -> the Structured method that emits it, called
+#: as ``gen(generator, node, out)`` with out the buffer of the node's output.
+STRUCTURED_OPS: dict[str, Callable[[Structured, Node, Buffer], None]] = {
+    "concat": Structured._gen_concat,
+    "pad": Structured._gen_pad,
+    "cumsum": Structured._gen_cumulative,
+    "cumprod": Structured._gen_cumulative,
+    "argmax": Structured._gen_arg_extreme,
+    "argmin": Structured._gen_arg_extreme,
+    "take": Structured._gen_take,
+    "take_along_axis": Structured._gen_take_along_axis,
+    "set_slice": Structured._gen_update,
+    "update_slice": Structured._gen_update,
+    "put_along_axis": Structured._gen_update,
+    "topk": Structured._gen_topk,
+    "conv2d": Structured._gen_conv2d,
+    **{op: Structured._gen_collective for op in COLLECTIVES},
+}
