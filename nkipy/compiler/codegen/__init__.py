@@ -27,12 +27,13 @@ The package, one concept per module, lowest first:
 
 - ``maps``: affine index maps and buffers (views fold into maps).
 - ``ctext``: C text of dtypes, literals, elementwise ops and reductions.
-- ``planning``: inlining, GEMM scaling, aliasing snapshots, live ranges and
-  the scratch layout.
+- ``planning``: inlining, GEMM scaling, the groups to emit (a plan, as
+  data), aliasing snapshots, live ranges and the scratch layout.
 - ``loops``: expressions, loop nests, elementwise groups and reductions.
 - ``matmul``, ``structured``, ``rowgroups``: the other kinds of group.
-- ``generator``: the Generator (the mixins above put together), its driver
-  and the translation unit around the groups.
+- ``generator``: the Generator (the mixins above put together) and its
+  pipeline: plan, emit from the plan, lay out scratch, write the
+  translation unit around the body.
 
 Every name the single-module ``codegen.py`` defined is importable from here.
 """
@@ -48,7 +49,7 @@ from .loops import PARALLEL_GRAIN, Loops
 from .maps import (VIEW_OPS, Access, Buffer, Dim, access_of, broadcast_map, compose,
                    contiguous_strides, identity_map, reshape_strides, view_map)
 from .matmul import Matmul
-from .planning import SHARED_INLINE_MAX_COPIES, SHARED_INLINE_OPS, Planning
+from .planning import SHARED_INLINE_MAX_COPIES, SHARED_INLINE_OPS, Group, Planning
 from .rowgroups import RowGroups
 from .structured import Structured
 
@@ -57,7 +58,7 @@ __all__ = [
     "CodegenError", "storage_type", "is_float", "compute_type", "load_expr", "store_expr",
     "c_literal", "elementwise_c", "reduce_parts", "Dim", "identity_map", "broadcast_map",
     "compose", "contiguous_strides", "reshape_strides", "view_map", "Buffer", "Access",
-    "access_of", "Planning", "Loops", "Matmul", "Structured", "RowGroups", "Generator",
+    "access_of", "Group", "Planning", "Loops", "Matmul", "Structured", "RowGroups", "Generator",
     "PRELUDE_INCLUDE", "const_array", "descriptor", "generate_c",
 ]
 

@@ -1,11 +1,13 @@
 """Planning decided before any C is emitted, and the scratch layout decided
 after: which elementwise nodes are inlined into their readers, which scalar
-factors a GEMM's alpha computes, which aliased inputs need a snapshot, and
-the live ranges that let scratch buffers share memory."""
+factors a GEMM's alpha computes, the groups to emit in order (row groups
+among them), which aliased inputs need a snapshot, and the live ranges that
+let scratch buffers share memory."""
 from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -20,6 +22,15 @@ from .maps import VIEW_OPS, view_map
 SHARED_INLINE_OPS = frozenset({"add", "sub", "mul", "neg", "abs", "cast", "maximum", "minimum",
                                "square", "copy"})
 SHARED_INLINE_MAX_COPIES = 4
+
+
+@dataclass
+class Group:
+    """One step of the emission plan: a node emitted on its own (``rows``
+    None), or the members of a row group over rows of shape ``rows``."""
+
+    nodes: list[Node]
+    rows: tuple[int, ...] | None = None
 
 
 class Planning:
@@ -156,6 +167,55 @@ class Planning:
                 not np.issubdtype(np.asarray(val).dtype, np.integer):
             return None
         return float(np.float32(val)) if v.dtype == np.float32 else float(val)
+
+    def plan_groups(self) -> list[Group]:
+        """The groups to emit, in order: every node that is not a view, not
+        inlined and not computed by a GEMM's alpha. A last-axis reduction
+        (is_row_reduction) starts a row group that the nodes right after it
+        reading the group join; the elementwise node right before it joins
+        too when only the group reads it, else it is a group of its own.
+        Decided before anything is emitted: emitting a row group takes its
+        per-row scalars out of ``inline`` (hoist_row_scalars), but those
+        precede the group, so no later decision depends on it."""
+        g = self.g
+        emit = [n for n in g.nodes if n.op not in VIEW_OPS and n.output.id not in self.inline
+                and id(n) not in self.scaled_by_gemm]
+        groups: list[Group] = []
+        i = 0
+        while i < len(emit):
+            n = emit[i]
+            lead = []
+            if n.op in ELEMENTWISE and i + 1 < len(emit) and \
+                    self.is_row_reduction(emit[i + 1]) and \
+                    emit[i + 1].inputs[0].shape == n.output.shape and \
+                    self.member_kind(n, n.output.shape) == "full" and \
+                    n.output.id not in self.out_ids:
+                lead = [n]  # may join the row group that starts next (below)
+                i += 1
+                n = emit[i]
+            if self.is_row_reduction(n):
+                S = n.inputs[0].shape
+                members = [n]
+                j = i + 1
+                while j < len(emit) and self.member_kind(emit[j], S) and \
+                        self.reads_any(emit[j], members + lead):
+                    members.append(emit[j])
+                    j += 1
+                # an elementwise producer read only inside the group (the residual
+                # sum before a layer norm) is computed in it, into a row buffer
+                ids = set(map(id, members))
+                if lead and all(id(u) in ids for u in self.group_readers(lead[0].output)):
+                    members = lead + members
+                    lead = []
+                if lead:
+                    groups.append(Group([lead[0]]))
+                if len(members) > 1:
+                    groups.append(Group(members, S))
+                    i = j
+                    continue
+            groups.append(Group([n]))
+            i += 1
+        return groups
 
     def snapshot_aliased_inputs(self) -> None:
         """An output aliasing input i is written into input i's memory. Unless
