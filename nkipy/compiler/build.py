@@ -175,7 +175,8 @@ def _compiler_sources_digest() -> str:
     never reuses kernels built by an older one."""
     h = hashlib.sha256()
     here = Path(__file__).parent
-    for name in ("codegen.py", "passes.py", "build.py", "nkipy_prelude.h"):
+    codegen_files = sorted(p.relative_to(here).as_posix() for p in (here / "codegen").glob("*.py"))
+    for name in (*codegen_files, "passes.py", "build.py", "nkipy_prelude.h"):
         h.update((here / name).read_bytes())
     return h.hexdigest()[:16]
 

@@ -1,0 +1,256 @@
+"""C text: dtypes as C types, scalars as C literals, elementwise operators and
+reductions as C expressions and statements, and the text helpers every loop
+body shares (leaf substitution, local pointer copies)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from nkipy.core.ir import BINARY, UNARY, Node, dtype_name
+
+
+class CodegenError(NotImplementedError):
+    """An IR construct this code generator cannot compile."""
+
+
+# ---- dtypes -----------------------------------------------------------------
+
+_STORAGE = {
+    "float32": "float", "float16": "nk_f16", "bfloat16": "nk_bf16", "int8": "int8_t",
+    "int16": "int16_t", "int32": "int32_t", "uint8": "uint8_t", "uint16": "uint16_t",
+    "uint32": "uint32_t", "bool": "uint8_t",
+}
+
+
+_NKRT_DTYPE = {
+    "float32": "NKRT_DTYPE_FLOAT32", "float16": "NKRT_DTYPE_FLOAT16",
+    "bfloat16": "NKRT_DTYPE_BFLOAT16", "int8": "NKRT_DTYPE_INT8", "uint8": "NKRT_DTYPE_UINT8",
+    "int16": "NKRT_DTYPE_INT16", "uint16": "NKRT_DTYPE_UINT16", "int32": "NKRT_DTYPE_INT32",
+    "uint32": "NKRT_DTYPE_UINT32", "bool": "NKRT_DTYPE_BOOL",
+}
+
+
+def storage_type(dtype: np.dtype) -> str:
+    return _STORAGE[dtype_name(dtype)]
+
+
+def is_float(dtype: np.dtype) -> bool:
+    return dtype_name(dtype) in ("float32", "float16", "bfloat16")
+
+
+def compute_type(dtype: np.dtype) -> str:
+    """The C type expressions of this dtype are computed in."""
+    name = dtype_name(dtype)
+    if name in ("float32", "float16", "bfloat16"):
+        return "float"
+    if name == "uint32":
+        return "uint32_t"
+    return "int32_t"
+
+
+def load_expr(dtype: np.dtype, ref: str) -> str:
+    """C expression reading storage `ref` as the compute type."""
+    name = dtype_name(dtype)
+    if name == "bfloat16":
+        return f"nk_bf2f({ref})"
+    if name == "float16":
+        return f"(float)({ref})"
+    return f"({compute_type(dtype)})({ref})"
+
+
+def store_expr(dtype: np.dtype, value: str) -> str:
+    """C expression converting a compute-type value to storage."""
+    name = dtype_name(dtype)
+    if name == "bfloat16":
+        return f"nk_f2bf({value})"
+    if name == "bool":
+        return f"(uint8_t)(({value}) != 0)"
+    return f"({storage_type(dtype)})({value})"
+
+
+def c_literal(value, dtype: np.dtype) -> str:
+    """A scalar as a C literal in the compute type of dtype."""
+    name = dtype_name(dtype)
+    if is_float(dtype):
+        v = float(np.asarray(value).astype(np.float32))
+        if math.isnan(v):
+            return "__builtin_nanf(\"\")"
+        if math.isinf(v):
+            return "__builtin_inff()" if v > 0 else "(-__builtin_inff())"
+        return f"{np.float32(v).item()!r}f"
+    if name == "bool":
+        return "1" if bool(value) else "0"
+    v = int(np.asarray(value).astype(np.int64))
+    if name == "uint32":
+        return f"{v}u"
+    if v == -(2 ** 31):
+        return "(-2147483647 - 1)"
+    return str(v)
+
+
+def _subst(expr: str, subst: dict[str, str]) -> str:
+    # replace longest keys first so LEAF12 is not hit by LEAF1
+    for key in sorted(subst, key=len, reverse=True):
+        expr = expr.replace(key, subst[key])
+    return expr
+
+
+def _fix_ptrs(lines: list[str], restrict: bool = True) -> list[str]:
+    """Loop bodies read buffers through local copies of the context's
+    pointers (restrict-qualified when no output aliases an input), so the C
+    compiler can keep loop invariants in registers and vectorise."""
+    import re
+    pat = re.compile(r"(?<![\w>.])((?:i|o|t|c)\d+)\[")
+    used: list[str] = []
+    out = []
+    for ln in lines:
+        if ln.lstrip().startswith("static") or "k->rowbuf" in ln:
+            out.append(ln)
+            continue
+        ln = ln.replace("k->", "")
+        for name in pat.findall(ln):
+            if name not in used:
+                used.append(name)
+        out.append(ln)
+    qual = "restrict " if restrict else ""
+    decls = [f"  __typeof__(*k->{n}) *{qual}const {n} = k->{n};" for n in used]
+    head = next(i for i, ln in enumerate(out) if "const kctx_t *k" in ln)
+    return out[:head + 1] + decls + out[head + 1:]
+
+
+def _int_min(dtype) -> str:
+    info = np.iinfo(np.dtype(dtype)) if dtype_name(dtype) != "bool" else None
+    return "0" if info is None else c_literal(info.min, np.dtype("int32") if dtype_name(dtype) != "uint32" else dtype)
+
+
+def _int_max(dtype) -> str:
+    info = np.iinfo(np.dtype(dtype)) if dtype_name(dtype) != "bool" else None
+    return "1" if info is None else c_literal(info.max, np.dtype("int32") if dtype_name(dtype) != "uint32" else dtype)
+
+
+# ---- elementwise operators --------------------------------------------------
+#
+# Op-to-C text as tables, built once: each entry is a template over the
+# operand expressions {a} (and {b}), in the compute type of the operands.
+
+#: Unary ops on float operands.
+UNARY_FLOAT_C = {
+    "neg": "(-({a}))", "abs": "__builtin_fabsf({a})", "exp": "nk_exp({a})",
+    "expm1": "expm1f({a})", "log": "nk_log({a})", "log1p": "log1pf({a})",
+    "log2": "(nk_log({a}) * 1.4426950408889634f)", "sqrt": "__builtin_sqrtf({a})",
+    "rsqrt": "(1.0f / __builtin_sqrtf({a}))", "reciprocal": "(1.0f / ({a}))",
+    "square": "(({a}) * ({a}))", "sin": "sinf({a})", "cos": "cosf({a})",
+    "tan": "tanf({a})", "arctan": "atanf({a})", "tanh": "nk_tanh({a})",
+    "sigmoid": "nk_sigmoid({a})", "erf": "nk_erf({a})", "ceil": "__builtin_ceilf({a})",
+    "floor": "__builtin_floorf({a})", "rint": "nk_rint({a})",
+    "trunc": "__builtin_truncf({a})", "sign": "nk_sign({a})",
+    "logical_not": "(({a}) == 0)", "isnan": "(({a}) != ({a}))",
+    "isfinite": "(({a}) - ({a}) == 0.0f)", "copy": "({a})",
+}
+#: Unary ops on integer operands.
+UNARY_INT_C = {
+    "neg": "(-({a}))", "abs": "(({a}) < 0 ? -({a}) : ({a}))", "square": "(({a}) * ({a}))",
+    "sign": "((({a}) > 0) - (({a}) < 0))", "logical_not": "(({a}) == 0)",
+    "bitwise_not": "(~({a}))",
+    "isnan": "0", "isfinite": "1", "copy": "({a})", "ceil": "({a})", "floor": "({a})",
+    "rint": "({a})", "trunc": "({a})", "reciprocal": "(1 / ({a}))",
+}
+#: Unary ops on bool operands: the integer ones, with a logical bitwise_not.
+UNARY_BOOL_C = {**UNARY_INT_C, "bitwise_not": "(!({a}))"}
+
+#: Binary ops: op -> (template on float operands, template on integer or
+#: bool operands); None where the op is not defined for that kind.
+BINARY_C: dict[str, tuple[str | None, str | None]] = {
+    **{op: (f"(({{a}}) {sym} ({{b}}))",) * 2 for op, sym in (
+        ("add", "+"), ("sub", "-"), ("mul", "*"), ("eq", "=="), ("ne", "!="), ("lt", "<"),
+        ("le", "<="), ("gt", ">"), ("ge", ">="))},
+    "div": ("(({a}) / ({b}))", "(({b}) == 0 ? 0 : ({a}) / ({b}))"),
+    "maximum": ("((({a}) > ({b}) || ({a}) != ({a})) ? ({a}) : ({b}))",
+                "(({a}) > ({b}) ? ({a}) : ({b}))"),
+    "minimum": ("((({a}) < ({b}) || ({a}) != ({a})) ? ({a}) : ({b}))",
+                "(({a}) < ({b}) ? ({a}) : ({b}))"),
+    "pow": ("powf({a}, {b})", "nk_ipow({a}, {b})"),
+    "mod": ("nk_fmod_py({a}, {b})", "nk_imod_py({a}, {b})"),
+    "floor_div": ("__builtin_floorf(({a}) / ({b}))", "nk_idiv_floor({a}, {b})"),
+    **{op: (f"((({{a}}) != 0) {sym} (({{b}}) != 0))",) * 2 for op, sym in (
+        ("logical_and", "&&"), ("logical_or", "||"), ("logical_xor", "!="))},
+    **{op: (None, f"(({{a}}) {sym} ({{b}}))") for op, sym in (
+        ("bitwise_and", "&"), ("bitwise_or", "|"), ("bitwise_xor", "^"))},
+}
+
+
+def cast_c(n: Node, a: str) -> str:
+    """C expression of a cast node over its operand expression."""
+    dst = n.output.dtype
+    s = n.inputs[0].dtype
+    name = dtype_name(dst)
+    if name == "bool":
+        return f"(({a}) != 0)"
+    if name == "float32":
+        return f"((float)({a}))"
+    if name == "float16":
+        return f"((float)(nk_f16)({a}))"
+    if name == "bfloat16":
+        return f"nk_bf2f(nk_f2bf((float)({a})))"
+    if is_float(s):  # float -> int: truncate, NaN to 0
+        return f"(({compute_type(dst)})({storage_type(dst)})(({a}) == ({a}) ? ({a}) : 0))"
+    return f"(({compute_type(dst)})({storage_type(dst)})({a}))"
+
+
+def elementwise_c(n: Node, args: list[str]) -> str:
+    """C expression of an elementwise node over operand expressions."""
+    op = n.op
+    out = n.output
+    src_dtype = n.inputs[-1].dtype if n.inputs else out.dtype
+    flt = is_float(src_dtype)
+    a = args[0] if args else ""
+    b = args[1] if len(args) > 1 else ""
+    if op == "cast":
+        return cast_c(n, a)
+    if op == "where":
+        return f"(({a}) ? ({b}) : ({args[2]}))"
+    if op in UNARY:
+        table = UNARY_FLOAT_C if flt else (
+            UNARY_BOOL_C if dtype_name(src_dtype) == "bool" else UNARY_INT_C)
+        if op not in table:
+            raise CodegenError(f"{op} is not defined for {dtype_name(src_dtype)}")
+        return table[op].format(a=a)
+    if op in BINARY and op in BINARY_C:
+        template = BINARY_C[op][0 if flt else 1]
+        if template is not None:
+            return template.format(a=a, b=b)
+    raise CodegenError(f"no C lowering for elementwise op {op!r} on {dtype_name(src_dtype)}")
+
+
+#: Sum, product, any and all: op -> (initial value, update of acc by x,
+#: omp simd reduction clause).
+REDUCE_C = {
+    "reduce_sum": ("0", "acc += x;", "reduction(+:acc)"),
+    "reduce_prod": ("1", "acc *= x;", "reduction(*:acc)"),
+    "reduce_any": ("0", "acc |= (x != 0);", "reduction(|:acc)"),
+    "reduce_all": ("1", "acc &= (x != 0);", "reduction(&:acc)"),
+}
+
+
+def reduce_parts(op: str, src_dtype: np.dtype, out_dtype: np.dtype):
+    """(accumulator C type, declarations, update statement, omp simd clause,
+    finishing statement) of a reduction over values `x` into `acc`."""
+    flt = is_float(src_dtype)
+    if op in ("reduce_max", "reduce_min"):
+        acct = compute_type(src_dtype)
+        cmp, kind = (">", "max") if op == "reduce_max" else ("<", "min")
+        if flt:
+            init = "-__builtin_inff()" if op == "reduce_max" else "__builtin_inff()"
+            return (acct, f"{acct} acc = {init}; int nanf = 0;",
+                    f"acc = x {cmp} acc ? x : acc; nanf |= (x != x);",
+                    f"reduction({kind}:acc) reduction(|:nanf)",
+                    "acc = nanf ? __builtin_nanf(\"\") : acc;")
+        init = _int_min(src_dtype) if op == "reduce_max" else _int_max(src_dtype)
+        return (acct, f"{acct} acc = {init};", f"acc = x {cmp} acc ? x : acc;",
+                f"reduction({kind}:acc)", "")
+    acct = compute_type(out_dtype)
+    init, update, clause = REDUCE_C[op]
+    if op in ("reduce_any", "reduce_all"):
+        acct = "int32_t"
+    return acct, f"{acct} acc = {init};", update, clause, ""
