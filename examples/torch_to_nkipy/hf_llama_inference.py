@@ -66,7 +66,7 @@ def main() -> int:
     import spiky
     from torch_to_nkipy import init_nkipy_backend
 
-    init_nkipy_backend(nkipy_cache=os.environ.get("NKIPY_EXAMPLE_CACHE", "./nkipy_cache"))
+    init_nkipy_backend(nkipy_cache=os.environ.get("NKIPY_EXAMPLE_CACHE"))
     model, prompt = build_model()
 
     with torch.no_grad():

@@ -8,7 +8,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 from torch_to_nkipy import init_nkipy_backend  # noqa: E402
 
-init_nkipy_backend(nkipy_cache=os.environ.get("NKIPY_EXAMPLE_CACHE", "./nkipy_cache"),
+init_nkipy_backend(nkipy_cache=os.environ.get("NKIPY_EXAMPLE_CACHE"),
                    log_level=logging.INFO)
 
 

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 from torch_to_nkipy import init_nkipy_backend  # noqa: E402
 
-init_nkipy_backend(nkipy_cache=os.environ.get("NKIPY_EXAMPLE_CACHE", "./nkipy_cache"))
+init_nkipy_backend(nkipy_cache=os.environ.get("NKIPY_EXAMPLE_CACHE"))
 
 VOCAB, DIM, HEADS, LAYERS, MAX_LEN, FFN = 256, 64, 4, 2, 32, 128
 HD = DIM // HEADS

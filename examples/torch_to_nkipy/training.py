@@ -11,7 +11,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 from torch_to_nkipy import init_nkipy_backend  # noqa: E402
 
-init_nkipy_backend(nkipy_cache=os.environ.get("NKIPY_EXAMPLE_CACHE", "./nkipy_cache"))
+init_nkipy_backend(nkipy_cache=os.environ.get("NKIPY_EXAMPLE_CACHE"))
 
 torch.manual_seed(0)
 model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))

@@ -3,7 +3,7 @@
 The same implementation as ``torch_to_nkipy`` (one backend, one config)::
 
     from spiky.torch import init_nkipy_backend
-    init_nkipy_backend(nkipy_cache="./nkipy_cache")
+    init_nkipy_backend()          # cache: ~/.cache/torch_to_nkipy (docs/security.md)
     compiled = torch.compile(model, backend="nkipy")
 """
 from torch_to_nkipy.config import (NKIPyBackendConfig, get_nkipy_backend_config,
