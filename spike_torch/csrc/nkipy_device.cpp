@@ -45,24 +45,14 @@
 #include <vector>
 
 #include "device_io.h"
+#include "nkipy_device.h"
 #include "spike_capi.h"
 
-namespace {
-
-constexpr c10::DeviceType kNkipy = c10::DeviceType::PrivateUse1;
+namespace spike_torch {
 
 const spike_capi_t* g_api = nullptr;
 std::atomic<int> g_debug{0};
 std::atomic<int> g_fallback_warn{1};
-
-#define NKIPY_LOG(...)                          \
-  do {                                          \
-    if (g_debug.load(std::memory_order_relaxed)) { \
-      std::fprintf(stderr, "[spike_torch] ");   \
-      std::fprintf(stderr, __VA_ARGS__);        \
-      std::fprintf(stderr, "\n");               \
-    }                                           \
-  } while (0)
 
 const spike_capi_t& api() {
   TORCH_CHECK(g_api != nullptr,
@@ -112,29 +102,6 @@ constexpr size_t kMinLargeAlloc = 10 << 20;
 constexpr size_t kLargeRound = 2 << 20;         // larger requests round to 2 MiB
 constexpr size_t kMinLargeSplit = 1 << 20;      // a large block's remainder must exceed this
 
-struct Segment;
-
-struct Block {
-  Segment* seg;
-  size_t offset;  // in the segment
-  size_t size;
-  size_t requested;
-  char* ptr;
-  bool allocated;
-  Block* prev;
-  Block* next;
-};
-
-struct Segment {
-  nkrt_tensor_t* tensor;
-  char* base;
-  size_t size;
-  uint64_t generation;
-  int device;
-  bool small;
-  Block* first;
-};
-
 struct BlockLess {
   bool operator()(const Block* a, const Block* b) const {
     if (a->size != b->size) return a->size < b->size;
@@ -172,10 +139,6 @@ struct DeviceStats {
 
 // Order of the values spike_torch_pool_stats() writes (spike_torch._C.POOL_STAT_KEYS).
 constexpr int kPoolStats = 7;
-
-constexpr int kMaxDevices = 64;
-
-void block_deleter(void* ctx);
 
 class NkipyAllocator final : public c10::DeviceAllocator {
  public:
@@ -610,17 +573,13 @@ void block_deleter(void* ctx) {
   if (ctx) g_allocator->free_block(static_cast<Block*>(ctx));
 }
 
+c10::Allocator* device_allocator() { return g_allocator; }
+
 REGISTER_ALLOCATOR(kNkipy, g_allocator);
 
 // ---------------------------------------------------------------------------
 // Locating device memory
 // ---------------------------------------------------------------------------
-
-struct DevLoc {
-  nkrt_tensor_t* tensor;
-  uint64_t offset;  // of the storage's first byte within tensor
-  uint64_t generation;
-};
 
 // The nkrt tensor and offset of a device storage's data pointer.
 DevLoc locate_storage(const c10::Storage& storage) {
@@ -842,7 +801,7 @@ at::Tensor nkipy_empty_memory_format(c10::IntArrayRef size, std::optional<at::Sc
   (void)layout;
   (void)pin_memory;
   CurrentDeviceScope scope(factory_device(device));
-  return at::detail::empty_generic(size, g_allocator,
+  return at::detail::empty_generic(size, device_allocator(),
                                    c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
                                    c10::dtype_or_default(dtype), memory_format);
 }
@@ -854,7 +813,7 @@ at::Tensor nkipy_empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
   (void)layout;
   (void)pin_memory;
   CurrentDeviceScope scope(factory_device(device));
-  return at::detail::empty_strided_generic(size, stride, g_allocator,
+  return at::detail::empty_strided_generic(size, stride, device_allocator(),
                                            c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
                                            c10::dtype_or_default(dtype));
 }
@@ -886,7 +845,7 @@ void grow_storage(const c10::Storage& storage, size_t nbytes) {
   {
     CurrentDeviceScope scope(storage.device().has_index() ? storage.device().index()
                                                           : t_current_device);
-    fresh = g_allocator->allocate(nbytes);
+    fresh = device_allocator()->allocate(nbytes);
   }
   size_t keep = std::min(old, nbytes);
   if (keep > 0 && impl->data_ptr().get()) {
@@ -934,7 +893,7 @@ at::Tensor& nkipy_set_source_tensor(at::Tensor& self, const at::Tensor& source) 
 
 at::Tensor& nkipy_set_empty(at::Tensor& self) {
   caffe2::TypeMeta dtype = self.dtype();
-  c10::Storage storage(c10::Storage::use_byte_size_t(), 0, g_allocator, true);
+  c10::Storage storage(c10::Storage::use_byte_size_t(), 0, device_allocator(), true);
   self.set_(storage, 0, {0}, {});
   TORCH_INTERNAL_ASSERT(dtype == self.dtype());
   return self;
@@ -1157,13 +1116,9 @@ struct HooksRegistrar {
 };
 HooksRegistrar g_hooks_registrar;
 
-}  // namespace
-
 // ---------------------------------------------------------------------------
 // For kernel_call.cpp (device_io.h)
 // ---------------------------------------------------------------------------
-
-namespace spike_torch {
 
 const spike_capi_t& capi() { return api(); }
 
@@ -1176,8 +1131,6 @@ void write_bytes(const at::Tensor& t, const void* src, uint64_t size) {
   dev_write(locate_storage(t.storage()), static_cast<uint64_t>(t.storage_offset()) * t.itemsize(),
             src, size, "nkipy write");
 }
-
-}  // namespace spike_torch
 
 // ---------------------------------------------------------------------------
 // Registrations
@@ -1283,3 +1236,5 @@ __attribute__((visibility("default"))) void spike_torch_clear_fallback_warnings(
 }
 
 }  // extern "C"
+
+}  // namespace spike_torch
