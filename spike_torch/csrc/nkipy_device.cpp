@@ -91,33 +91,6 @@ void check_device_index(c10::DeviceIndex index) {
 }
 
 // ---------------------------------------------------------------------------
-// CPU fallback: one warning per operator
-// ---------------------------------------------------------------------------
-
-std::mutex g_warned_mu;
-std::unordered_set<std::string> g_warned;
-std::atomic<int64_t> g_fallback_calls{0};
-
-void nkipy_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  g_fallback_calls++;
-  const auto& name = op.schema().operator_name();
-  std::string full = name.name + (name.overload_name.empty() ? "" : "." + name.overload_name);
-  bool first = false;
-  {
-    std::lock_guard<std::mutex> lock(g_warned_mu);
-    first = g_warned.insert(full).second;
-  }
-  if (first && g_fallback_warn.load()) {
-    TORCH_WARN("nkipy: operator '", full,
-               "' has no nkipy implementation; it runs on the CPU (tensors are copied to the "
-               "host and back). This warning is shown once per operator; set "
-               "SPIKE_TORCH_FALLBACK_WARN=0 to silence it.");
-  }
-  NKIPY_LOG("CPU fallback: %s", full.c_str());
-  at::native::cpu_fallback(op, stack);
-}
-
-// ---------------------------------------------------------------------------
 // Device guard
 // ---------------------------------------------------------------------------
 
@@ -259,14 +232,6 @@ HooksRegistrar g_hooks_registrar;
 const spike_capi_t& capi() { return api(); }
 
 // ---------------------------------------------------------------------------
-// Registrations
-// ---------------------------------------------------------------------------
-
-TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
-  m.fallback(torch::CppFunction::makeFromBoxedFunction<&nkipy_cpu_fallback>());
-}
-
-// ---------------------------------------------------------------------------
 // C entry points for spike_torch (called through ctypes)
 // ---------------------------------------------------------------------------
 
@@ -295,15 +260,6 @@ __attribute__((visibility("default"))) void spike_torch_set_device(int index) {
 
 __attribute__((visibility("default"))) int spike_torch_device_count() {
   return device_count_raw();
-}
-
-__attribute__((visibility("default"))) int64_t spike_torch_fallback_calls() {
-  return g_fallback_calls.load();
-}
-
-__attribute__((visibility("default"))) void spike_torch_clear_fallback_warnings() {
-  std::lock_guard<std::mutex> lock(g_warned_mu);
-  g_warned.clear();
 }
 
 }  // extern "C"
