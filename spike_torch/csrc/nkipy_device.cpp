@@ -1,48 +1,18 @@
-// spike_torch/csrc/nkipy_device.cpp - what PyTorch only accepts from C++ for
-// the "nkipy" device (PrivateUse1): the caching allocator over nkrt device
-// memory, the device guard, the PrivateUse1 hooks (generators, device from
-// pointer), the metadata kernels, copies and fills through nkrt, and the
-// boxed CPU fallback. Everything else lives in Python (spike_torch/).
+// spike_torch/csrc/nkipy_device.cpp - the nkipy device itself: its connection
+// to the spike runtime, its options, the device count and the current device,
+// with the C entry points spike_torch/_C.py calls for them. The PyTorch
+// interfaces built on it each have their own file (README.md lists them).
 //
 // The nkrt runtime is the one the spike singleton owns: it is reached through
 // the C function table spike._spike exports (spike/include/spike_capi.h),
 // handed to us once by spike_torch/__init__.py through spike_torch_init().
-// Device memory is never touched by the CPU here: every byte moves through
-// nkrt read/write/copy/memset calls.
-//
-// Only PyTorch core headers (c10, ATen, torch/library.h): no pybind11.
 
-#include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
-#include <ATen/EmptyTensor.h>
-#include <ATen/Parallel.h>
-#include <ATen/detail/PrivateUse1HooksInterface.h>
-#include <ATen/native/CPUFallback.h>
-#include <ATen/ops/_reshape_alias_native.h>
-#include <ATen/ops/as_strided_native.h>
-#include <ATen/ops/set_native.h>
-#include <ATen/ops/unfold_native.h>
-#include <ATen/ops/view_native.h>
-#include <c10/core/Allocator.h>
-#include <c10/core/CachingDeviceAllocator.h>
-#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/core/Device.h>
 #include <c10/util/Exception.h>
-#include <torch/library.h>
 
-#include <algorithm>
-#include <iterator>
-#include <cmath>
 #include <atomic>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <mutex>
-#include <set>
 #include <string>
-#include <thread>
-#include <unordered_set>
-#include <vector>
 
 #include "device_io.h"
 #include "nkipy_device.h"
@@ -82,7 +52,7 @@ int device_count_raw() noexcept {
   return static_cast<int>(n);
 }
 
-thread_local c10::DeviceIndex t_current_device = 0;
+thread_local constinit c10::DeviceIndex t_current_device = 0;
 
 void check_device_index(c10::DeviceIndex index) {
   int count = device_count_raw();

@@ -46,7 +46,8 @@ void check_status(nkrt_status_t st, const char* what);
 
 int device_count_raw() noexcept;
 
-extern thread_local c10::DeviceIndex t_current_device;
+// The calling thread's current nkipy device (constinit: no TLS init call on access).
+extern thread_local constinit c10::DeviceIndex t_current_device;
 
 void check_device_index(c10::DeviceIndex index);
 
