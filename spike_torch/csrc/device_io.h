@@ -1,6 +1,6 @@
-// spike_torch/csrc/device_io.h - what the nkipy device (nkipy_device.cpp,
-// storage_io.cpp) offers the one file outside it, kernel_call.cpp: the spike
-// C API table and hazard-aware copies between host memory and an nkipy tensor.
+// spike_torch/csrc/device_io.h - what the nkipy device (storage_io.cpp) offers
+// the one file outside it, kernel_call.cpp: the spike C API table and
+// hazard-aware copies between host memory and an nkipy tensor.
 #pragma once
 
 #include <ATen/ATen.h>

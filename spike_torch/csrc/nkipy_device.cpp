@@ -14,7 +14,6 @@
 #include <cstdint>
 #include <string>
 
-#include "device_io.h"
 #include "nkipy_device.h"
 #include "spike_capi.h"
 
@@ -59,12 +58,6 @@ void check_device_index(c10::DeviceIndex index) {
   TORCH_CHECK(index >= 0 && index < count, "Invalid nkipy device index ", static_cast<int>(index),
               ": there are ", count, " nkipy device(s), valid indices are 0..", count - 1);
 }
-
-// ---------------------------------------------------------------------------
-// For kernel_call.cpp (device_io.h)
-// ---------------------------------------------------------------------------
-
-const spike_capi_t& capi() { return api(); }
 
 // ---------------------------------------------------------------------------
 // C entry points for spike_torch (called through ctypes)

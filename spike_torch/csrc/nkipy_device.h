@@ -5,7 +5,8 @@
 // kernel_call.cpp sees only device_io.h.
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <c10/core/Storage.h>
 #include <c10/core/Allocator.h>
 
 #include <atomic>

@@ -1,8 +1,8 @@
 // spike_torch/csrc/storage_io.cpp - moving the bytes of nkipy storages: where
 // a storage's data lies in nkrt device memory, reads and writes between host
 // memory and the device (large ones split over threads), the `_copy_from`
-// kernels (nkipy <-> CPU, nkipy <-> nkipy), registered at the end, and the
-// reads and writes device_io.h offers kernel_call.cpp.
+// kernels (nkipy <-> CPU, nkipy <-> nkipy), registered at the end, and what
+// device_io.h offers kernel_call.cpp.
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -213,6 +213,8 @@ at::Tensor nkipy_copy_from_and_resize(const at::Tensor& self, const at::Tensor& 
 // ---------------------------------------------------------------------------
 // For kernel_call.cpp (device_io.h)
 // ---------------------------------------------------------------------------
+
+const spike_capi_t& capi() { return api(); }
 
 void read_bytes(const at::Tensor& t, void* dst, uint64_t size) {
   dev_read(locate_storage(t.storage()), static_cast<uint64_t>(t.storage_offset()) * t.itemsize(),
