@@ -3,7 +3,7 @@
 // hazard-aware copies between host memory and an nkipy tensor.
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include <cstdint>
 

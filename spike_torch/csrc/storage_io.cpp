@@ -4,7 +4,8 @@
 // kernels (nkipy <-> CPU, nkipy <-> nkipy), registered at the end, and what
 // device_io.h offers kernel_call.cpp.
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 

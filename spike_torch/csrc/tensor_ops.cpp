@@ -3,7 +3,8 @@
 // resize_, set_) and fill them (fill_, zero_, _local_scalar_dense), all
 // registered at the end. Views and set_ reuse ATen's native metadata code.
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
