@@ -6,8 +6,8 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
-#include <c10/core/Storage.h>
 #include <c10/core/Allocator.h>
+#include <c10/core/Storage.h>
 
 #include <atomic>
 #include <cstddef>
