@@ -38,7 +38,8 @@ $(VENV)/.built: $(VENV)/.deps $(RT_SRC) $(RT_HDR) $(wildcard spike/*.c spike/*.h
 
 # spike_torch's C++ glue, a plain shared library loaded by spike_torch/_C.py,
 # built against the torch installed in the venv (no build isolation):
-# nkipy_device.cpp (the device: PyTorch core headers only) and kernel_call.cpp
+# the device (nkipy_device.cpp and a file per PyTorch interface, listed in
+# spike_torch/csrc/README.md: PyTorch core headers only) and kernel_call.cpp
 # (compiled kernels' per-call path: reads tensors from Python objects, so it
 # needs Python's and torch's Python headers and libtorch_python).
 TORCH_DIR = $(shell $(PY) -c "import os, torch; print(os.path.dirname(torch.__file__))" 2>/dev/null)
@@ -46,9 +47,10 @@ TORCH_ABI = $(shell $(PY) -c "import torch; print(int(torch._C._GLIBCXX_USE_CXX1
 PY_INCLUDE = $(shell $(PY) -c "import sysconfig; print(sysconfig.get_paths()['include'])" 2>/dev/null)
 CXX ?= g++
 SPIKE_TORCH_SO := spike_torch/_nkipy_device.so
-SPIKE_TORCH_SRC := spike_torch/csrc/nkipy_device.cpp spike_torch/csrc/kernel_call.cpp
+SPIKE_TORCH_SRC := $(addprefix spike_torch/csrc/,nkipy_device.cpp allocator.cpp storage_io.cpp \
+  tensor_ops.cpp cpu_fallback.cpp guard.cpp hooks.cpp kernel_call.cpp)
 
-$(SPIKE_TORCH_SO): $(SPIKE_TORCH_SRC) spike_torch/csrc/device_io.h spike/include/spike_capi.h $(RT_HDR) $(VENV)/.deps
+$(SPIKE_TORCH_SO): $(SPIKE_TORCH_SRC) spike_torch/csrc/device_io.h spike_torch/csrc/nkipy_device.h spike/include/spike_capi.h $(RT_HDR) $(VENV)/.deps
 	$(CXX) -std=c++20 -O2 -fPIC -shared -fvisibility=hidden -D_GLIBCXX_USE_CXX11_ABI=$(TORCH_ABI) \
 	  -Wall -Wextra -Wno-unused-parameter -I$(TORCH_DIR)/include -I$(PY_INCLUDE) -Ispike/include \
 	  -Iruntime/include $(SPIKE_TORCH_SRC) -L$(TORCH_DIR)/lib -ltorch_cpu -ltorch_python -lc10 \

@@ -1,9 +1,9 @@
-// spike_torch/csrc/device_io.h - what nkipy_device.cpp (the device) offers the
-// other translation unit of spike_torch (kernel_call.cpp): the spike C API
-// table and hazard-aware copies between host memory and an nkipy tensor.
+// spike_torch/csrc/device_io.h - what the nkipy device (storage_io.cpp) offers
+// the one file outside it, kernel_call.cpp: the spike C API table and
+// hazard-aware copies between host memory and an nkipy tensor.
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include <cstdint>
 
