@@ -3,7 +3,8 @@ generators, copies of conjugate and negative views, group norm with float32
 statistics, and device-tensor printing without CPU-fallback noise.
 
 Metadata kernels, copies, fills and the CPU fallback are in C++
-(csrc/nkipy_device.cpp). Kernels registered here override the fallback.
+(csrc/storage_io.cpp, csrc/tensor_ops.cpp, csrc/cpu_fallback.cpp). Kernels
+registered here override the fallback.
 """
 from __future__ import annotations
 
