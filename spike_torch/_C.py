@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+from typing import Any, Iterable
 
 import torch  # noqa: F401  (loads libtorch_cpu/libc10 before our library)
 
@@ -58,6 +59,20 @@ lib.spike_torch_fallback_calls.argtypes = []
 lib.spike_torch_fallback_calls.restype = ctypes.c_int64
 lib.spike_torch_clear_fallback_warnings.argtypes = []
 lib.spike_torch_clear_fallback_warnings.restype = None
+lib.spike_torch_storage_live.argtypes = [ctypes.c_void_p]
+lib.spike_torch_storage_live.restype = ctypes.c_int
+
+
+def check_live(tensors: Iterable[Any], what: str) -> None:
+    """Raises RuntimeError if a tensor's memory belongs to a runtime closed since
+    it was made (``spike_torch.reset()``): its device address may by now hold
+    another tensor's data, so reading it would be silently wrong."""
+    for t in tensors:
+        if not lib.spike_torch_storage_live(t.untyped_storage()._cdata):
+            raise RuntimeError(
+                f"{what}: NRT_CLOSED: the spike runtime this tensor's memory belonged to is "
+                "closed (after spike.reset() or at interpreter exit); its data is gone: create "
+                "the tensor again")
 
 
 def _capi_pointer() -> int:

@@ -98,6 +98,7 @@ def _launch(name: str, fn: Callable[..., Any], inputs: List[torch.Tensor],
     if names is None:
         names = kern._input_names = list(kern.input_tensors_info)
     outs = out if isinstance(out, (list, tuple)) else [out]
+    _C.check_live(inputs + list(outs), f"nkipy {name}")
     rt.execute(kern.model_ref, {n: _slice(rt, t) for n, t in zip(names, inputs)},
                {f"output{i}": _slice(rt, o) for i, o in enumerate(outs)})
     stats["device_calls"] += 1

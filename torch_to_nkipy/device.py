@@ -102,6 +102,9 @@ def _wrap_nkipy(t: torch.Tensor, name: Optional[str] = None) -> DeviceTensor:
     """A device tensor over a contiguous nkipy torch tensor's own memory (no copy)."""
     import spike
 
+    from spike_torch._C import check_live
+
+    check_live([t], "compiled kernel input")
     rt = spike.get_spike_singleton()
     ref = rt.slice_from_address(t.data_ptr(), t.numel() * t.element_size())
     d = DeviceTensor._unchecked(ref, tuple(t.shape), _np_dtype(t.dtype),

@@ -432,6 +432,16 @@ class NkipyAllocator final : public c10::DeviceAllocator {
         release_free_segments_locked(dev);
         st = api().tensor_allocate(generation_, static_cast<uint32_t>(dev), seg_size,
                                    "torch_nkipy", &t);
+        if (st && api().status_code(st) == NKRT_RESOURCE && seg_size > size) {
+          // The pool's usual segment (20 MiB for requests under 10 MiB) does
+          // not fit in what the device has left; one of just this request may.
+          api().status_free(st);
+          NKIPY_LOG("no room for a %zu-byte segment on nkipy:%d: trying %zu bytes", seg_size,
+                    static_cast<int>(dev), size);
+          seg_size = size;
+          st = api().tensor_allocate(generation_, static_cast<uint32_t>(dev), seg_size,
+                                     "torch_nkipy", &t);
+        }
         if (st && api().status_code(st) == NKRT_RESOURCE) {
           std::string rt_msg = api().status_message(st);
           api().status_free(st);

@@ -443,6 +443,7 @@ PyObject* run_kernel_call(PyObject*, PyObject* const* argv, Py_ssize_t argc) {
           t.scalar_type() != s.dtype || t.sizes() != c10::IntArrayRef(s.sizes) ||
           !t.is_contiguous())
         Py_RETURN_NONE;
+      spike_torch::check_storage_live(t.storage(), "compiled kernel input");
       inputs[k] = t;
       pinned[k] = t.storage();
       if (!s.narrow) {

@@ -36,6 +36,18 @@ DevLoc locate_storage(const c10::Storage& storage) {
   return DevLoc{t, off, gen};
 }
 
+bool storage_is_live(const c10::Storage& storage) {
+  const c10::DataPtr& dp = storage.data_ptr();
+  if (dp.get_deleter() != &block_deleter || !dp.get_context()) return true;  // empty, or foreign
+  return static_cast<const Block*>(dp.get_context())->seg->generation == api().live_generation();
+}
+
+void check_storage_live(const c10::Storage& storage, const char* what) {
+  TORCH_CHECK(storage_is_live(storage), what,
+              ": NRT_CLOSED: the spike runtime this tensor's memory belonged to is closed (after "
+              "spike.reset() or at interpreter exit); its data is gone: create the tensor again");
+}
+
 namespace {
 
 // Large host<->device transfers are split into chunks copied by several
@@ -237,3 +249,13 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 }
 
 }  // namespace spike_torch
+
+// 1 when the storage behind `storage_impl` (a c10::StorageImpl*, as
+// UntypedStorage._cdata gives it) is live memory of the open runtime or holds
+// no device memory, 0 when it belongs to a runtime closed since (spike.reset()).
+extern "C" __attribute__((visibility("default"))) int spike_torch_storage_live(void* storage_impl) {
+  if (!storage_impl) return 1;
+  c10::Storage storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(
+      static_cast<c10::StorageImpl*>(storage_impl)));
+  return spike_torch::storage_is_live(storage) ? 1 : 0;
+}

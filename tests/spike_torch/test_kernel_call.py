@@ -3,10 +3,13 @@ call (the per-call path of torch_to_nkipy's executor)."""
 from __future__ import annotations
 
 import subprocess
+import textwrap
 from pathlib import Path
 
 import pytest
 import torch
+
+from conftest import run_python
 
 KERNELS = Path(__file__).resolve().parents[2] / "runtime" / "tests" / "kernels"
 N = 1024  # the sleep kernel: output0 = x + 1 over float32[1024] after ms[0] ms
@@ -217,3 +220,32 @@ print("OK")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                        timeout=300)
     assert r.returncode == 0 and "OK" in r.stdout, r.stderr[-3000:]
+
+
+def test_stale_tensors_raise_in_eager_and_compiled_calls():
+    """After spike_torch.reset() a tensor's old device address may hold another
+    tensor's data: eager compute (y + 1) read it silently; every use raises."""
+    r = run_python(textwrap.dedent("""
+        import warnings, tempfile, torch, spike_torch, torch_to_nkipy
+        warnings.simplefilter("ignore")
+        torch_to_nkipy.init_nkipy_backend(nkipy_cache=tempfile.mkdtemp())
+        f = torch.compile(lambda a: a * 3 + 1, backend="nkipy")
+        y = torch.ones(4, device="nkipy")
+        f(y)
+        spike_torch.reset()
+        z = torch.full((4,), 7.0, device="nkipy")      # may take y's old address
+        for name, op in [("add", lambda: y + 1), ("mul", lambda: y * 1), ("exp", lambda: y.exp()),
+                         ("sum", lambda: y.sum()), ("mm", lambda: y.view(2, 2) @ y.view(2, 2)),
+                         ("compiled", lambda: f(y)), ("cpu", lambda: y.cpu())]:
+            try:
+                op()
+                print(name, "NO ERROR")
+            except RuntimeError as e:
+                print(name, "NRT_CLOSED" if "NRT_CLOSED" in str(e) else str(e)[:200])
+        print("z", z.cpu().tolist())
+    """))
+    assert r.returncode == 0, r.stderr
+    lines = dict(line.split(" ", 1) for line in r.stdout.strip().splitlines())
+    for name in ("add", "mul", "exp", "sum", "mm", "compiled", "cpu"):
+        assert lines[name] == "NRT_CLOSED", (name, lines[name])
+    assert lines["z"] == "[7.0, 7.0, 7.0, 7.0]"

@@ -347,3 +347,28 @@ def test_after_reset_generation():
     assert f"STALE 0 {zeros}" in r.stdout
     assert "NEW 4096 1 1" in r.stdout
     assert f"TRIM {2 * MiB} 0" in r.stdout
+
+
+def test_small_device_serves_every_allocation_that_fits():
+    """On a 16 MiB core a 2-9 MiB request used to fail on an empty device: the
+    pool asked for its usual 20 MiB segment and had no smaller fallback."""
+    r = run_python(
+        "import torch, spike_torch\n"
+        "for mib in range(1, 15):\n"
+        "    t = torch.ones(mib * 2**20, dtype=torch.uint8, device='nkipy')\n"
+        "    assert int(t.sum()) == mib * 2**20\n"
+        "    del t\n"
+        "    spike_torch.empty_cache()\n"
+        "print('ok')\n", env={"NKRT_CORE_MEMORY": "16M"})
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr
+
+
+def test_oom_still_raised_when_the_request_cannot_fit():
+    r = run_python(
+        "import torch, spike_torch\n"
+        "try:\n"
+        "    torch.empty(20 * 2**20, dtype=torch.uint8, device='nkipy')\n"
+        "except torch.OutOfMemoryError as e:\n"
+        "    print('OOM', e)\n", env={"NKRT_CORE_MEMORY": "16M"})
+    assert r.returncode == 0 and "OOM nkipy out of memory: tried to allocate 20971520 bytes" \
+        in r.stdout, r.stdout + r.stderr
