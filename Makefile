@@ -119,10 +119,11 @@ FUZZ_ENV     := ASAN_OPTIONS=abort_on_error=0:detect_leaks=1 UBSAN_OPTIONS=print
 
 .PHONY: fuzz fuzz-smoke fuzz-build fuzz-toolchain
 
-# clang with libFuzzer: installed with apt-get where that works (root, or
-# password-less sudo), otherwise a message says what to install.
+# clang with libFuzzer: when FUZZ_CC is the default `clang` and missing, it is
+# installed with apt-get where that works (root, or password-less sudo);
+# otherwise a message says what to install.
 fuzz-toolchain:
-	@if ! command -v $(FUZZ_CC) >/dev/null 2>&1; then \
+	@if ! command -v $(FUZZ_CC) >/dev/null 2>&1 && [ "$(FUZZ_CC)" = clang ]; then \
 	  if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
 	    echo "fuzz: installing clang (apt-get install clang)"; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang >/dev/null; \
@@ -152,15 +153,20 @@ fuzz-build: $(addprefix $(FUZZ_BUILD)/,$(FUZZ_TARGETS))
 # Each target: new inputs go to build/fuzz/corpus/<target> (the repository's
 # seeds in runtime/fuzz/corpus/<target> are read, never written).
 fuzz: fuzz-build
-	@set -e; for t in $(FUZZ_TARGETS); do \
+	@failed=""; for t in $(FUZZ_TARGETS); do \
 	  mkdir -p $(FUZZ_BUILD)/corpus/$$t $(FUZZ_BUILD)/artifacts; \
 	  echo "fuzz: $$t for $(FUZZ_SECONDS) s"; \
-	  $(FUZZ_ENV) $(FUZZ_BUILD)/$$t $(FUZZ_FLAGS) -max_total_time=$(FUZZ_SECONDS) \
-	    -artifact_prefix=$(FUZZ_BUILD)/artifacts/$$t- \
-	    $(FUZZ_BUILD)/corpus/$$t runtime/fuzz/corpus/$$t >$(FUZZ_BUILD)/$$t.log 2>&1 \
-	  || { tail -n 40 $(FUZZ_BUILD)/$$t.log; echo "fuzz: $$t found a problem (log: $(FUZZ_BUILD)/$$t.log, input: $(FUZZ_BUILD)/artifacts/$$t-*)" >&2; exit 1; }; \
-	  grep -h 'stat::number_of_executed_units\|stat::peak_rss_mb' $(FUZZ_BUILD)/$$t.log; grep -h '^#[0-9].*cov:' $(FUZZ_BUILD)/$$t.log | tail -n 1; \
-	done
+	  if $(FUZZ_ENV) $(FUZZ_BUILD)/$$t $(FUZZ_FLAGS) -max_total_time=$(FUZZ_SECONDS) \
+	       -artifact_prefix=$(FUZZ_BUILD)/artifacts/$$t- \
+	       $(FUZZ_BUILD)/corpus/$$t runtime/fuzz/corpus/$$t >$(FUZZ_BUILD)/$$t.log 2>&1; then \
+	    grep -h '^#[0-9].*DONE' $(FUZZ_BUILD)/$$t.log | tail -n 1; \
+	  else \
+	    tail -n 40 $(FUZZ_BUILD)/$$t.log; \
+	    echo "fuzz: $$t FOUND A PROBLEM (log: $(FUZZ_BUILD)/$$t.log; input: $(FUZZ_BUILD)/artifacts/$$t-*)" >&2; \
+	    failed="$$failed $$t"; \
+	  fi; \
+	done; \
+	if [ -n "$$failed" ]; then echo "fuzz: findings in:$$failed" >&2; exit 1; fi
 
 # The smoke: every seed, then a short fixed-seed run, per target; a scratch
 # corpus directory so nothing is written into the repository.

@@ -32,6 +32,7 @@
 
 static nkrt_runtime_t *g_rt;
 static const nkrt_neff_desc_t *g_desc;
+static bool g_no_entry; /* the image exports no entry point */
 static nkrt_driver_t g_driver;
 static int g_image; /* the stand-in image handle points here */
 
@@ -49,7 +50,7 @@ static nkrt_status_t fake_image_load(const void *bytes, size_t size, const char 
 
 static void *fake_image_symbol(void *image, const char *symbol) {
   if (image != &g_image) fz_fail("image_symbol called with a handle the driver never gave");
-  return strcmp(symbol, NKRT_NEFF_ENTRY) == 0 ? (void *)fake_query : NULL;
+  return !g_no_entry && strcmp(symbol, NKRT_NEFF_ENTRY) == 0 ? (void *)fake_query : NULL;
 }
 
 static void fake_image_unload(void *image) {
@@ -180,7 +181,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     n_in = fz_u16(&r) % FZ_MAX_TABLE;
     n_out = fz_u16(&r) % FZ_MAX_TABLE;
   }
-  uint8_t nulls = fz_u8(&r); /* bit 0: inputs table NULL, bit 1: outputs table NULL */
+  /* bit 0: inputs table NULL, bit 1: outputs table NULL, bit 2: the entry
+   * point returns NULL, bit 3: no entry point, bit 4: load on core 1 (not
+   * visible), bit 5: rank and world size follow (two i8) */
+  uint8_t nulls = fz_u8(&r);
+  int32_t rank = 0, world = 1;
+  if (nulls & 0x20) {
+    rank = (int8_t)fz_u8(&r);
+    world = (int8_t)fz_u8(&r);
+  }
   fz_tensor_t tin[FZ_MAX_TEMPLATES], tout[FZ_MAX_TEMPLATES];
   for (uint32_t i = 0; i < nt_in; i++) read_tensor(&r, &tin[i]);
   for (uint32_t i = 0; i < nt_out; i++) read_tensor(&r, &tout[i]);
@@ -197,18 +206,28 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   d.inputs = (nulls & 1) ? NULL : ins;
   d.outputs = (nulls & 2) ? NULL : outs;
 
-  g_desc = &d;
+  g_desc = (nulls & 0x04) ? NULL : &d;
+  g_no_entry = (nulls & 0x08) != 0;
   static const unsigned char image[64] = {0x7f, 'E', 'L', 'F'};
   nkrt_load_options_t lo;
   nkrt_load_options_init(&lo);
   if (flags & 0x80) lo.name = "fuzz";
+  lo.rank = rank;
+  lo.world_size = world;
   nkrt_model_t *m = NULL;
-  nkrt_status_t st = nkrt_model_load(g_rt, image, sizeof(image), 0, &lo, &m);
+  nkrt_status_t st =
+      nkrt_model_load(g_rt, image, sizeof(image), (nulls & 0x10) ? 1 : 0, &lo, &m);
   if (st) {
     if (m) fz_fail("nkrt_model_load failed but returned a model");
     fz_check_error(st, "nkrt_model_load");
   } else {
     if (!m) fz_fail("nkrt_model_load succeeded without a model");
+    if (nulls & 0x1c) fz_fail("loaded a NEFF without a descriptor, entry point or visible core");
+    if (world < 1 || rank < 0 || rank >= world)
+      fz_fail("loaded as rank %d of world size %d", rank, world);
+    int32_t got_rank = -7, got_world = -7;
+    nkrt_model_collectives(m, NULL, &got_rank, &got_world);
+    if (got_rank != rank || got_world != world) fz_fail("collective parameters differ");
     check_accepted(&d);
     if (nkrt_model_input_count(m) != d.num_inputs || nkrt_model_output_count(m) != d.num_outputs)
       fz_fail("the model's tensor counts differ from its descriptor");

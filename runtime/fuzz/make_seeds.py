@@ -79,7 +79,7 @@ def tensor(name: bytes, dtype: int, shape: list[int], *, alias: int = -1, size: 
 
 
 def desc(ins: list[bytes], outs: list[bytes], *, name=b"k", flags=0, struct_size=None,
-         abi=None, scratch=0, nulls=0) -> bytes:
+         abi=None, scratch=0, nulls=0, rank_world=None) -> bytes:
     if struct_size is not None:
         flags |= 0x01
     if abi is not None:
@@ -91,7 +91,11 @@ def desc(ins: list[bytes], outs: list[bytes], *, name=b"k", flags=0, struct_size
         out += struct.pack("<I", abi)
     out += bytes([len(name)]) + name
     out += bytes([scratch])
+    if rank_world is not None:
+        nulls |= 0x20
     out += bytes([len(ins), len(outs), nulls])
+    if rank_world is not None:
+        out += struct.pack("<bb", *rank_world)
     for t in ins + outs:
         out += t
     return out
@@ -129,6 +133,12 @@ def neff_desc_seeds() -> None:
     write(t, "near-no-kernel", desc([x], [o], flags=0x10))
     write(t, "near-table-null", desc([x], [o], nulls=1))
     write(t, "near-tensor-name-null", desc([tensor(b"x", f32, [4], name_null=True)], [o]))
+    write(t, "valid-rank1-of-2", desc([x], [o], rank_world=(1, 2)))
+    write(t, "near-rank-2-of-2", desc([x], [o], rank_world=(2, 2)))
+    write(t, "near-world-0", desc([x], [o], rank_world=(0, 0)))
+    write(t, "near-query-null", desc([x], [o], nulls=0x04))
+    write(t, "near-no-entry", desc([x], [o], nulls=0x08))
+    write(t, "near-core-1", desc([x], [o], nulls=0x10))
     write(t, "near-shape-null", desc([tensor(b"x", f32, [4], shape_null=True)], [o]))
     # counts above the limit: flag 0x40, then two 16-bit counts
     big = bytes([0x40]) + b"\x01k" + b"\x00" + b"\x01\x01" + struct.pack("<HH", 4097, 1) + b"\x00"
