@@ -96,7 +96,96 @@ test-py: venv $(NEFFS)
 lint-imports: $(VENV)/.deps
 	$(VENV)/bin/lint-imports
 
-test: lint-imports test-c sanitize test-py
+test: lint-imports test-c sanitize fuzz-smoke test-py
+
+# ---- Fuzzing (runtime/fuzz/README.md) ------------------------------------
+# libFuzzer targets built with clang (-fsanitize=fuzzer,address,undefined).
+# `make fuzz` runs each target FUZZ_SECONDS; `make fuzz-smoke` (part of
+# `make test`) runs them all for about FUZZ_SMOKE_SECONDS each, from the seed
+# corpus, and fails on any finding (crash, leak, timeout, UB, broken property).
+FUZZ_CC            ?= clang
+FUZZ_SECONDS       ?= 60
+FUZZ_SMOKE_SECONDS ?= 10
+FUZZ_BUILD   := $(BUILD)/fuzz
+FUZZ_TARGETS := $(patsubst runtime/fuzz/%.c,%,$(sort $(wildcard runtime/fuzz/fuzz_*.c)))
+FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=all
+FUZZ_CFLAGS  := $(CFLAGS_COMMON) -O1 -fno-omit-frame-pointer $(FUZZ_SAN)
+# clang before 16 lacks some of gcc's __builtin_cpu_supports names (clang_compat.h)
+FUZZ_RT_CFLAGS := $(FUZZ_CFLAGS) -include runtime/fuzz/clang_compat.h -fsanitize=fuzzer-no-link \
+                  -Wno-gnu-variable-sized-type-not-at-end
+FUZZ_RT_OBJ  := $(patsubst runtime/src/%.c,$(FUZZ_BUILD)/obj/%.o,$(RT_SRC))
+# libFuzzer flags shared by both runs: a generous per-input timeout (a loaded
+# 2-core machine), leaks checked, findings written under build/fuzz/artifacts.
+FUZZ_FLAGS   := -timeout=20 -rss_limit_mb=4096 -detect_leaks=1 -print_final_stats=1
+FUZZ_ENV     := ASAN_OPTIONS=abort_on_error=0:detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+
+.PHONY: fuzz fuzz-smoke fuzz-build fuzz-toolchain
+
+# clang with libFuzzer: when FUZZ_CC is the default `clang` and missing, it is
+# installed with apt-get where that works (root, or password-less sudo);
+# otherwise a message says what to install.
+fuzz-toolchain:
+	@if ! command -v $(FUZZ_CC) >/dev/null 2>&1 && [ "$(FUZZ_CC)" = clang ]; then \
+	  if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	    echo "fuzz: installing clang (apt-get install clang)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang >/dev/null; \
+	  elif command -v apt-get >/dev/null 2>&1 && command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then \
+	    echo "fuzz: installing clang (sudo apt-get install clang)"; \
+	    sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang >/dev/null; \
+	  fi; \
+	fi; \
+	command -v $(FUZZ_CC) >/dev/null 2>&1 || { echo "fuzz: '$(FUZZ_CC)' not found. The fuzz targets need clang with libFuzzer: install it (Debian/Ubuntu: apt-get install clang) or name one with FUZZ_CC=clang-NN." >&2; exit 1; }; \
+	printf 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { (void)d; (void)n; return 0; }\n' \
+	  | $(FUZZ_CC) -x c -fsanitize=fuzzer - -o /dev/null 2>/dev/null \
+	  || { echo "fuzz: '$(FUZZ_CC)' cannot link libFuzzer (-fsanitize=fuzzer): install the compiler-rt runtime (Debian: apt-get install clang, which brings libclang-rt-NN-dev)." >&2; exit 1; }
+
+$(FUZZ_BUILD)/obj/%.o: runtime/src/%.c $(RT_HDR) runtime/fuzz/clang_compat.h | fuzz-toolchain
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_RT_CFLAGS) -c $< -o $@
+
+# fuzz_neff_elf builds driver_cpu.c into itself (check_elf is static).
+$(FUZZ_BUILD)/fuzz_neff_elf: runtime/fuzz/fuzz_neff_elf.c runtime/fuzz/fuzz_util.h runtime/src/driver_cpu.c $(filter-out %/driver_cpu.o,$(FUZZ_RT_OBJ))
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $< $(filter %.o,$^) -o $@ $(LDLIBS)
+
+$(FUZZ_BUILD)/fuzz_%: runtime/fuzz/fuzz_%.c runtime/fuzz/fuzz_util.h $(FUZZ_RT_OBJ)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $< $(filter %.o,$^) -o $@ $(LDLIBS)
+
+fuzz-build: $(addprefix $(FUZZ_BUILD)/,$(FUZZ_TARGETS))
+
+# Each target: new inputs go to build/fuzz/corpus/<target> (the repository's
+# seeds in runtime/fuzz/corpus/<target> are read, never written).
+fuzz: fuzz-build
+	@failed=""; for t in $(FUZZ_TARGETS); do \
+	  mkdir -p $(FUZZ_BUILD)/corpus/$$t $(FUZZ_BUILD)/artifacts; \
+	  echo "fuzz: $$t for $(FUZZ_SECONDS) s"; \
+	  if $(FUZZ_ENV) $(FUZZ_BUILD)/$$t $(FUZZ_FLAGS) -max_total_time=$(FUZZ_SECONDS) \
+	       -artifact_prefix=$(FUZZ_BUILD)/artifacts/$$t- \
+	       $(FUZZ_BUILD)/corpus/$$t runtime/fuzz/corpus/$$t >$(FUZZ_BUILD)/$$t.log 2>&1; then \
+	    grep -h '^#[0-9].*DONE' $(FUZZ_BUILD)/$$t.log | tail -n 1; \
+	  else \
+	    tail -n 40 $(FUZZ_BUILD)/$$t.log; \
+	    echo "fuzz: $$t FOUND A PROBLEM (log: $(FUZZ_BUILD)/$$t.log; input: $(FUZZ_BUILD)/artifacts/$$t-*)" >&2; \
+	    failed="$$failed $$t"; \
+	  fi; \
+	done; \
+	if [ -n "$$failed" ]; then echo "fuzz: findings in:$$failed" >&2; exit 1; fi
+
+# The smoke: every seed, then a short fixed-seed run, per target; a scratch
+# corpus directory so nothing is written into the repository.
+fuzz-smoke: fuzz-build
+	@failed=""; for t in $(FUZZ_TARGETS); do \
+	  rm -rf $(FUZZ_BUILD)/smoke/$$t; mkdir -p $(FUZZ_BUILD)/smoke/$$t $(FUZZ_BUILD)/artifacts; \
+	  if $(FUZZ_ENV) $(FUZZ_BUILD)/$$t $(FUZZ_FLAGS) -seed=1 -max_total_time=$(FUZZ_SMOKE_SECONDS) \
+	       -artifact_prefix=$(FUZZ_BUILD)/artifacts/$$t- \
+	       $(FUZZ_BUILD)/smoke/$$t runtime/fuzz/corpus/$$t >$(FUZZ_BUILD)/smoke/$$t.log 2>&1; then \
+	    echo "fuzz-smoke: $$t: $$(grep -h 'stat::number_of_executed_units' $(FUZZ_BUILD)/smoke/$$t.log | awk '{print $$2}') runs, $$(grep -ho 'cov: [0-9]*' $(FUZZ_BUILD)/smoke/$$t.log | tail -n 1), no finding"; \
+	  else \
+	    grep -h -m1 -A6 'runtime error\|ERROR: \|==FUZZ==' $(FUZZ_BUILD)/smoke/$$t.log; \
+	    echo "fuzz-smoke: $$t FOUND A PROBLEM (log: $(FUZZ_BUILD)/smoke/$$t.log; input: $(FUZZ_BUILD)/artifacts/$$t-*)" >&2; \
+	    failed="$$failed $$t"; \
+	  fi; \
+	done; \
+	if [ -n "$$failed" ]; then echo "fuzz-smoke: findings in:$$failed (reproduce: build/fuzz/<target> <input>)" >&2; exit 1; fi
 
 # ---- Demo and benchmarks ------------------------------------------------
 demo: venv
