@@ -32,6 +32,7 @@ import json
 import logging
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
 import time
@@ -237,13 +238,33 @@ def _write_private(path: Path, text: str) -> None:
     write_atomic(path, text, mode=0o600)
 
 
+_META_MAX_BYTES = 1 << 20
+
+
+def _read_meta(path: Path) -> object:
+    """meta.json's JSON value; OSError or ValueError for anything that is not a
+    regular file of at most 1 MiB holding JSON (a FIFO is never waited on)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > _META_MAX_BYTES:
+            raise ValueError(f"{path} is not a regular file of at most {_META_MAX_BYTES} bytes")
+        data = f.read(_META_MAX_BYTES + 1)
+    try:
+        return json.loads(data)
+    except RecursionError as exc:              # nested deeper than the parser goes
+        raise ValueError(f"{path} nests too deeply") from exc
+
+
 def _entry_valid(entry: Path) -> bool:
-    meta_path = entry / "meta.json"
+    """Whether ``entry`` is a complete build of this compiler version: its
+    meta.json is a JSON object whose SHA-256 matches ``kernel.neff``. Anything
+    else (missing, unreadable, not JSON, not an object, a FIFO...) is False."""
     neff = entry / "kernel.neff"
     try:
-        meta = json.loads(meta_path.read_text())
-        return (meta.get("compiler_version") == COMPILER_VERSION and neff.is_file()
-                and _sha256_file(neff) == meta.get("neff_sha256"))
+        meta = _read_meta(entry / "meta.json")
+        return (isinstance(meta, dict) and meta.get("compiler_version") == COMPILER_VERSION
+                and neff.is_file() and _sha256_file(neff) == meta.get("neff_sha256"))
     except (OSError, ValueError):
         return False
 
