@@ -92,9 +92,12 @@ test-py: venv $(NEFFS)
 
 # The architecture contracts of pyproject.toml ([tool.importlinter]): the stack's
 # layers, the layers of nkipy.core.ops, no import circles. Checked first.
+# The architecture contract: Python layers and import circles (import-linter,
+# pyproject.toml), and the C runtime including nothing above it.
 .PHONY: lint-imports
 lint-imports: $(VENV)/.deps
 	$(VENV)/bin/lint-imports
+	tools/check_c_includes.sh
 
 test: lint-imports test-c sanitize fuzz-smoke test-py
 
