@@ -128,3 +128,94 @@ TEST(trace_file_replaces_planted_symlinks) {
   nkrt_runtime_destroy(rt);
   rm_tree(dir);
 }
+
+/* Saves an environment variable and restores it at the end of a test. */
+typedef struct {
+  const char *name;
+  char *value;
+} saved_env_t;
+
+static saved_env_t env_save(const char *name) {
+  const char *v = getenv(name);
+  return (saved_env_t){name, v ? strdup(v) : NULL};
+}
+
+static void env_restore(saved_env_t *s) {
+  if (s->value) setenv(s->name, s->value, 1);
+  else unsetenv(s->name);
+  free(s->value);
+}
+
+TEST(neff_file_must_be_a_regular_file) {
+  saved_env_t cap = env_save("NKRT_MAX_NEFF_SIZE");
+  unsetenv("NKRT_MAX_NEFF_SIZE");
+  nkrt_runtime_t *rt = nkrt_test_runtime("0", 1 << 20);
+  nkrt_model_t *m = NULL;
+  /* /dev/zero used to be read until memory ran out */
+  CHECK_ERR(nkrt_model_load_file(rt, "/dev/zero", 0, NULL, &m), NKRT_FAILURE,
+            "cannot load NEFF file '/dev/zero': it is a character device, not a regular file "
+            "(give the path of a .neff file)");
+  char *dir = make_dir();
+  CHECK(dir != NULL);
+  if (!dir) return;
+  /* a FIFO with no writer used to block the open forever */
+  char fifo[300], expect[1024];
+  snprintf(fifo, sizeof(fifo), "%s/pipe.neff", dir);
+  CHECK(mkfifo(fifo, 0600) == 0);
+  snprintf(expect, sizeof(expect), "cannot load NEFF file '%s': it is a FIFO (named pipe), not a "
+           "regular file", fifo);
+  CHECK_ERR(nkrt_model_load_file(rt, fifo, 0, NULL, &m), NKRT_FAILURE, expect);
+  snprintf(expect, sizeof(expect), "cannot load NEFF file '%s': it is a directory, not a "
+           "regular file", dir);
+  CHECK_ERR(nkrt_model_load_file(rt, dir, 0, NULL, &m), NKRT_FAILURE, expect);
+  /* a symlink is judged by what it points to */
+  char link[300];
+  snprintf(link, sizeof(link), "%s/zero.neff", dir);
+  CHECK(symlink("/dev/zero", link) == 0);
+  snprintf(expect, sizeof(expect), "cannot load NEFF file '%s': it is a character device", link);
+  CHECK_ERR(nkrt_model_load_file(rt, link, 0, NULL, &m), NKRT_FAILURE, expect);
+  CHECK(m == NULL);
+  nkrt_runtime_destroy(rt);
+  rm_tree(dir);
+  env_restore(&cap);
+}
+
+TEST(neff_file_size_cap) {
+  saved_env_t cap = env_save("NKRT_MAX_NEFF_SIZE");
+  nkrt_runtime_t *rt = nkrt_test_runtime("0", 1 << 20);
+  nkrt_model_t *m = NULL;
+  const char *add = nkrt_test_neff("add");
+  struct stat st;
+  CHECK(stat(add, &st) == 0 && st.st_size > 1024);
+  char expect[1024], text[64];
+  setenv("NKRT_MAX_NEFF_SIZE", "1K", 1);
+  snprintf(expect, sizeof(expect), "cannot load NEFF file '%s': it is %lld bytes, over the limit "
+           "of 1024 bytes (NKRT_MAX_NEFF_SIZE; raise it if this NEFF is genuine)", add,
+           (long long)st.st_size);
+  CHECK_ERR(nkrt_model_load_file(rt, add, 0, NULL, &m), NKRT_FAILURE, expect);
+  /* exactly at the cap loads */
+  snprintf(text, sizeof(text), "%lld", (long long)st.st_size);
+  setenv("NKRT_MAX_NEFF_SIZE", text, 1);
+  CHECK_OK(nkrt_model_load_file(rt, add, 0, NULL, &m));
+  nkrt_model_release(m);
+  m = NULL;
+  snprintf(text, sizeof(text), "%lld", (long long)st.st_size - 1);
+  setenv("NKRT_MAX_NEFF_SIZE", text, 1);
+  CHECK_ERR(nkrt_model_load_file(rt, add, 0, NULL, &m), NKRT_FAILURE, "over the limit");
+  /* the variable is parsed strictly */
+  setenv("NKRT_MAX_NEFF_SIZE", "lots", 1);
+  CHECK_ERR(nkrt_model_load_file(rt, add, 0, NULL, &m), NKRT_INVALID,
+            "NKRT_MAX_NEFF_SIZE: invalid size \"lots\": expected a number such as 4G (unset it "
+            "for the default of 1G)");
+  setenv("NKRT_MAX_NEFF_SIZE", "0", 1);
+  CHECK_ERR(nkrt_model_load_file(rt, add, 0, NULL, &m), NKRT_INVALID,
+            "NKRT_MAX_NEFF_SIZE: invalid size \"0\": it must be at least 1");
+  setenv("NKRT_MAX_NEFF_SIZE", "2Q", 1);
+  CHECK_ERR(nkrt_model_load_file(rt, add, 0, NULL, &m), NKRT_INVALID,
+            "NKRT_MAX_NEFF_SIZE: invalid size \"2Q\"");
+  unsetenv("NKRT_MAX_NEFF_SIZE");
+  CHECK_OK(nkrt_model_load_file(rt, add, 0, NULL, &m)); /* the 1 GiB default */
+  nkrt_model_release(m);
+  nkrt_runtime_destroy(rt);
+  env_restore(&cap);
+}
