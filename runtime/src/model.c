@@ -38,9 +38,13 @@ static nkrt_status_t check_tensor(const nkrt_neff_desc_t *d, const char *kind, u
   if (t->dtype == NKRT_DTYPE_INVALID || t->dtype >= NKRT_DTYPE_COUNT_)
     return nkrt_status_make(NKRT_FAILURE, "invalid NEFF '%s': %s '%s' has unknown dtype %u",
                             model, kind, t->name, t->dtype);
-  if (t->ndim > NKRT_NEFF_MAX_RANK || (t->ndim && !t->shape))
+  if (t->ndim > NKRT_NEFF_MAX_RANK)
     return nkrt_status_make(NKRT_FAILURE, "invalid NEFF '%s': %s '%s' has rank %u (at most %u)",
                             model, kind, t->name, t->ndim, NKRT_NEFF_MAX_RANK);
+  if (t->ndim && !t->shape)
+    return nkrt_status_make(NKRT_FAILURE, "invalid NEFF '%s': %s '%s' has rank %u but its shape "
+                            "pointer is NULL (the NEFF's descriptor is malformed: rebuild it)",
+                            model, kind, t->name, t->ndim);
   uint64_t n = nkrt_dtype_size(t->dtype);
   for (uint32_t k = 0; k < t->ndim; k++) {
     if (t->shape[k] < 0)
@@ -154,10 +158,17 @@ nkrt_status_t nkrt_model_load(nkrt_runtime_t *rt, const void *neff, size_t size,
     return nkrt_status_make(NKRT_INVALID, "invalid collective parameters: rank %d, world size %d "
                             "(need 0 <= rank < world size)", options->rank, options->world_size);
   static const unsigned char elf_magic[4] = {0x7f, 'E', 'L', 'F'};
-  if (!neff || size < 64 || memcmp(neff, elf_magic, 4) != 0)
+  if (!neff)
+    return nkrt_status_make(NKRT_INVALID, "not a NEFF: the image pointer is NULL");
+  if (size < sizeof(elf_magic) || memcmp(neff, elf_magic, sizeof(elf_magic)) != 0)
     return nkrt_status_make(NKRT_FAILURE,
                             "not a NEFF: %zu bytes that do not start with the ELF magic (a NEFF "
-                            "is a shared object built against nkrt/neff_abi.h)", neff ? size : 0);
+                            "is a shared object built against nkrt/neff_abi.h)", size);
+  if (size < 64) /* the ELF magic, but not even a whole ELF header */
+    return nkrt_status_make(NKRT_FAILURE,
+                            "not a loadable NEFF (the shared object is truncated): %zu bytes, "
+                            "fewer than the 64 of an ELF header (rebuild or copy the NEFF again)",
+                            size);
 
   nkrt_model_t *m = calloc(1, sizeof(*m));
   if (!m) return nkrt_status_make(NKRT_RESOURCE, "out of host memory loading a NEFF");

@@ -80,6 +80,13 @@ TEST(model_load_errors) {
   CHECK_ERR(nkrt_model_load(rt, junk, sizeof(junk), 0, NULL, &m), NKRT_FAILURE,
             "do not start with the ELF magic");
   CHECK_ERR(nkrt_model_load(rt, junk, 3, 0, NULL, &m), NKRT_FAILURE, "ELF magic");
+  CHECK_ERR(nkrt_model_load(rt, NULL, 64, 0, NULL, &m), NKRT_INVALID,
+            "not a NEFF: the image pointer is NULL");
+  /* the ELF magic but too few bytes for a header: truncated, not "no magic" */
+  memcpy(junk, "\x7f" "ELF", 4);
+  CHECK_ERR(nkrt_model_load(rt, junk, 20, 0, NULL, &m), NKRT_FAILURE,
+            "not a loadable NEFF (the shared object is truncated): 20 bytes, fewer than the 64 "
+            "of an ELF header (rebuild or copy the NEFF again)");
   size_t len = 0;
   char *bytes = read_file(nkrt_test_neff("add"), &len);
   CHECK_ERR(nkrt_model_load(rt, bytes, len / 2, 0, NULL, &m), NKRT_FAILURE,
@@ -93,6 +100,9 @@ TEST(model_load_errors) {
             "NEFF 'bad_abi' was built for ABI version 999; this runtime supports versions 1 to 1");
   CHECK_ERR(nkrt_model_load_file(rt, nkrt_test_neff("bad_desc"), 0, NULL, &m), NKRT_FAILURE,
             "input 'x' declares 15 bytes but its shape and dtype (float32) give 16 bytes");
+  CHECK_ERR(nkrt_model_load_file(rt, nkrt_test_neff("null_shape"), 0, NULL, &m), NKRT_FAILURE,
+            "invalid NEFF 'null_shape': input 'x' has rank 2 but its shape pointer is NULL (the "
+            "NEFF's descriptor is malformed: rebuild it)");
   CHECK_ERR(nkrt_model_load_file(rt, nkrt_test_neff("noentry"), 0, NULL, &m), NKRT_FAILURE,
             "has no entry point 'nkrt_neff_query'");
   CHECK_ERR(nkrt_model_load_file(rt, nkrt_test_neff("add"), 5, NULL, &m), NKRT_LOAD_NOT_ENOUGH_NC,
