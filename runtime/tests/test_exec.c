@@ -383,6 +383,60 @@ TEST(execute_at_addresses) {
   nkrt_runtime_destroy(rt);
 }
 
+TEST(execute_zero_size_tensors) {
+  nkrt_runtime_t *rt = nkrt_test_runtime("0", 1 << 20);
+  nkrt_model_t *m = load(rt, "empty", 0);
+  float y[2] = {1, 2}, r[2] = {0, 0};
+  nkrt_tensor_t *ty = tensor_from(rt, 0, "y", y, sizeof(y));
+  nkrt_tensor_t *tr = tensor_from(rt, 0, "r", NULL, sizeof(r));
+  /* by address: a 0-byte tensor may be given as NULL (torch's address for an
+   * empty tensor) or as an address past the end of an allocation (an empty
+   * slice at the end of its storage); the kernel gets a usable address */
+  uint8_t *py = nkrt_tensor_va(ty), *pr = nkrt_tensor_va(tr);
+  void *nulls[4] = {NULL, py, NULL, pr};
+  CHECK_OK(nkrt_execute_at(m, nulls));
+  CHECK_OK(nkrt_tensor_read(tr, r, 0, sizeof(r)));
+  CHECK(r[0] == 2 && r[1] == 3);
+  void *past_end[4] = {py + sizeof(y), py, pr + 4096, pr};
+  CHECK_OK(nkrt_execute_at(m, past_end));
+  /* NULL stays refused for a tensor that has bytes */
+  void *missing[4] = {NULL, NULL, NULL, pr};
+  CHECK_ERR(nkrt_execute_at(m, missing), NKRT_EXEC_BAD_INPUT,
+            "missing input tensor 'y' for model 'empty': its address is NULL");
+  /* queued behind other work, too */
+  nkrt_event_t *ev = NULL;
+  CHECK_OK(nkrt_tensor_write_async(ty, y, 0, sizeof(y), &ev));
+  CHECK_OK(nkrt_execute_at(m, nulls));
+  nkrt_event_release(ev);
+
+  /* by name: 0-byte tensors allocated on the core */
+  nkrt_tensor_t *tx = tensor_from(rt, 0, "x", NULL, 0);
+  nkrt_tensor_t *te = tensor_from(rt, 0, "e", NULL, 0);
+  nkrt_tensor_set_t *in = NULL, *out = NULL;
+  CHECK_OK(nkrt_tensor_set_create(&in));
+  CHECK_OK(nkrt_tensor_set_create(&out));
+  CHECK_OK(nkrt_tensor_set_add(in, "x", tx));
+  CHECK_OK(nkrt_tensor_set_add(in, "y", ty));
+  CHECK_OK(nkrt_tensor_set_add(out, "output0", te));
+  CHECK_OK(nkrt_tensor_set_add(out, "output1", tr));
+  r[0] = r[1] = 0;
+  CHECK_OK(nkrt_tensor_write(tr, r, 0, sizeof(r)));
+  CHECK_OK(nkrt_execute(m, in, out));
+  CHECK_OK(nkrt_tensor_read(tr, r, 0, sizeof(r)));
+  CHECK(r[0] == 2 && r[1] == 3);
+  nkrt_tensor_set_destroy(in);
+  nkrt_tensor_set_destroy(out);
+  nkrt_tensor_release(tx);
+  nkrt_tensor_release(te);
+  nkrt_tensor_release(ty);
+  nkrt_tensor_release(tr);
+  nkrt_model_release(m);
+  nkrt_memory_stats_t s = {.struct_size = sizeof(s)};
+  CHECK_OK(nkrt_memory_stats(rt, 0, &s));
+  CHECK(s.active_allocations == 0); /* nothing is left retained */
+  nkrt_runtime_destroy(rt);
+}
+
 /* Builds sets for the spin kernel on `core`. */
 typedef struct spin_job {
   nkrt_runtime_t *rt;
