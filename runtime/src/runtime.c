@@ -190,19 +190,21 @@ nkrt_status_t nkrt_runtime_create(const nkrt_options_t *options, nkrt_runtime_t 
   NKRT_RETURN_IF_ERROR(resolve_cores(options->visible_cores, ids, &count));
 
   uint64_t memory = options->core_memory_bytes;
+  const char *memory_from = "options.core_memory_bytes";
   if (!memory) {
     const char *env = getenv("NKRT_CORE_MEMORY");
     if (env && *env) {
+      memory_from = "NKRT_CORE_MEMORY";
       nkrt_status_t st = nkrt_parse_size(env, &memory);
-      if (st) return env_error("NKRT_CORE_MEMORY", st, "e.g. 4G; unset it for the default of 16G");
+      if (st) return env_error("NKRT_CORE_MEMORY", st, "unset it for the default of 16G");
     } else {
       memory = NKRT_DEFAULT_CORE_MEMORY;
     }
   }
   if (memory < NKRT_MIN_CORE_MEMORY)
-    return nkrt_status_make(NKRT_INVALID, "core memory of %llu bytes is below the minimum of "
-                            "%llu bytes", (unsigned long long)memory,
-                            (unsigned long long)NKRT_MIN_CORE_MEMORY);
+    return nkrt_status_make(NKRT_INVALID, "%s: core memory of %llu bytes is below the minimum of "
+                            "%llu bytes (use at least 1M)", memory_from,
+                            (unsigned long long)memory, (unsigned long long)NKRT_MIN_CORE_MEMORY);
   memory = (memory + 4095) & ~4095ull;
 
   uint32_t workers = options->num_workers;

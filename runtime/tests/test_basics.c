@@ -103,8 +103,12 @@ TEST(runtime_environment) {
   nkrt_runtime_destroy(rt);
   setenv("NKRT_CORE_MEMORY", "two", 1);
   CHECK_ERR(nkrt_runtime_create(&o, &rt), NKRT_INVALID,
-            "NKRT_CORE_MEMORY: invalid size \"two\": expected a number such as 4G (e.g. 4G; "
-            "unset it for the default of 16G)");
+            "NKRT_CORE_MEMORY: invalid size \"two\": expected a number such as 4G (unset it for "
+            "the default of 16G)");
+  setenv("NKRT_CORE_MEMORY", "1K", 1);
+  CHECK_ERR(nkrt_runtime_create(&o, &rt), NKRT_INVALID,
+            "NKRT_CORE_MEMORY: core memory of 1024 bytes is below the minimum of 1048576 bytes "
+            "(use at least 1M)");
   unsetenv("NKRT_CORE_MEMORY");
   setenv("NKRT_NUM_WORKERS", "3", 1);
   rt = nkrt_test_runtime("0", 1 << 20);
@@ -138,7 +142,8 @@ TEST(runtime_environment) {
             "0 for NKRT_NUM_WORKERS or the CPU count)");
   o.num_workers = 0;
   o.core_memory_bytes = 1000;
-  CHECK_ERR(nkrt_runtime_create(&o, &rt), NKRT_INVALID, "below the minimum");
+  CHECK_ERR(nkrt_runtime_create(&o, &rt), NKRT_INVALID,
+            "options.core_memory_bytes: core memory of 1000 bytes is below the minimum");
   if (saved) {
     setenv("NEURON_RT_VISIBLE_CORES", saved, 1);
     free(saved);
