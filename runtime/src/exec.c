@@ -130,8 +130,18 @@ static void slot_addresses(nkrt_tensor_t *const *slots, uint32_t n, void **ptrs,
   }
 }
 
+/* What a kernel gets for a tensor of 0 bytes bound by address: a tensor with
+ * no bytes has no memory (torch gives NULL for an empty tensor, or an address
+ * one past the end of its storage for an empty slice), so any address is
+ * accepted and none is retained. The kernel gets this one instead: never
+ * NULL, aligned like every allocation, read-only (a write through it faults),
+ * and, with no bytes to touch, never dereferenced by a correct kernel. */
+static const _Alignas(NKRT_ALIGNMENT) uint8_t empty_tensor_address[NKRT_ALIGNMENT];
+
 /* Binds by address (nkrt_execute_at): each tensor's owning allocation on the
- * model's core is retained into slots; ptrs and ranges get the addresses. */
+ * model's core is retained into slots; ptrs and ranges get the addresses. A
+ * tensor of 0 bytes needs no allocation (its slot stays NULL); a NULL address
+ * is refused for any other. */
 NKRT_MUST_USE_RESULT
 static nkrt_status_t bind_at(const nkrt_model_t *m, void *const *addresses,
                              nkrt_tensor_t **slots, void **ptrs, nkrt_range_t *ranges) {
@@ -143,6 +153,13 @@ static nkrt_status_t bind_at(const nkrt_model_t *m, void *const *addresses,
   for (uint32_t i = 0; i < n && !st; i++) {
     bool is_in = i < d->num_inputs;
     const nkrt_neff_tensor_t *info = is_in ? &d->inputs[i] : &d->outputs[i - d->num_inputs];
+    if (info->size == 0) {
+      uintptr_t lo = (uintptr_t)empty_tensor_address;
+      slots[bound++] = NULL; /* nothing held; releasing NULL is a no-op */
+      ptrs[i] = (void *)lo;
+      ranges[i] = (nkrt_range_t){lo, lo}; /* empty: overlaps nothing */
+      continue;
+    }
     uint8_t *p = addresses[i];
     if (!p && !is_in && info->alias_input >= 0) p = ptrs[info->alias_input];
     nkrt_block_t *b = p ? nkrt_arena_find_locked(arena, p) : NULL;

@@ -1,10 +1,13 @@
 /* model.c - loading NEFFs (native shared objects following neff_abi.h),
  * validating their descriptors, describing their tensors. */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "model.h"
 #include "runtime.h"
@@ -35,9 +38,13 @@ static nkrt_status_t check_tensor(const nkrt_neff_desc_t *d, const char *kind, u
   if (t->dtype == NKRT_DTYPE_INVALID || t->dtype >= NKRT_DTYPE_COUNT_)
     return nkrt_status_make(NKRT_FAILURE, "invalid NEFF '%s': %s '%s' has unknown dtype %u",
                             model, kind, t->name, t->dtype);
-  if (t->ndim > NKRT_NEFF_MAX_RANK || (t->ndim && !t->shape))
+  if (t->ndim > NKRT_NEFF_MAX_RANK)
     return nkrt_status_make(NKRT_FAILURE, "invalid NEFF '%s': %s '%s' has rank %u (at most %u)",
                             model, kind, t->name, t->ndim, NKRT_NEFF_MAX_RANK);
+  if (t->ndim && !t->shape)
+    return nkrt_status_make(NKRT_FAILURE, "invalid NEFF '%s': %s '%s' has rank %u but its shape "
+                            "pointer is NULL (the NEFF's descriptor is malformed: rebuild it)",
+                            model, kind, t->name, t->ndim);
   uint64_t n = nkrt_dtype_size(t->dtype);
   for (uint32_t k = 0; k < t->ndim; k++) {
     if (t->shape[k] < 0)
@@ -151,10 +158,17 @@ nkrt_status_t nkrt_model_load(nkrt_runtime_t *rt, const void *neff, size_t size,
     return nkrt_status_make(NKRT_INVALID, "invalid collective parameters: rank %d, world size %d "
                             "(need 0 <= rank < world size)", options->rank, options->world_size);
   static const unsigned char elf_magic[4] = {0x7f, 'E', 'L', 'F'};
-  if (!neff || size < 64 || memcmp(neff, elf_magic, 4) != 0)
+  if (!neff)
+    return nkrt_status_make(NKRT_INVALID, "not a NEFF: the image pointer is NULL");
+  if (size < sizeof(elf_magic) || memcmp(neff, elf_magic, sizeof(elf_magic)) != 0)
     return nkrt_status_make(NKRT_FAILURE,
                             "not a NEFF: %zu bytes that do not start with the ELF magic (a NEFF "
-                            "is a shared object built against nkrt/neff_abi.h)", neff ? size : 0);
+                            "is a shared object built against nkrt/neff_abi.h)", size);
+  if (size < 64) /* the ELF magic, but not even a whole ELF header */
+    return nkrt_status_make(NKRT_FAILURE,
+                            "not a loadable NEFF (the shared object is truncated): %zu bytes, "
+                            "fewer than the 64 of an ELF header (rebuild or copy the NEFF again)",
+                            size);
 
   nkrt_model_t *m = calloc(1, sizeof(*m));
   if (!m) return nkrt_status_make(NKRT_RESOURCE, "out of host memory loading a NEFF");
@@ -202,41 +216,102 @@ fail:
   return st;
 }
 
+/* What a file that is not a regular file is, for messages. */
+static const char *file_type_name(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+/* The largest NEFF file nkrt_model_load_file reads: NKRT_MAX_NEFF_SIZE (a size
+ * such as "1G", parsed as NKRT_CORE_MEMORY is), else the default. */
+NKRT_MUST_USE_RESULT
+static nkrt_status_t max_neff_bytes(uint64_t *out) {
+  *out = NKRT_DEFAULT_MAX_NEFF_BYTES;
+  const char *env = getenv("NKRT_MAX_NEFF_SIZE");
+  if (!env || !*env) return NULL;
+  nkrt_status_t st = nkrt_parse_size(env, out);
+  if (!st && *out == 0)
+    st = nkrt_status_make(NKRT_INVALID, "invalid size \"%s\": it must be at least 1", env);
+  if (!st) return NULL;
+  nkrt_status_t wrapped = nkrt_status_make(NKRT_INVALID, "NKRT_MAX_NEFF_SIZE: %s (unset it for "
+                                           "the default of 1G)", nkrt_status_message(st));
+  nkrt_status_free(st);
+  return wrapped;
+}
+
+/* Reads a whole NEFF file: a regular file of at most the size cap. Opening
+ * with O_NONBLOCK keeps a FIFO from blocking the open; nothing but a regular
+ * file is read, so /dev/zero or a pipe cannot grow memory or hang. */
+NKRT_MUST_USE_RESULT
+static nkrt_status_t read_neff_file(const char *path, char **out_buf, size_t *out_len) {
+  *out_buf = NULL;
+  *out_len = 0;
+  uint64_t cap = 0;
+  NKRT_RETURN_IF_ERROR(max_neff_bytes(&cap));
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0)
+    return nkrt_status_make(NKRT_FAILURE, "cannot open NEFF file '%s': %s", path, strerror(errno));
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    nkrt_status_t s = nkrt_status_make(NKRT_FAILURE, "cannot read NEFF file '%s': %s", path,
+                                       strerror(errno));
+    close(fd);
+    return s;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    close(fd);
+    return nkrt_status_make(NKRT_FAILURE, "cannot load NEFF file '%s': it is %s, not a regular "
+                            "file (give the path of a .neff file)", path,
+                            file_type_name(st.st_mode));
+  }
+  uint64_t size = (uint64_t)st.st_size;
+  if (size > cap || size > SIZE_MAX - 1) {
+    close(fd);
+    return nkrt_status_make(NKRT_FAILURE, "cannot load NEFF file '%s': it is %" PRIu64 " bytes, "
+                            "over the limit of %" PRIu64 " bytes (NKRT_MAX_NEFF_SIZE; raise it "
+                            "if this NEFF is genuine)", path, size, cap);
+  }
+  char *buf = malloc(size ? (size_t)size : 1);
+  if (!buf) {
+    close(fd);
+    return nkrt_status_make(NKRT_RESOURCE, "out of host memory reading the %" PRIu64 " bytes of "
+                            "NEFF file '%s'", size, path);
+  }
+  /* at most the size fstat gave: a file that grows meanwhile is cut there,
+   * one that shrinks ends early (and fails the ELF checks) */
+  size_t len = 0;
+  while (len < size) {
+    ssize_t r = read(fd, buf + len, (size_t)size - len);
+    if (r == 0) break;
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      nkrt_status_t s = nkrt_status_make(NKRT_FAILURE, "cannot read NEFF file '%s': %s", path,
+                                         strerror(errno));
+      free(buf);
+      close(fd);
+      return s;
+    }
+    len += (size_t)r;
+  }
+  close(fd);
+  *out_buf = buf;
+  *out_len = len;
+  return NULL;
+}
+
 nkrt_status_t nkrt_model_load_file(nkrt_runtime_t *rt, const char *path, uint32_t core,
                                    const nkrt_load_options_t *options, nkrt_model_t **out_model) {
   if (out_model) *out_model = NULL;
   if (!path) return nkrt_status_make(NKRT_INVALID, "NEFF path is NULL");
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return nkrt_status_make(NKRT_FAILURE, "cannot open NEFF file '%s': %s", path, strerror(errno));
   char *buf = NULL;
-  size_t len = 0, cap = 0;
-  nkrt_status_t st = NULL;
-  for (;;) {
-    if (len == cap) {
-      size_t ncap = cap ? cap * 2 : 1 << 16;
-      char *nb = realloc(buf, ncap);
-      if (!nb) {
-        st = nkrt_status_make(NKRT_RESOURCE, "out of host memory reading '%s'", path);
-        break;
-      }
-      buf = nb;
-      cap = ncap;
-    }
-    size_t r = fread(buf + len, 1, cap - len, f);
-    len += r;
-    if (r == 0) {
-      if (ferror(f))
-        st = nkrt_status_make(NKRT_FAILURE, "cannot read NEFF file '%s': %s", path,
-                              strerror(errno));
-      break;
-    }
-  }
-  fclose(f);
-  if (!st) {
-    st = nkrt_model_load(rt, buf, len, core, options, out_model);
-    st = nkrt_status_annotate(st, "file '%s'", path); /* say which file */
-  }
+  size_t len = 0;
+  NKRT_RETURN_IF_ERROR(read_neff_file(path, &buf, &len));
+  nkrt_status_t st = nkrt_model_load(rt, buf, len, core, options, out_model);
+  st = nkrt_status_annotate(st, "file '%s'", path); /* say which file */
   free(buf);
   return st;
 }

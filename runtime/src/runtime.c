@@ -76,7 +76,13 @@ nkrt_status_t nkrt_parse_core_list(const char *spec, uint32_t *out_ids, uint32_t
                               "driver has %u virtual NeuronCores, 0-%u)",
                               spec, (unsigned long long)hi, NKRT_TOTAL_CORES,
                               NKRT_TOTAL_CORES - 1);
-    for (uint64_t c = lo; c <= hi; c++) seen[c] = true;
+    for (uint64_t c = lo; c <= hi; c++) {
+      if (seen[c])
+        return nkrt_status_make(NKRT_INVALID, "invalid core list \"%s\": core %llu is listed "
+                                "twice (list each core once, e.g. \"0-3,5\")",
+                                spec, (unsigned long long)c);
+      seen[c] = true;
+    }
     if (*p == '\0') break;
     if (*p != ',')
       return nkrt_status_make(NKRT_INVALID,
@@ -126,15 +132,44 @@ nkrt_status_t nkrt_parse_size(const char *text, uint64_t *out_bytes) {
   return NULL;
 }
 
+/* A status for a bad environment variable: "NAME: <what st says> (hint)". */
+NKRT_MUST_USE_RESULT
+static nkrt_status_t env_error(const char *name, nkrt_status_t st, const char *hint) {
+  nkrt_status_t wrapped = nkrt_status_make(nkrt_status_code(st), "%s: %s (%s)", name,
+                                           nkrt_status_message(st), hint);
+  nkrt_status_free(st);
+  return wrapped;
+}
+
 NKRT_MUST_USE_RESULT
 static nkrt_status_t resolve_cores(const char *spec, uint32_t *ids, uint32_t *count) {
-  if (!spec) spec = getenv("NEURON_RT_VISIBLE_CORES");
+  bool from_env = !spec;
+  if (from_env) spec = getenv("NEURON_RT_VISIBLE_CORES");
   if (!spec || !*skip_spaces(spec)) {
     for (uint32_t i = 0; i < NKRT_TOTAL_CORES; i++) ids[i] = i;
     *count = NKRT_TOTAL_CORES;
     return NULL;
   }
-  return nkrt_parse_core_list(spec, ids, NKRT_TOTAL_CORES, count);
+  nkrt_status_t st = nkrt_parse_core_list(spec, ids, NKRT_TOTAL_CORES, count);
+  if (st && from_env)
+    return env_error("NEURON_RT_VISIBLE_CORES", st, "fix or unset it; unset means all cores");
+  return nkrt_status_annotate(st, "options.visible_cores");
+}
+
+/* NKRT_NUM_WORKERS: digits only (surrounding spaces allowed), 1 to 1024. */
+NKRT_MUST_USE_RESULT
+static nkrt_status_t parse_workers(const char *text, uint32_t *out) {
+  const char *p = skip_spaces(text);
+  char *end = (char *)p;
+  unsigned long long v = 0;
+  errno = 0;
+  if (isdigit((unsigned char)*p)) v = strtoull(p, &end, 10);
+  if (end == p || *skip_spaces(end) != '\0' || errno || v < 1 || v > NKRT_MAX_WORKERS)
+    return nkrt_status_make(NKRT_INVALID, "NKRT_NUM_WORKERS: invalid value \"%s\" (expected a "
+                            "number of threads from 1 to %u; unset it for the CPU count)", text,
+                            NKRT_MAX_WORKERS);
+  *out = (uint32_t)v;
+  return NULL;
 }
 
 nkrt_status_t nkrt_visible_core_count(uint32_t *out_count) {
@@ -155,43 +190,39 @@ nkrt_status_t nkrt_runtime_create(const nkrt_options_t *options, nkrt_runtime_t 
   NKRT_RETURN_IF_ERROR(resolve_cores(options->visible_cores, ids, &count));
 
   uint64_t memory = options->core_memory_bytes;
+  const char *memory_from = "options.core_memory_bytes";
   if (!memory) {
     const char *env = getenv("NKRT_CORE_MEMORY");
     if (env && *env) {
+      memory_from = "NKRT_CORE_MEMORY";
       nkrt_status_t st = nkrt_parse_size(env, &memory);
-      if (st) {
-        nkrt_status_t wrapped = nkrt_status_make(NKRT_INVALID, "NKRT_CORE_MEMORY: %s",
-                                                 nkrt_status_message(st));
-        nkrt_status_free(st);
-        return wrapped;
-      }
+      if (st) return env_error("NKRT_CORE_MEMORY", st, "unset it for the default of 16G");
     } else {
       memory = NKRT_DEFAULT_CORE_MEMORY;
     }
   }
   if (memory < NKRT_MIN_CORE_MEMORY)
-    return nkrt_status_make(NKRT_INVALID, "core memory of %llu bytes is below the minimum of "
-                            "%llu bytes", (unsigned long long)memory,
-                            (unsigned long long)NKRT_MIN_CORE_MEMORY);
+    return nkrt_status_make(NKRT_INVALID, "%s: core memory of %llu bytes is below the minimum of "
+                            "%llu bytes (use at least 1M)", memory_from,
+                            (unsigned long long)memory, (unsigned long long)NKRT_MIN_CORE_MEMORY);
   memory = (memory + 4095) & ~4095ull;
 
   uint32_t workers = options->num_workers;
+  if (workers > NKRT_MAX_WORKERS)
+    return nkrt_status_make(NKRT_INVALID, "options.num_workers is %u, above the maximum of %u "
+                            "threads (pass 1 to %u, or 0 for NKRT_NUM_WORKERS or the CPU count)",
+                            workers, NKRT_MAX_WORKERS, NKRT_MAX_WORKERS);
   if (!workers) {
     const char *env = getenv("NKRT_NUM_WORKERS");
     if (env && *env) {
-      char *end;
-      long v = strtol(env, &end, 10);
-      if (*skip_spaces(end) != '\0' || v < 1 || v > 1024)
-        return nkrt_status_make(NKRT_INVALID, "NKRT_NUM_WORKERS: invalid value \"%s\" (expected "
-                                "a number of threads from 1 to 1024)", env);
-      workers = (uint32_t)v;
+      NKRT_RETURN_IF_ERROR(parse_workers(env, &workers));
     }
   }
   if (!workers) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     workers = n > 0 ? (uint32_t)n : 1;
   }
-  if (workers > 1024) workers = 1024;
+  if (workers > NKRT_MAX_WORKERS) workers = NKRT_MAX_WORKERS; /* a host with more CPUs */
 
   nkrt_runtime_t *rt = calloc(1, sizeof(*rt));
   nkrt_core_t *cores = calloc(count, sizeof(*cores));

@@ -1,10 +1,12 @@
 /* trace.c - trace sessions: timed start/stop events of executions and
  * copies, read back as system-trace JSON or written as Chrome trace JSON. */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "runtime.h"
@@ -210,6 +212,71 @@ nkrt_status_t nkrt_trace_events_json(nkrt_trace_session_t *s, bool drain, char *
   return NULL;
 }
 
+/* 0666 less the process's umask, read without changing it (umask() would
+ * open a window in which other threads create files with no mask); 0644 if
+ * /proc/self/status does not say. */
+static mode_t default_file_mode(void) {
+  mode_t mode = 0644;
+  FILE *f = fopen("/proc/self/status", "re");
+  if (!f) return mode;
+  char line[256];
+  while (fgets(line, sizeof(line), f)) {
+    unsigned int mask;
+    if (sscanf(line, "Umask: %o", &mask) == 1) {
+      mode = (mode_t)(0666u & ~mask);
+      break;
+    }
+  }
+  fclose(f);
+  return mode;
+}
+
+/* Writes `len` bytes to `path` atomically without trusting what lies there:
+ * the bytes go to a fresh temporary created exclusively (O_CREAT | O_EXCL,
+ * mode 0600, so a planted file or symlink under a guessable name is never
+ * opened) in the target's directory, then it is renamed over the target.
+ * rename replaces a symlink planted at `path` instead of writing through it,
+ * and readers never see a partial file. The temporary is removed on any
+ * failure; errors name `path`. */
+NKRT_MUST_USE_RESULT
+static nkrt_status_t write_file_atomic(const char *path, const char *data, size_t len) {
+  const char *slash = strrchr(path, '/');
+  size_t dir_len = slash ? (size_t)(slash - path) + 1 : 0; /* with its '/' */
+  const char *base = slash ? slash + 1 : path;
+  size_t cap = strlen(path) + 16;
+  char *tmp = malloc(cap);
+  if (!tmp) return nkrt_status_make(NKRT_RESOURCE, "out of host memory writing '%s'", path);
+  snprintf(tmp, cap, "%.*s.%s.XXXXXX", (int)dir_len, path, base);
+  int fd = mkostemp(tmp, O_CLOEXEC);
+  if (fd < 0) {
+    int err = errno;
+    nkrt_status_t st = nkrt_status_make(
+        NKRT_FAILURE, "cannot write trace file '%s': cannot create a temporary file in '%.*s': "
+        "%s (choose a path in a directory you can write)", path, dir_len ? (int)dir_len : 1,
+        dir_len ? path : ".", strerror(err));
+    free(tmp);
+    return st;
+  }
+  int err = 0;
+  for (size_t done = 0; done < len && !err;) {
+    ssize_t w = write(fd, data + done, len - done);
+    if (w > 0) done += (size_t)w;
+    else if (w == 0) err = EIO; /* no progress: never loop forever */
+    else if (errno != EINTR) err = errno;
+  }
+  if (!err && fchmod(fd, default_file_mode()) != 0) err = errno;
+  if (close(fd) != 0 && !err) err = errno;
+  if (!err && rename(tmp, path) != 0) err = errno;
+  nkrt_status_t st = NULL;
+  if (err) {
+    unlink(tmp);
+    st = nkrt_status_make(NKRT_FAILURE, "cannot write trace file '%s': %s (choose a writable "
+                          "path that is not a directory)", path, strerror(err));
+  }
+  free(tmp);
+  return st;
+}
+
 nkrt_status_t nkrt_trace_write_chrome(nkrt_trace_session_t *s, const char *path) {
   if (!s) return nkrt_status_make(NKRT_INVALID_HANDLE, "trace session is NULL");
   if (!path || !*path) return nkrt_status_make(NKRT_INVALID, "trace path is empty");
@@ -257,25 +324,7 @@ nkrt_status_t nkrt_trace_write_chrome(nkrt_trace_session_t *s, const char *path)
     free(b.data);
     return nkrt_status_make(NKRT_RESOURCE, "out of host memory formatting the trace");
   }
-  /* write to a temporary file, then rename: readers never see a partial trace */
-  size_t plen = strlen(path);
-  char *tmp = malloc(plen + 16);
-  if (!tmp) {
-    free(b.data);
-    return nkrt_status_make(NKRT_RESOURCE, "out of host memory");
-  }
-  snprintf(tmp, plen + 16, "%s.tmp%d", path, (int)(getpid() % 100000));
-  nkrt_status_t st = NULL;
-  FILE *f = fopen(tmp, "wb");
-  if (!f || fwrite(b.data, 1, b.len, f) != b.len) {
-    st = nkrt_status_make(NKRT_FAILURE, "cannot write trace file '%s': %s", path, strerror(errno));
-  }
-  if (f && fclose(f) != 0 && !st)
-    st = nkrt_status_make(NKRT_FAILURE, "cannot write trace file '%s': %s", path, strerror(errno));
-  if (!st && rename(tmp, path) != 0)
-    st = nkrt_status_make(NKRT_FAILURE, "cannot write trace file '%s': %s", path, strerror(errno));
-  if (st) remove(tmp);
-  free(tmp);
+  nkrt_status_t st = write_file_atomic(path, b.data, b.len);
   free(b.data);
   return st;
 }

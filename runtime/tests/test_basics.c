@@ -21,8 +21,16 @@ TEST(core_list_parsing) {
   uint32_t ids[NKRT_TOTAL_CORES], n = 0;
   CHECK_OK(nkrt_parse_core_list("0-3,5", ids, NKRT_TOTAL_CORES, &n));
   CHECK(n == 5 && ids[0] == 0 && ids[3] == 3 && ids[4] == 5);
-  CHECK_OK(nkrt_parse_core_list(" 7 , 2-2,7", ids, NKRT_TOTAL_CORES, &n));
+  CHECK_OK(nkrt_parse_core_list(" 7 , 2-2", ids, NKRT_TOTAL_CORES, &n));
   CHECK(n == 2 && ids[0] == 2 && ids[1] == 7);
+  /* a repeated core is refused, not silently merged (spike.configure refuses it too) */
+  CHECK_ERR(nkrt_parse_core_list("0,0", ids, NKRT_TOTAL_CORES, &n), NKRT_INVALID,
+            "invalid core list \"0,0\": core 0 is listed twice (list each core once, e.g. "
+            "\"0-3,5\")");
+  CHECK_ERR(nkrt_parse_core_list("0-3,2", ids, NKRT_TOTAL_CORES, &n), NKRT_INVALID,
+            "core 2 is listed twice");
+  CHECK_ERR(nkrt_parse_core_list("4-6,1-5", ids, NKRT_TOTAL_CORES, &n), NKRT_INVALID,
+            "core 4 is listed twice");
   CHECK_ERR(nkrt_parse_core_list("a", ids, NKRT_TOTAL_CORES, &n), NKRT_INVALID, "expected a core number");
   CHECK_ERR(nkrt_parse_core_list("3-1", ids, NKRT_TOTAL_CORES, &n), NKRT_INVALID, "reversed");
   CHECK_ERR(nkrt_parse_core_list("40", ids, NKRT_TOTAL_CORES, &n), NKRT_INVALID, "core 40 does not exist");
@@ -73,7 +81,19 @@ TEST(runtime_environment) {
   setenv("NEURON_RT_VISIBLE_CORES", "x", 1);
   nkrt_options_t o;
   nkrt_options_init(&o);
-  CHECK_ERR(nkrt_runtime_create(&o, &rt), NKRT_INVALID, "invalid core list \"x\"");
+  CHECK_ERR(nkrt_runtime_create(&o, &rt), NKRT_INVALID,
+            "NEURON_RT_VISIBLE_CORES: invalid core list \"x\"");
+  setenv("NEURON_RT_VISIBLE_CORES", "0,0", 1);
+  CHECK_ERR(nkrt_runtime_create(&o, &rt), NKRT_INVALID,
+            "NEURON_RT_VISIBLE_CORES: invalid core list \"0,0\": core 0 is listed twice (list "
+            "each core once, e.g. \"0-3,5\") (fix or unset it; unset means all cores)");
+  CHECK_ERR(nkrt_visible_core_count(&n), NKRT_INVALID,
+            "NEURON_RT_VISIBLE_CORES: invalid core list \"0,0\": core 0 is listed twice");
+  o.visible_cores = "1,1";
+  CHECK_ERR(nkrt_runtime_create(&o, &rt), NKRT_INVALID,
+            "invalid core list \"1,1\": core 1 is listed twice (list each core once, e.g. "
+            "\"0-3,5\") (options.visible_cores)");
+  o.visible_cores = NULL;
   unsetenv("NEURON_RT_VISIBLE_CORES");
   CHECK_OK(nkrt_visible_core_count(&n));
   CHECK(n == NKRT_TOTAL_CORES);
@@ -82,19 +102,48 @@ TEST(runtime_environment) {
   CHECK(nkrt_runtime_core_memory(rt) == 2 << 20);
   nkrt_runtime_destroy(rt);
   setenv("NKRT_CORE_MEMORY", "two", 1);
-  CHECK_ERR(nkrt_runtime_create(&o, &rt), NKRT_INVALID, "NKRT_CORE_MEMORY: invalid size");
+  CHECK_ERR(nkrt_runtime_create(&o, &rt), NKRT_INVALID,
+            "NKRT_CORE_MEMORY: invalid size \"two\": expected a number such as 4G (unset it for "
+            "the default of 16G)");
+  setenv("NKRT_CORE_MEMORY", "1K", 1);
+  CHECK_ERR(nkrt_runtime_create(&o, &rt), NKRT_INVALID,
+            "NKRT_CORE_MEMORY: core memory of 1024 bytes is below the minimum of 1048576 bytes "
+            "(use at least 1M)");
   unsetenv("NKRT_CORE_MEMORY");
   setenv("NKRT_NUM_WORKERS", "3", 1);
   rt = nkrt_test_runtime("0", 1 << 20);
   CHECK(nkrt_runtime_num_workers(rt) == 3);
   nkrt_runtime_destroy(rt);
+  setenv("NKRT_NUM_WORKERS", " 2 ", 1); /* spaces around the number are fine */
+  rt = nkrt_test_runtime("0", 1 << 20);
+  CHECK(nkrt_runtime_num_workers(rt) == 2);
+  nkrt_runtime_destroy(rt);
+  /* anything else is refused, naming the variable (README: environment variables) */
   setenv("NKRT_NUM_WORKERS", "many", 1);
-  CHECK_ERR(nkrt_runtime_create(&o, &rt), NKRT_INVALID, "NKRT_NUM_WORKERS: invalid value \"many\"");
-  setenv("NKRT_NUM_WORKERS", "0", 1);
-  CHECK_ERR(nkrt_runtime_create(&o, &rt), NKRT_INVALID, "from 1 to 1024");
+  CHECK_ERR(nkrt_runtime_create(&o, &rt), NKRT_INVALID,
+            "NKRT_NUM_WORKERS: invalid value \"many\" (expected a number of threads from 1 to "
+            "1024; unset it for the CPU count)");
+  const char *bad_workers[] = {"0", "1025", "-3", "+3", "3x", "3.5", "0x4", " ",
+                               "99999999999999999999999"};
+  for (size_t i = 0; i < sizeof(bad_workers) / sizeof(*bad_workers); i++) {
+    char expect[128];
+    snprintf(expect, sizeof(expect), "NKRT_NUM_WORKERS: invalid value \"%s\"", bad_workers[i]);
+    setenv("NKRT_NUM_WORKERS", bad_workers[i], 1);
+    CHECK_ERR(nkrt_runtime_create(&o, &rt), NKRT_INVALID, expect);
+  }
+  setenv("NKRT_NUM_WORKERS", "", 1); /* empty: as if unset */
+  rt = nkrt_test_runtime("0", 1 << 20);
+  CHECK(nkrt_runtime_num_workers(rt) >= 1);
+  nkrt_runtime_destroy(rt);
   unsetenv("NKRT_NUM_WORKERS");
+  o.num_workers = 1025;
+  CHECK_ERR(nkrt_runtime_create(&o, &rt), NKRT_INVALID,
+            "options.num_workers is 1025, above the maximum of 1024 threads (pass 1 to 1024, or "
+            "0 for NKRT_NUM_WORKERS or the CPU count)");
+  o.num_workers = 0;
   o.core_memory_bytes = 1000;
-  CHECK_ERR(nkrt_runtime_create(&o, &rt), NKRT_INVALID, "below the minimum");
+  CHECK_ERR(nkrt_runtime_create(&o, &rt), NKRT_INVALID,
+            "options.core_memory_bytes: core memory of 1000 bytes is below the minimum");
   if (saved) {
     setenv("NEURON_RT_VISIBLE_CORES", saved, 1);
     free(saved);

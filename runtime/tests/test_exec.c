@@ -80,6 +80,13 @@ TEST(model_load_errors) {
   CHECK_ERR(nkrt_model_load(rt, junk, sizeof(junk), 0, NULL, &m), NKRT_FAILURE,
             "do not start with the ELF magic");
   CHECK_ERR(nkrt_model_load(rt, junk, 3, 0, NULL, &m), NKRT_FAILURE, "ELF magic");
+  CHECK_ERR(nkrt_model_load(rt, NULL, 64, 0, NULL, &m), NKRT_INVALID,
+            "not a NEFF: the image pointer is NULL");
+  /* the ELF magic but too few bytes for a header: truncated, not "no magic" */
+  memcpy(junk, "\x7f" "ELF", 4);
+  CHECK_ERR(nkrt_model_load(rt, junk, 20, 0, NULL, &m), NKRT_FAILURE,
+            "not a loadable NEFF (the shared object is truncated): 20 bytes, fewer than the 64 "
+            "of an ELF header (rebuild or copy the NEFF again)");
   size_t len = 0;
   char *bytes = read_file(nkrt_test_neff("add"), &len);
   CHECK_ERR(nkrt_model_load(rt, bytes, len / 2, 0, NULL, &m), NKRT_FAILURE,
@@ -93,6 +100,9 @@ TEST(model_load_errors) {
             "NEFF 'bad_abi' was built for ABI version 999; this runtime supports versions 1 to 1");
   CHECK_ERR(nkrt_model_load_file(rt, nkrt_test_neff("bad_desc"), 0, NULL, &m), NKRT_FAILURE,
             "input 'x' declares 15 bytes but its shape and dtype (float32) give 16 bytes");
+  CHECK_ERR(nkrt_model_load_file(rt, nkrt_test_neff("null_shape"), 0, NULL, &m), NKRT_FAILURE,
+            "invalid NEFF 'null_shape': input 'x' has rank 2 but its shape pointer is NULL (the "
+            "NEFF's descriptor is malformed: rebuild it)");
   CHECK_ERR(nkrt_model_load_file(rt, nkrt_test_neff("noentry"), 0, NULL, &m), NKRT_FAILURE,
             "has no entry point 'nkrt_neff_query'");
   CHECK_ERR(nkrt_model_load_file(rt, nkrt_test_neff("add"), 5, NULL, &m), NKRT_LOAD_NOT_ENOUGH_NC,
@@ -367,6 +377,60 @@ TEST(execute_at_addresses) {
   nkrt_tensor_free(&ab);
   nkrt_tensor_free(&to);
   nkrt_tensor_free(&xs);
+  nkrt_memory_stats_t s = {.struct_size = sizeof(s)};
+  CHECK_OK(nkrt_memory_stats(rt, 0, &s));
+  CHECK(s.active_allocations == 0); /* nothing is left retained */
+  nkrt_runtime_destroy(rt);
+}
+
+TEST(execute_zero_size_tensors) {
+  nkrt_runtime_t *rt = nkrt_test_runtime("0", 1 << 20);
+  nkrt_model_t *m = load(rt, "empty", 0);
+  float y[2] = {1, 2}, r[2] = {0, 0};
+  nkrt_tensor_t *ty = tensor_from(rt, 0, "y", y, sizeof(y));
+  nkrt_tensor_t *tr = tensor_from(rt, 0, "r", NULL, sizeof(r));
+  /* by address: a 0-byte tensor may be given as NULL (torch's address for an
+   * empty tensor) or as an address past the end of an allocation (an empty
+   * slice at the end of its storage); the kernel gets a usable address */
+  uint8_t *py = nkrt_tensor_va(ty), *pr = nkrt_tensor_va(tr);
+  void *nulls[4] = {NULL, py, NULL, pr};
+  CHECK_OK(nkrt_execute_at(m, nulls));
+  CHECK_OK(nkrt_tensor_read(tr, r, 0, sizeof(r)));
+  CHECK(r[0] == 2 && r[1] == 3);
+  void *past_end[4] = {py + sizeof(y), py, pr + 4096, pr};
+  CHECK_OK(nkrt_execute_at(m, past_end));
+  /* NULL stays refused for a tensor that has bytes */
+  void *missing[4] = {NULL, NULL, NULL, pr};
+  CHECK_ERR(nkrt_execute_at(m, missing), NKRT_EXEC_BAD_INPUT,
+            "missing input tensor 'y' for model 'empty': its address is NULL");
+  /* queued behind other work, too */
+  nkrt_event_t *ev = NULL;
+  CHECK_OK(nkrt_tensor_write_async(ty, y, 0, sizeof(y), &ev));
+  CHECK_OK(nkrt_execute_at(m, nulls));
+  nkrt_event_release(ev);
+
+  /* by name: 0-byte tensors allocated on the core */
+  nkrt_tensor_t *tx = tensor_from(rt, 0, "x", NULL, 0);
+  nkrt_tensor_t *te = tensor_from(rt, 0, "e", NULL, 0);
+  nkrt_tensor_set_t *in = NULL, *out = NULL;
+  CHECK_OK(nkrt_tensor_set_create(&in));
+  CHECK_OK(nkrt_tensor_set_create(&out));
+  CHECK_OK(nkrt_tensor_set_add(in, "x", tx));
+  CHECK_OK(nkrt_tensor_set_add(in, "y", ty));
+  CHECK_OK(nkrt_tensor_set_add(out, "output0", te));
+  CHECK_OK(nkrt_tensor_set_add(out, "output1", tr));
+  r[0] = r[1] = 0;
+  CHECK_OK(nkrt_tensor_write(tr, r, 0, sizeof(r)));
+  CHECK_OK(nkrt_execute(m, in, out));
+  CHECK_OK(nkrt_tensor_read(tr, r, 0, sizeof(r)));
+  CHECK(r[0] == 2 && r[1] == 3);
+  nkrt_tensor_set_destroy(in);
+  nkrt_tensor_set_destroy(out);
+  nkrt_tensor_release(tx);
+  nkrt_tensor_release(te);
+  nkrt_tensor_release(ty);
+  nkrt_tensor_release(tr);
+  nkrt_model_release(m);
   nkrt_memory_stats_t s = {.struct_size = sizeof(s)};
   CHECK_OK(nkrt_memory_stats(rt, 0, &s));
   CHECK(s.active_allocations == 0); /* nothing is left retained */

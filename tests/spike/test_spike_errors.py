@@ -2,6 +2,7 @@
 failures, out of memory."""
 from __future__ import annotations
 
+import os
 import re
 import textwrap
 
@@ -36,7 +37,41 @@ def test_missing_file(tmp_path):
 def test_directory_instead_of_file(tmp_path):
     with pytest.raises(NrtError) as info:
         SpikeModel.load_from_neff(tmp_path)
-    check_nrt(info.value, "NRT_FAILURE")
+    assert f"cannot load NEFF file '{tmp_path}': it is a directory, not a regular file" in \
+        check_nrt(info.value, "NRT_FAILURE")
+
+
+def test_special_files_are_refused_in_bounded_time(tmp_path):
+    """/dev/zero used to be read until memory ran out and a FIFO blocked the
+    open forever: both are refused without reading. In a child process with a
+    timeout, so that the old behaviour fails instead of hanging the suite."""
+    fifo = tmp_path / "pipe.neff"
+    os.mkfifo(fifo)
+    code = textwrap.dedent(f"""
+        import spike
+        for path in ("/dev/zero", {str(fifo)!r}):
+            try:
+                spike.SpikeModel.load_from_neff(path)
+            except spike.NrtError as e:
+                print("NRTERROR", e)
+    """)
+    result = run_python(code, timeout=60)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert ("cannot load NEFF file '/dev/zero': it is a character device, not a regular file"
+            in result.stdout), result.stdout
+    assert f"cannot load NEFF file '{fifo}': it is a FIFO (named pipe)" in result.stdout
+
+
+def test_neff_over_the_size_cap(neff, monkeypatch):
+    monkeypatch.setenv("NKRT_MAX_NEFF_SIZE", "1K")
+    with pytest.raises(NrtError) as info:
+        SpikeModel.load_from_neff(neff("add"))
+    msg = check_nrt(info.value, "NRT_FAILURE")
+    assert "over the limit of 1024 bytes (NKRT_MAX_NEFF_SIZE; raise it" in msg
+    monkeypatch.setenv("NKRT_MAX_NEFF_SIZE", "big")
+    with pytest.raises(NrtError) as info:
+        SpikeModel.load_from_neff(neff("add"))
+    assert 'NKRT_MAX_NEFF_SIZE: invalid size "big"' in check_nrt(info.value, "NRT_INVALID")
 
 
 def test_corrupt_bytes(tmp_path):

@@ -57,6 +57,24 @@ def test_configure_none_keeps_environment(fresh_spike, monkeypatch):
     assert spike.get_spike_singleton().core_count == 2
 
 
+@pytest.mark.parametrize("variable, value, message", [
+    ("NEURON_RT_VISIBLE_CORES", "0,0",
+     'NEURON_RT_VISIBLE_CORES: invalid core list "0,0": core 0 is listed twice'),
+    ("NEURON_RT_VISIBLE_CORES", "0-3,2", "core 2 is listed twice"),
+    ("NKRT_NUM_WORKERS", "many",
+     'NKRT_NUM_WORKERS: invalid value "many" (expected a number of threads from 1 to 1024; '
+     "unset it for the CPU count)"),
+    ("NKRT_NUM_WORKERS", "4x", 'NKRT_NUM_WORKERS: invalid value "4x"'),
+])
+def test_bad_environment_refused_by_name(fresh_spike, monkeypatch, variable, value, message):
+    """The environment spike.configure would refuse ([0, 0]) is refused as
+    well, and a bad NKRT_NUM_WORKERS is an error, not ignored."""
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(spike.NrtError, match="NRT_INVALID") as info:
+        spike.get_spike_singleton()
+    assert message in str(info.value)
+
+
 @pytest.mark.parametrize("value, exc, match", [
     (1, TypeError, "visible_cores must be an iterable of ints"),
     ("0,1", TypeError, "visible_cores must be an iterable of ints"),

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -85,8 +86,28 @@ def test_save_chrome_trace(noop, tmp_path):
     execs = [e for e in doc["traceEvents"] if e.get("cat") == "nc_exec_running"]
     assert len(execs) == 3 and all(e["ph"] == "X" and e["dur"] >= 0 for e in execs)
     from spike import NrtError
-    with pytest.raises(NrtError):
+    with pytest.raises(NrtError, match=r"cannot write trace file '.*no_such_dir/t.json': cannot "
+                       r"create a temporary file in '.*no_such_dir/': No such file or directory"):
         session.save(tmp_path / "no_such_dir" / "t.json")
+
+
+def test_save_replaces_planted_symlinks_instead_of_following_them(noop, tmp_path):
+    """A symlink planted at the trace's path, or at the temporary name the
+    writer used to open, must not redirect the write to another file."""
+    model, x = noop
+    with SystemTraceSession() as session:
+        model({"x": x})
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    path = tmp_path / "trace.json"
+    path.symlink_to(victim)
+    (tmp_path / f"trace.json.tmp{os.getpid() % 100000}").symlink_to(victim)
+    session.save(path)
+    assert victim.read_text() == "precious"
+    assert not path.is_symlink()
+    assert json.loads(path.read_text())["traceEvents"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "trace.json", f"trace.json.tmp{os.getpid() % 100000}", "victim"]   # no temporary left
 
 
 def test_argument_errors(fresh_spike):

@@ -40,8 +40,15 @@ NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_model_load(nkrt_runtime_t *runtime, const void *neff, size_t size,
                               uint32_t core, const nkrt_load_options_t *options,
                               nkrt_model_t **out_model);
-/* nkrt_model_load of the file at `path`; errors name the file. |out_model|
- * must be released by the caller with nkrt_model_release. */
+/* The largest NEFF file nkrt_model_load_file reads unless NKRT_MAX_NEFF_SIZE
+ * (a size such as "2G") says otherwise. */
+#define NKRT_DEFAULT_MAX_NEFF_BYTES (1ull << 30)
+
+/* nkrt_model_load of the file at `path`; errors name the file. Only a regular
+ * file of at most NKRT_MAX_NEFF_SIZE bytes (default
+ * NKRT_DEFAULT_MAX_NEFF_BYTES) is read: a directory, device, FIFO or socket
+ * is refused without reading it, a bad NKRT_MAX_NEFF_SIZE is NKRT_INVALID.
+ * |out_model| must be released by the caller with nkrt_model_release. */
 NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_model_load_file(nkrt_runtime_t *runtime, const char *path, uint32_t core,
                                    const nkrt_load_options_t *options, nkrt_model_t **out_model);

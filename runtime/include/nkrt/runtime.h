@@ -32,6 +32,7 @@ extern "C" {
 #define NKRT_DEFAULT_CORE_MEMORY (16ull << 30)
 #define NKRT_MIN_CORE_MEMORY (1ull << 20)
 #define NKRT_ALIGNMENT 64u
+#define NKRT_MAX_WORKERS 1024u
 
 typedef struct nkrt_runtime nkrt_runtime_t;
 
@@ -39,13 +40,15 @@ typedef struct nkrt_options {
   uint32_t struct_size;        /* set by nkrt_options_init */
   const char *visible_cores;   /* "0-3,5"; NULL: NEURON_RT_VISIBLE_CORES, else all */
   uint64_t core_memory_bytes;  /* 0: NKRT_CORE_MEMORY, else the default */
-  uint32_t num_workers;        /* 0: NKRT_NUM_WORKERS, else the host's CPU count */
+  uint32_t num_workers;        /* 1..NKRT_MAX_WORKERS; 0: NKRT_NUM_WORKERS, else the host's
+                                  CPU count (at most NKRT_MAX_WORKERS) */
 } nkrt_options_t;
 
 void nkrt_options_init(nkrt_options_t *options);
 
-/* Parses a core list such as "0-3,5" into ascending unique ids below
- * NKRT_TOTAL_CORES. Errors name the offending text. |out_ids| (capacity
+/* Parses a core list such as "0-3,5" into ascending ids below
+ * NKRT_TOTAL_CORES; a core listed twice ("0,0", "0-3,2") is an error. Errors
+ * name the offending text. |out_ids| (capacity
  * entries) and |out_count| are the caller's storage; nothing to release. */
 NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_parse_core_list(const char *spec, uint32_t *out_ids, uint32_t capacity,
