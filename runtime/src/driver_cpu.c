@@ -39,22 +39,25 @@ typedef struct cpu_image {
  * its file, and touching that memory kills the process (SIGBUS). */
 NKRT_MUST_USE_RESULT
 static nkrt_status_t check_elf(const void *bytes, size_t size) {
-  const Elf64_Ehdr *eh = bytes;
-  if (size < sizeof(*eh) || eh->e_ident[EI_CLASS] != ELFCLASS64 || eh->e_type != ET_DYN)
+  /* headers are copied out: the caller's bytes promise no alignment */
+  Elf64_Ehdr eh;
+  if (size >= sizeof(eh)) memcpy(&eh, bytes, sizeof(eh));
+  if (size < sizeof(eh) || eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_type != ET_DYN)
     return nkrt_status_make(NKRT_FAILURE, "not a NEFF: the image is not a 64-bit ELF shared object");
-  if (eh->e_machine != EM_X86_64 && eh->e_machine != EM_AARCH64)
-    return nkrt_status_make(NKRT_FAILURE, "not a NEFF for this host: ELF machine %u", eh->e_machine);
-  if (eh->e_phentsize != sizeof(Elf64_Phdr) || eh->e_phoff > size ||
-      (uint64_t)eh->e_phnum * sizeof(Elf64_Phdr) > size - eh->e_phoff)
+  if (eh.e_machine != EM_X86_64 && eh.e_machine != EM_AARCH64)
+    return nkrt_status_make(NKRT_FAILURE, "not a NEFF for this host: ELF machine %u", eh.e_machine);
+  if (eh.e_phentsize != sizeof(Elf64_Phdr) || eh.e_phoff > size ||
+      (uint64_t)eh.e_phnum * sizeof(Elf64_Phdr) > size - eh.e_phoff)
     return nkrt_status_make(NKRT_FAILURE, "not a loadable NEFF (the shared object is truncated or "
                             "corrupt): program headers lie outside its %zu bytes", size);
-  const Elf64_Phdr *ph = (const Elf64_Phdr *)((const char *)bytes + eh->e_phoff);
-  for (uint32_t i = 0; i < eh->e_phnum; i++) {
-    if (ph[i].p_type != PT_LOAD && ph[i].p_type != PT_DYNAMIC) continue;
-    if (ph[i].p_offset > size || ph[i].p_filesz > size - ph[i].p_offset)
+  for (uint32_t i = 0; i < eh.e_phnum; i++) {
+    Elf64_Phdr ph;
+    memcpy(&ph, (const char *)bytes + eh.e_phoff + (uint64_t)i * sizeof(ph), sizeof(ph));
+    if (ph.p_type != PT_LOAD && ph.p_type != PT_DYNAMIC) continue;
+    if (ph.p_offset > size || ph.p_filesz > size - ph.p_offset)
       return nkrt_status_make(NKRT_FAILURE, "not a loadable NEFF (the shared object is truncated "
                               "or corrupt): segment %u needs bytes up to %llu of %zu", i,
-                              (unsigned long long)(ph[i].p_offset + ph[i].p_filesz), size);
+                              (unsigned long long)(ph.p_offset + ph.p_filesz), size);
   }
   return NULL;
 }

@@ -205,7 +205,11 @@ nkrt_status_t nkrt_runtime_create(const nkrt_options_t *options, nkrt_runtime_t 
     return nkrt_status_make(NKRT_INVALID, "%s: core memory of %llu bytes is below the minimum of "
                             "%llu bytes (use at least 1M)", memory_from,
                             (unsigned long long)memory, (unsigned long long)NKRT_MIN_CORE_MEMORY);
-  memory = (memory + 4095) & ~4095ull;
+  if (memory > NKRT_MAX_CORE_MEMORY)
+    return nkrt_status_make(NKRT_INVALID, "%s: core memory of %llu bytes is above the maximum of "
+                            "%llu bytes (use at most 64T)", memory_from,
+                            (unsigned long long)memory, (unsigned long long)NKRT_MAX_CORE_MEMORY);
+  memory = (memory + 4095) & ~4095ull; /* cannot wrap: at most NKRT_MAX_CORE_MEMORY */
 
   uint32_t workers = options->num_workers;
   if (workers > NKRT_MAX_WORKERS)

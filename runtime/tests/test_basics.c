@@ -109,6 +109,13 @@ TEST(runtime_environment) {
   CHECK_ERR(nkrt_runtime_create(&o, &rt), NKRT_INVALID,
             "NKRT_CORE_MEMORY: core memory of 1024 bytes is below the minimum of 1048576 bytes "
             "(use at least 1M)");
+  /* 2^64-1 used to round up to 0 bytes (found by fuzz_env) */
+  setenv("NKRT_CORE_MEMORY", "18446744073709551615", 1);
+  CHECK_ERR(nkrt_runtime_create(&o, &rt), NKRT_INVALID,
+            "NKRT_CORE_MEMORY: core memory of 18446744073709551615 bytes is above the maximum of "
+            "70368744177664 bytes (use at most 64T)");
+  setenv("NKRT_CORE_MEMORY", "65T", 1);
+  CHECK_ERR(nkrt_runtime_create(&o, &rt), NKRT_INVALID, "is above the maximum");
   unsetenv("NKRT_CORE_MEMORY");
   setenv("NKRT_NUM_WORKERS", "3", 1);
   rt = nkrt_test_runtime("0", 1 << 20);

@@ -31,6 +31,7 @@ extern "C" {
 #define NKRT_TOTAL_CORES 32u
 #define NKRT_DEFAULT_CORE_MEMORY (16ull << 30)
 #define NKRT_MIN_CORE_MEMORY (1ull << 20)
+#define NKRT_MAX_CORE_MEMORY (64ull << 40) /* reserved address space per core */
 #define NKRT_ALIGNMENT 64u
 #define NKRT_MAX_WORKERS 1024u
 
