@@ -860,8 +860,10 @@ nkrt_status_t nkrt_runtime_comm(nkrt_runtime_t *rt, int32_t rank, int32_t world_
                             "(cc_enabled)", world_size);
     else if (!id || !*id)
       st = nkrt_status_make(NKRT_INVALID, "collectives need NKRT_CC_ID: a name every rank of "
-                            "the job shares (torch_to_nkipy's init_nkipy_backend sets it; "
-                            "e.g. NKRT_CC_ID=job42)");
+                            "the job shares and other users cannot guess (torch_to_nkipy's "
+                            "init_nkipy_backend draws one when torch.distributed is initialised "
+                            "or torchrun's store is there; else set it, e.g. "
+                            "NKRT_CC_ID=job42-$(openssl rand -hex 8), the same on every rank)");
     else
       st = nkrt_comm_join(id, (uint32_t)rank, (uint32_t)world_size, -1, &rt->comm);
   } else if (nkrt_comm_rank(rt->comm) != (uint32_t)rank ||
