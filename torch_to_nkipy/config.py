@@ -117,33 +117,71 @@ def _detect_world_size(world_size: Optional[int]) -> int:
     return env_int("WORLD_SIZE", 1, minimum=1)
 
 
+#: How long a rank waits to reach torchrun's store when agreeing on the name.
+_STORE_TIMEOUT_S = 60
+
+
+def _agree_through_torchrun_store() -> Optional[str]:
+    """A random name agreed through the store torchrun's agent runs for the job
+    (``TORCHELASTIC_USE_AGENT_STORE=True`` at ``MASTER_ADDR:MASTER_PORT``, what
+    ``init_process_group`` would use): the first rank to ask stores it, the others
+    read it. None when there is no such store to reach."""
+    env = os.environ
+    addr, port = env.get("MASTER_ADDR", ""), env.get("MASTER_PORT", "")
+    if env.get("TORCHELASTIC_USE_AGENT_STORE") != "True" or not addr or not port.isdigit():
+        return None
+    import secrets
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    key = "nkipy/cc_id/{}/{}".format(env.get("TORCHELASTIC_RUN_ID", ""),
+                                     env.get("TORCHELASTIC_RESTART_COUNT", ""))
+    try:
+        store = dist.TCPStore(addr, int(port), is_master=False,
+                              timeout=timedelta(seconds=_STORE_TIMEOUT_S))
+        mine = secrets.token_hex(16)
+        got = store.compare_set(key, "", mine)          # the first rank's draw wins
+    except Exception as e:  # noqa: BLE001  (any failure to reach it: no store)
+        log.warning("cannot reach torchrun's store at %s:%s to agree on the communicator "
+                    "name: %s", addr, port, e)
+        return None
+    token = got.decode() if isinstance(got, bytes) else str(got)
+    if len(token) != 32 or any(ch not in "0123456789abcdef" for ch in token):
+        raise RuntimeError(f"torchrun's store at {addr}:{port} holds {token!r} under {key!r}, "
+                           "not a communicator name drawn by a rank of this job")
+    return f"job-{token}"
+
+
 def _communicator_id(world_size: int) -> Optional[str]:
     """The name every rank's runtime joins for collectives inside compiled graphs
-    (``$NKRT_CC_ID``, docs/runtime.md): kept if set; else agreed through
-    ``torch.distributed`` when it is initialised (rank 0 draws it, every rank
-    calls this, as every rank calls ``init_nkipy_backend``); else derived from
-    torchrun's ``TORCHELASTIC_RUN_ID`` / ``MASTER_ADDR`` / ``MASTER_PORT`` /
-    ``TORCHELASTIC_RESTART_COUNT``;
-    else None (kernels with collectives then fail saying NKRT_CC_ID is missing)."""
+    (``$NKRT_CC_ID``, docs/runtime.md). Kept if set. Else a random name no other
+    user can guess (another user who knows it could make the segment first and
+    deny the job its collectives): agreed through ``torch.distributed`` when it
+    is initialised (rank 0 draws it, every rank calls this, as every rank calls
+    ``init_nkipy_backend``), else through torchrun's store (the agent's, what
+    ``init_process_group`` would use). Else None: no name is derived from the
+    environment (it would be guessable), and kernels with collectives then fail
+    saying NKRT_CC_ID is missing."""
     if world_size < 2 or os.environ.get("NKRT_CC_ID"):
         return os.environ.get("NKRT_CC_ID")
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
-        import uuid
+        import secrets
 
-        box = [uuid.uuid4().hex if dist.get_rank() == 0 else None]
+        box = [secrets.token_hex(16) if dist.get_rank() == 0 else None]
         dist.broadcast_object_list(box, src=0)
-        cc_id = f"torch-{box[0]}"
+        cc_id: Optional[str] = f"torch-{box[0]}"
     else:
-        # the restart count too: a job restarted by torchrun must not meet the
-        # segment a killed attempt may have left half-joined
-        parts = [os.environ.get(k, "") for k in ("TORCHELASTIC_RUN_ID", "MASTER_ADDR",
-                                                 "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT")]
-        if not any(parts):
-            return None
-        cc_id = "job-" + "-".join("".join(ch if ch.isalnum() or ch in "._-" else "_"
-                                          for ch in p) for p in parts)
+        cc_id = _agree_through_torchrun_store()
+    if cc_id is None:
+        log.warning("world size %d, but neither torch.distributed nor torchrun's store is "
+                    "there to agree on a private communicator name: compiled graphs with "
+                    "collectives will fail. Initialise torch.distributed before "
+                    "init_nkipy_backend, run under torchrun, or set NKRT_CC_ID to a name "
+                    "private to the job on every rank", world_size)
+        return None
     os.environ["NKRT_CC_ID"] = cc_id
     return cc_id
 
@@ -173,9 +211,10 @@ def init_nkipy_backend(nkipy_cache: Optional[str] = None, log_level: int = loggi
     the device core is
     ``rank + core_offset``. With ``world_size > 1`` the ranks agree on the name of
     the runtime communicator that collectives inside compiled graphs use
-    (``$NKRT_CC_ID``; through ``torch.distributed`` when it is initialised, so
-    every rank must call this). The other arguments are the defaults of the
-    per-function options (docs/spiky.md); ``max_bucket_size`` and
+    (``$NKRT_CC_ID``; a random name agreed through ``torch.distributed`` when it
+    is initialised, else through torchrun's store, so every rank must call
+    this). The other arguments are the defaults of the per-function options
+    (docs/spiky.md); ``max_bucket_size`` and
     ``bucket_strategy`` (``"power_of_2"`` or ``"linear"``) shape the buckets of
     dynamic graphs. Raises RuntimeError when already initialised.
     """

@@ -1,11 +1,17 @@
 /* Collectives between ranks (nkrt/comm.h): ranks as threads of this process
  * (each maps the segment itself, as a process would) and, through kernels,
  * as forked processes with their own runtimes. */
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "half.h"
@@ -212,6 +218,200 @@ TEST(comm_timeouts_and_errors) {
   CHECK(run_ranks(cc_name("lonely"), 2, 300000000, lonely_body) == 0);
   CHECK(run_ranks(cc_name("mismatch"), 2, 5000000000ll, mismatch_body) == 0);
   CHECK_ERR(nkrt_comm_barrier(NULL), NKRT_INVALID_HANDLE, "communicator is NULL");
+}
+
+/* ---- trust: the segment, its owner, dead peers, the timeout ------------- */
+
+static bool shm_exists(const char *name) {
+  char path[256];
+  snprintf(path, sizeof(path), "/dev/shm/nkrt-cc-%s", name);
+  struct stat sb;
+  return lstat(path, &sb) == 0;
+}
+
+static double seconds_since(const struct timespec *t0) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+TEST(comm_timeout_env_is_strict) {
+  char *saved = getenv("NKRT_CC_TIMEOUT") ? strdup(getenv("NKRT_CC_TIMEOUT")) : NULL;
+  const char *bad[] = {"abc", "1e999", "-1", "0", "nan", "inf", "5s", " 5", "1e5", "0x10",
+                       "0.0001"};
+  nkrt_comm_t *c = NULL;
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    setenv("NKRT_CC_TIMEOUT", bad[i], 1);
+    char want[64];
+    snprintf(want, sizeof(want), "NKRT_CC_TIMEOUT=\"%s\" is not a number of seconds", bad[i]);
+    CHECK_ERR(nkrt_comm_join(cc_name("tmo"), 0, 2, -1, &c), NKRT_INVALID, want);
+    CHECK(c == NULL && !shm_exists(cc_name("tmo")));
+  }
+  /* a good value is used: alone, rank 0 gives up after 0.2 s */
+  setenv("NKRT_CC_TIMEOUT", "0.2", 1);
+  CHECK_ERR(nkrt_comm_join(cc_name("tmo"), 0, 2, -1, &c), NKRT_TIMEOUT,
+            "1 of 2 ranks joined within 0 s");
+  if (saved) setenv("NKRT_CC_TIMEOUT", saved, 1);
+  else unsetenv("NKRT_CC_TIMEOUT");
+  free(saved);
+}
+
+/* A segment someone else made under the job's name, of the right size (a
+ * squatter waiting for the job's data) */
+static int squat(const char *name, uid_t uid, mode_t mode) {
+  char shm[256];
+  snprintf(shm, sizeof(shm), "/nkrt-cc-%s", name);
+  int fd = shm_open(shm, O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0) return -1;
+  if (ftruncate(fd, (64 << 10) + 2 * (4 << 20)) != 0 || fchown(fd, uid, uid) != 0 ||
+      fchmod(fd, mode) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+TEST(comm_refuses_foreign_segments) {
+  const char *name = cc_name("foreign");
+  char shm[128], want[400];
+  snprintf(shm, sizeof(shm), "/nkrt-cc-%s", name);
+  nkrt_comm_t *c = NULL;
+  /* another user's (these tests run as root: give it away) */
+  int fd = squat(name, 4242, 0600);
+  CHECK(fd >= 0);
+  snprintf(want, sizeof(want), "the shared-memory segment /dev/shm%s belongs to uid 4242, not to "
+           "this user (uid %u); refusing it", shm, (unsigned)geteuid());
+  for (uint32_t r = 0; r < 2; r++) {
+    CHECK_ERR(nkrt_comm_join(name, r, 2, 1000000000ll, &c), NKRT_FAILURE, want);
+    CHECK(c == NULL && shm_exists(name)); /* left alone: it is not ours */
+  }
+  /* ours, but open to others */
+  CHECK(fchown(fd, geteuid(), getegid()) == 0 && fchmod(fd, 0666) == 0);
+  snprintf(want, sizeof(want), "the shared-memory segment /dev/shm%s has mode 0666, open to other "
+           "users; refusing it", shm);
+  for (uint32_t r = 0; r < 2; r++)
+    CHECK_ERR(nkrt_comm_join(name, r, 2, 1000000000ll, &c), NKRT_FAILURE, want);
+  close(fd);
+  shm_unlink(shm);
+  /* a symbolic link in its place */
+  char path[300];
+  snprintf(path, sizeof(path), "/dev/shm%s", shm);
+  CHECK(symlink("/dev/null", path) == 0);
+  CHECK_ERR(nkrt_comm_join(name, 0, 2, 1000000000ll, &c), NKRT_FAILURE, "is a symbolic link");
+  CHECK_ERR(nkrt_comm_join(name, 1, 2, 1000000000ll, &c), NKRT_FAILURE, "is a symbolic link");
+  unlink(path);
+  CHECK(!shm_exists(name));
+}
+
+static void exit_fast_body(rank_job_t *j, nkrt_comm_t *c) {
+  float x = 1, y = 0;
+  int32_t all[3] = {0, 1, 2};
+  if (ok(j, nkrt_comm_all_reduce(c, NKRT_DTYPE_FLOAT32, NKRT_CC_ADD, all, j->world, &x, &y, 1)))
+    RCHECK(j, y == (float)j->world);
+}
+
+/* A child that joins as `rank` of `world` and is killed (SIGALRM, whose
+ * default action ends it like SIGKILL: no cleanup) after `secs`. */
+static pid_t doomed_rank(const char *name, uint32_t rank, uint32_t world, unsigned secs) {
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid == 0) {
+    signal(SIGALRM, SIG_DFL);
+    alarm(secs);
+    nkrt_comm_t *c = NULL;
+    nkrt_status_t st = nkrt_comm_join(name, rank, world, 120000000000ll, &c);
+    (void)st;
+    _exit(9); /* not reached: the join waits for ranks that never come */
+  }
+  return pid;
+}
+
+TEST(comm_rank_killed_during_join) {
+  const char *name = cc_name("killjoin");
+  /* rank 1 dies while rank 0 waits for rank 2: rank 0 says so within seconds */
+  pid_t kid = doomed_rank(name, 1, 3, 2);
+  struct timespec t0;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  nkrt_comm_t *c = NULL;
+  char want[128];
+  snprintf(want, sizeof(want), "rank 1 (pid %d) died (it exited or was killed) while the ranks "
+           "joined", (int)kid);
+  CHECK_ERR(nkrt_comm_join(name, 0, 3, 120000000000ll, &c), NKRT_FAILURE, want);
+  double s = seconds_since(&t0);
+  printf("  rank 0 noticed rank 1's death during join %.2f s after it started (killed at 2 s)\n", s);
+  CHECK(s < 30);
+  int status = 0;
+  CHECK(waitpid(kid, &status, 0) == kid && WIFSIGNALED(status));
+  CHECK(!shm_exists(name));
+  /* the job restarted under the same name works, and leaves nothing */
+  CHECK(run_ranks(name, 3, 20000000000ll, exit_fast_body) == 0);
+  CHECK(!shm_exists(name));
+  /* every rank that had joined died: the segment stays, and the next rank 0
+   * under the name replaces it */
+  kid = doomed_rank(name, 0, 2, 1);
+  CHECK(waitpid(kid, &status, 0) == kid && WIFSIGNALED(status));
+  CHECK(shm_exists(name));
+  CHECK(run_ranks(name, 2, 20000000000ll, exit_fast_body) == 0);
+  CHECK(!shm_exists(name));
+}
+
+/* Rank `rank` of 3 in its own process: runs all_reduces until one fails;
+ * exits 0 when the failure names rank 2 (pid `victim`) as dead. */
+static int collective_loop(const char *name, uint32_t rank, pid_t victim, int ready_fd) {
+  nkrt_comm_t *c = NULL;
+  nkrt_status_t st = nkrt_comm_join(name, rank, 3, 60000000000ll, &c);
+  enum { N = 1 << 18 };
+  float *x = calloc(N, sizeof(float)), *y = calloc(N, sizeof(float));
+  int32_t all[3] = {0, 1, 2};
+  for (int i = 0; !st; i++) {
+    st = nkrt_comm_all_reduce(c, NKRT_DTYPE_FLOAT32, NKRT_CC_ADD, all, 3, x, y, N);
+    if (i == 3 && write(ready_fd, "r", 1) != 1) return 5;
+  }
+  char want[96];
+  snprintf(want, sizeof(want), "rank 2 (pid %d) died", (int)victim);
+  int rc = strstr(nkrt_status_message(st), want) ? 0 : 3;
+  if (rc) printf("  rank %u: %s\n", rank, nkrt_status_message(st));
+  nkrt_status_free(st);
+  nkrt_comm_destroy(c);
+  free(x);
+  free(y);
+  return rc;
+}
+
+TEST(comm_rank_killed_mid_collective) {
+  const char *name = cc_name("killcc");
+  int ready[2];
+  CHECK(pipe(ready) == 0);
+  fflush(stdout);
+  pid_t kids[3];
+  for (int r = 2; r >= 0; r--) { /* rank 2 first: the others know its pid */
+    kids[r] = fork();
+    if (kids[r] == 0) _exit(collective_loop(name, (uint32_t)r, kids[2], ready[1]));
+  }
+  char buf[3];
+  size_t got = 0;
+  while (got < 3) {
+    ssize_t n = read(ready[0], buf + got, 3 - got);
+    if (n <= 0) break;
+    got += (size_t)n;
+  }
+  CHECK(got == 3);
+  kill(kids[2], SIGKILL); /* not reaped until the others are done: a zombie, dead all the same */
+  struct timespec t0;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (int r = 0; r < 2; r++) {
+    int status = 0;
+    CHECK(waitpid(kids[r], &status, 0) == kids[r]);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  double s = seconds_since(&t0);
+  printf("  ranks 0 and 1 failed %.2f s after rank 2 was killed mid-collective\n", s);
+  CHECK(s < 30);
+  int status = 0;
+  CHECK(waitpid(kids[2], &status, 0) == kids[2] && WIFSIGNALED(status));
+  close(ready[0]);
+  close(ready[1]);
+  CHECK(!shm_exists(name));
 }
 
 /* ---- through kernels, one process per rank -------------------------------- */

@@ -120,3 +120,63 @@ def test_collectives_across_processes(world, tmp_path):
             np.testing.assert_allclose(got, want, rtol=rtol, atol=atol,
                                        err_msg=f"{case.id} rank {r}")
 
+
+
+LOOP_WORKER = textwrap.dedent("""
+    import os, sys
+    import numpy as np
+    sys.path[:0] = [{root!r}, {here!r}]
+    from op_cases import ALL_CASES, graph_inputs
+    from nkipy.core.trace import trace
+    from nkipy.runtime import DeviceKernel
+    from spike import SpikeTensor
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    case = next(c for c in ALL_CASES if c.id == sys.argv[1])
+    graph = trace(case.fn, *case.args, **case.kwargs)
+    kernel = DeviceKernel.from_graph(graph, build_dir=sys.argv[2], cc_enabled=True,
+                                     rank_id=rank, world_size=world)
+    inputs = {{v.name: SpikeTensor.from_numpy(np.ascontiguousarray(a))
+              for v, a in zip(kernel.graph.inputs, graph_inputs(case))}}
+    for i in range(10 ** 9):
+        kernel(inputs=inputs)
+        if i == 3:
+            print("ready", flush=True)
+""")
+
+
+def test_rank_killed_mid_collective(tmp_path):
+    """A rank killed while the others run collectives: they fail within seconds,
+    naming it (not after NKRT_CC_TIMEOUT), and nothing is left in /dev/shm."""
+    import signal
+    import time
+
+    case_id, world = "collective-all_reduce-add-ranks2-groups1", 2
+    cc_id = f"test-{uuid.uuid4().hex[:12]}"
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("NEURON_RT_VISIBLE_CORES", "LOCAL_RANK")}
+    env.update(WORLD_SIZE=str(world), NKRT_CC_ID=cc_id, NKRT_NUM_WORKERS="1",
+               NKRT_CC_TIMEOUT="300", PYTHONPATH=str(ROOT))
+    procs = [subprocess.Popen([sys.executable, "-c",
+                               LOOP_WORKER.format(root=str(ROOT), here=str(HERE)), case_id,
+                               str(tmp_path / f"cache{r}")], env={**env, "RANK": str(r)},
+                              text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for r in range(world)]
+    try:
+        for p in procs:
+            assert p.stdout.readline().strip() == "ready", p.stderr.read()[-3000:]
+        victim = procs[1]
+        victim.send_signal(signal.SIGKILL)
+        t0 = time.monotonic()
+        _, err = procs[0].communicate(timeout=120)
+        took = time.monotonic() - t0
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.communicate()
+    print(f"rank 0 failed {took:.2f} s after rank 1 was killed")
+    assert procs[0].returncode != 0
+    assert f"rank 1 (pid {victim.pid}) died (it exited or was killed)" in err, err[-3000:]
+    assert took < 30, took
+    assert not os.path.exists(f"/dev/shm/nkrt-cc-{cc_id}")

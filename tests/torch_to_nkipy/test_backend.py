@@ -497,24 +497,59 @@ def test_nkipy_device_tensors_zero_copy(backend):
     torch.testing.assert_close(out.cpu(), x.cpu() * 2)
 
 
-def test_communicator_id(monkeypatch):
-    """The name the ranks' runtimes meet under for collectives ($NKRT_CC_ID)."""
+def test_communicator_id(monkeypatch, caplog):
+    """The name the ranks' runtimes meet under for collectives ($NKRT_CC_ID): kept
+    when set; never derived from torchrun's environment (anyone could guess it)."""
     from torch_to_nkipy.config import _communicator_id
 
     for k in ("NKRT_CC_ID", "TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT",
-              "TORCHELASTIC_RESTART_COUNT"):
+              "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_USE_AGENT_STORE"):
         monkeypatch.setenv(k, "")
         monkeypatch.delenv(k)
     assert _communicator_id(1) is None
     assert _communicator_id(2) is None and "NKRT_CC_ID" not in os.environ  # nothing to go by
     monkeypatch.setenv("MASTER_ADDR", "10.0.0.1")
     monkeypatch.setenv("MASTER_PORT", "29500")
-    assert _communicator_id(2) == "job--10.0.0.1-29500-" == os.environ["NKRT_CC_ID"]
-    monkeypatch.delenv("NKRT_CC_ID")
-    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")     # a restarted attempt: a new name
-    assert _communicator_id(2) == "job--10.0.0.1-29500-1"
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")
+    with caplog.at_level("WARNING", logger="torch_to_nkipy"):
+        assert _communicator_id(2) is None and "NKRT_CC_ID" not in os.environ
+    assert "neither torch.distributed nor torchrun's store" in caplog.text
+    assert "set NKRT_CC_ID to a name private to the job" in caplog.text
     monkeypatch.setenv("NKRT_CC_ID", "mine")
     assert _communicator_id(4) == "mine"
+
+
+def test_communicator_id_through_torchrun_store(monkeypatch):
+    """Without torch.distributed, under torchrun: a random name agreed through the
+    agent's store, the same for every rank, another for another job."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+    from torch_to_nkipy.config import _communicator_id
+
+    def agree(store, rank):
+        monkeypatch.delenv("NKRT_CC_ID", raising=False)
+        monkeypatch.setenv("RANK", str(rank))
+        monkeypatch.setenv("MASTER_PORT", str(store.port))
+        return _communicator_id(2)
+
+    monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", "True")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "0")
+    job = dist.TCPStore("127.0.0.1", 0, is_master=True, timeout=timedelta(seconds=30),
+                        wait_for_workers=False)
+    names = [agree(job, r) for r in (1, 0)]
+    assert names[0] == names[1] and names[0].startswith("job-") and len(names[0]) == 36
+    assert os.environ["NKRT_CC_ID"] == names[0]
+    other = dist.TCPStore("127.0.0.1", 0, is_master=True, timeout=timedelta(seconds=30),
+                          wait_for_workers=False)
+    assert agree(other, 0) != names[0]
+    # a value that no rank drew is refused
+    other.set("nkipy/cc_id/none/1", "guessable")
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
+    with pytest.raises(RuntimeError, match="not a communicator name drawn by a rank"):
+        agree(other, 0)
 
 
 def test_collective_reduce_ops_refused_by_name():

@@ -2,10 +2,14 @@
  *
  * Each rank of a job (one process, one runtime, usually one core: what
  * torchrun starts) joins a communicator by a name all ranks share. Ranks meet
- * in a POSIX shared-memory segment ("/nkrt-cc-<name>", removed from /dev/shm
- * once every rank has joined, so nothing is left behind) that holds one
- * staging slot per rank; collectives copy through the slots between two
- * barriers, chunk by chunk, so any size works.
+ * in a POSIX shared-memory segment ("/nkrt-cc-<name>") that holds one staging
+ * slot per rank; collectives copy through the slots between two barriers,
+ * chunk by chunk, so any size works. Rank 0 creates the segment exclusively,
+ * mode 0600; the others open it only if this user owns it and no one else may
+ * use it (another user's segment, or one open to others, is refused with its
+ * path). Its name is removed from /dev/shm once every rank has mapped it, and
+ * when a join fails; a segment left by a job whose ranks all died is replaced
+ * by the next rank 0 that joins under that name.
  *
  * Kernels reach the communicator through env->lib->collective (neff_abi.h):
  * the runtime joins it at a kernel's first collective, as the rank and world
@@ -14,8 +18,10 @@
  * the same collectives in the same order, as SPMD kernels do; a group
  * (replica group) is a subset of the ranks, the same list on each of its
  * members. A rank that does not arrive within the timeout ($NKRT_CC_TIMEOUT
- * seconds, default 300) fails the collective on every rank instead of
- * hanging the job. */
+ * seconds, 0.001 to 86400, default 300; any other value is refused) fails the
+ * collective on every rank instead of hanging the job; a rank whose process
+ * died (each rank records its pid) fails every other rank's wait within about
+ * a second, with an error naming it. */
 #ifndef NKRT_COMM_H
 #define NKRT_COMM_H
 
@@ -31,10 +37,10 @@ typedef struct nkrt_comm nkrt_comm_t;
 
 /* Joins communicator `name` ([A-Za-z0-9._-], at most 200 characters) as
  * `rank` of `world_size` (2 .. 1024) and waits until every rank has joined
- * (timeout_ns < 0: $NKRT_CC_TIMEOUT). Errors say which rank is missing, or
- * that the name is in use by a job of another size or with this rank taken
- * (a segment left by a crashed job: pick a new name). |out_comm| is owned by
- * the caller and must be destroyed with nkrt_comm_destroy. */
+ * (timeout_ns < 0: $NKRT_CC_TIMEOUT). Errors say which rank is missing or
+ * died, that the name is in use by a running job (of another size, or with
+ * this rank taken), or that its segment belongs to someone else. |out_comm| is
+ * owned by the caller and must be destroyed with nkrt_comm_destroy. */
 NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_comm_join(const char *name, uint32_t rank, uint32_t world_size,
                              int64_t timeout_ns, nkrt_comm_t **out_comm);
