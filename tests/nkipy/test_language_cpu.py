@@ -149,6 +149,9 @@ def test_world_size_from_environment(monkeypatch) -> None:
     assert dist.get_world_size() == 4
     assert cc.normalize_replica_groups(None) == ((0, 1, 2, 3),)
     np.testing.assert_array_equal(cc.all_reduce(X), 4 * X)
-    monkeypatch.setenv("WORLD_SIZE", "junk")
+    monkeypatch.setenv("WORLD_SIZE", "junk")                # refused by name, never 1
+    with pytest.raises(ValueError, match="environment variable WORLD_SIZE must be an integer"):
+        dist.get_world_size()
+    monkeypatch.delenv("WORLD_SIZE")
     assert dist.get_world_size() == 1
     assert cc.normalize_reduce_op("SUM") == "add" and cc.normalize_reduce_op(np.minimum) == "minimum"
