@@ -240,3 +240,38 @@ def test_in_place_int64_update(backend):
     out = compiled(fn)(c, x)
     assert c.cpu().tolist() == [2**40 + 2**33, 5 + 2**33]
     assert out.cpu().tolist() == [2**40 + 2**33 + 1, 5 + 2**33 + 2]
+
+
+def test_constant_division_by_zero_is_not_folded_away(backend):
+    """Both operands constant: the compiler must not fold the division to 0."""
+    def fn(x):
+        return x + torch.full((2,), 7) // torch.zeros(2, dtype=torch.int64)
+
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        fn(torch.ones(2, dtype=torch.int64))
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        compiled(fn)(torch.ones(2, dtype=torch.int64))
+
+
+def test_nkipy_kernels_keep_numpy_division():
+    """Outside torch semantics (nkipy's own NumPy kernels) an integer division
+    by zero is NumPy's 0 and 64-bit inputs are narrowed, as documented."""
+    import warnings
+
+    import numpy as np
+
+    from nkipy.core import dtypes
+    from nkipy.core.trace import trace
+
+    def k(a, b):
+        return a // b
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        g = trace(k, np.ones(2, np.int64), np.ones(2, np.int64))
+    assert all(n.attrs.get("zero_div") is None for n in g.nodes)
+    assert g.outputs[0].dtype == np.int32
+    with dtypes.torch_semantics():
+        g = trace(k, np.ones(2, np.int64), np.ones(2, np.int64))
+    assert g.outputs[0].dtype == np.int64
+    assert any(n.attrs.get("zero_div") == "raise" for n in g.nodes)
