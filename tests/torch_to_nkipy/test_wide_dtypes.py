@@ -275,3 +275,12 @@ def test_nkipy_kernels_keep_numpy_division():
         g = trace(k, np.ones(2, np.int64), np.ones(2, np.int64))
     assert g.outputs[0].dtype == np.int64
     assert any(n.attrs.get("zero_div") == "raise" for n in g.nodes)
+
+
+def test_float64_conv2d_is_refused(backend):
+    """The convolution's GEMM computes in float32: float64 is refused, not narrowed."""
+    x = torch.randn(1, 2, 5, 5, dtype=torch.float64)
+    w = torch.randn(3, 2, 3, 3, dtype=torch.float64)
+    with pytest.raises(Exception, match="conv2d in float64 is not supported by the C code "
+                                        "generator"):
+        compiled(torch.nn.functional.conv2d)(x, w)
