@@ -5,8 +5,9 @@ here, so tensors already on the ``nkipy`` PyTorch device (spike_torch) can be
 handed to kernels without copies once that device exists: ``to_device`` is
 the single place to add that path.
 
-The device stores 64-bit types narrowed to 32 bits (int64 -> int32,
-float64 -> float32); results are widened back to the dtype PyTorch expects.
+Every dtype is stored and computed as it is, 64-bit types included: compiled
+kernels compute int64 as int64_t and float64 as double (nothing is narrowed to
+32 bits, so no value or intermediate can silently differ from eager).
 """
 from __future__ import annotations
 
@@ -18,16 +19,13 @@ import torch
 from nkipy.core.language import bfloat16
 from nkipy.runtime import DeviceTensor
 
-_NARROW = {torch.int64: torch.int32, torch.float64: torch.float32}
-
-
 def device_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The dtype a torch dtype has on the device."""
-    return _NARROW.get(dtype, dtype)
+    """The dtype a torch dtype has on the device: itself (64-bit types too)."""
+    return dtype
 
 
 _DIRECT = {torch.float32, torch.float16, torch.int32, torch.int16, torch.int8, torch.uint8,
-           torch.bool}
+           torch.bool, torch.int64, torch.float64}
 
 
 def torch_to_numpy(t: torch.Tensor) -> np.ndarray:
@@ -37,12 +35,7 @@ def torch_to_numpy(t: torch.Tensor) -> np.ndarray:
     t = t.detach()
     if t.device.type != "cpu":
         t = t.cpu()
-    if t.dtype == torch.int64 and t.numel():
-        lo, hi = int(t.min()), int(t.max())
-        if lo < -2**31 or hi >= 2**31:
-            raise ValueError(f"int64 tensor with values in [{lo}, {hi}] does not fit the device's "
-                             "int32 (the nkipy device stores int64 as int32)")
-    t = t.to(device_dtype(t.dtype)).contiguous()
+    t = t.contiguous()
     if t.dtype == torch.bfloat16:
         return t.view(torch.int16).numpy().view(bfloat16)
     return t.numpy()
@@ -115,8 +108,8 @@ def _wrap_nkipy(t: torch.Tensor, name: Optional[str] = None) -> DeviceTensor:
 
 def to_device(t: torch.Tensor, core_id: int = 0) -> DeviceTensor:
     """A device tensor holding ``t``'s values: for a tensor on the nkipy device,
-    its own memory (a device-side copy only when it is non-contiguous, on
-    another core or 64-bit); for a CPU tensor, a host-to-device copy.
+    its own memory (a device-side copy only when it is non-contiguous or on
+    another core); for a CPU tensor, a host-to-device copy.
 
     The wrapper of an nkipy tensor's own memory is kept on the tensor and reused
     while the tensor still has the same memory, shape, strides and dtype (weights
@@ -127,15 +120,13 @@ def to_device(t: torch.Tensor, core_id: int = 0) -> DeviceTensor:
     cached = t.__dict__.get("_nkipy_wrapper")
     if cached is not None and cached[0] == key:
         return cached[1]
-    if t.device.index in (None, core_id) and t.dtype not in _NARROW and t.is_contiguous():
+    if t.device.index in (None, core_id) and t.is_contiguous():
         d = _wrap_nkipy(t.detach())
         t.__dict__["_nkipy_wrapper"] = (key, d)
         return d
     src = t.detach()
     if src.device.index not in (None, core_id):
         src = src.to(torch.device(DEVICE_TYPE, core_id))
-    if src.dtype in _NARROW:
-        src = src.to(_NARROW[src.dtype])
     return _wrap_nkipy(src.contiguous())
 
 

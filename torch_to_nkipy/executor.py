@@ -213,7 +213,7 @@ class Executor:
             if bufs.outputs is None:
                 bufs.outputs = dict(zip([n for n, _, _ in self.out_specs],
                                         self.k.device_kernel.allocate_output_tensors()))
-            inputs = [(i, shape, dt, False, False) for i, _, shape, _, dt in ins]
+            inputs = [(i, shape, dt) for i, _, shape, _, dt in ins]
             in_addrs = [bufs.buffer(p, shape, np_dt).tensor_ref.va
                         for _, p, shape, np_dt, _ in ins]
             outputs = [(shape, dt) for _, shape, dt in outs]
@@ -241,8 +241,7 @@ class Executor:
     def _device_plan(self) -> Optional[Any]:
         """The native call for nkipy tensors (``spike_torch._C.kernel_calls``), or
         None when the kernel needs the general path: inputs in the model's order
-        (int64 arguments narrowed to the device's int32, widened back when the
-        kernel updates them in place), fresh outputs, outputs written into their
+        (every dtype as it is: 64-bit ones are computed in 64 bits), fresh outputs, outputs written into their
         input (KV caches, buffers), which result is which, constants."""
         k = self.k
         ins = self._fast_inputs()
@@ -252,11 +251,9 @@ class Executor:
         by_name = {p: (i, dt) for i, p, _, _, dt in ins}
         inputs = []
         for i, p, shape, _, dt in ins:
-            arg_dt = k.arg_dtypes[i]
-            narrow = arg_dt is torch.int64 and dt is torch.int32
-            if arg_dt is not dt and not narrow:
+            if k.arg_dtypes[i] is not dt:
                 return None
-            inputs.append((i, shape, arg_dt, narrow, narrow and p in self._alias_srcs))
+            inputs.append((i, shape, dt))
         outputs: List[Any] = []
         index = {}
         for name, m in dk.output_tensors_info.items():
@@ -407,7 +404,7 @@ class Executor:
 
 _FAST_DTYPES = {"float32": torch.float32, "float16": torch.float16, "int32": torch.int32,
                 "int16": torch.int16, "int8": torch.int8, "uint8": torch.uint8,
-                "bool": torch.bool}
+                "bool": torch.bool, "int64": torch.int64, "float64": torch.float64}
 
 
 def _host_pad(arr: np.ndarray, dim: int, shape: Sequence[int]) -> np.ndarray:

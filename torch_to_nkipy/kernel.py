@@ -189,13 +189,17 @@ class NKIPyKernel:
                     self.static_outputs[i] = r
             return tuple(tensors)
 
+        from nkipy.core.dtypes import torch_semantics
         from nkipy.core.trace import trace
         from nkipy.runtime import DeviceKernel
 
         params = self.gen.tensor_inputs
         ns: Dict[str, Any] = {"_k": kernel_fn}
         exec(f"def nkipy_kernel({', '.join(params)}):\n    return _k({', '.join(params)})\n", ns)
-        graph = trace(ns["nkipy_kernel"], *in_arrays, name=f"kernel_{self.hash}")
+        # PyTorch's semantics: int64/float64 computed in 64 bits (int64_t, double in
+        # the C code), integer division by zero an error of the execution
+        with torch_semantics():
+            graph = trace(ns["nkipy_kernel"], *in_arrays, name=f"kernel_{self.hash}")
         self.n_outputs = n_out[0]
         self.device_kernel = DeviceKernel.from_graph(
             graph, build_dir=os.path.join(self.dir, "neff"),
@@ -208,7 +212,7 @@ class NKIPyKernel:
         self.out_names = [n for n, m in out_info][:len(self.tensor_out_pos)]
         self.aliases = {n: m.alias_of for n, m in out_info if m.alias_of is not None}
         self.param_index = {p: self.tensor_arg_idx[k] for k, p in enumerate(params)}
-        # Torch dtypes of the outputs (FX metadata; the device narrows 64-bit types).
+        # Torch dtypes of the outputs (FX metadata).
         out_node = next(n for n in gm.graph.nodes if n.op == "output")
         outs = out_node.args[0] if isinstance(out_node.args[0], (list, tuple)) else [out_node.args[0]]
         self.out_dtypes: List[Optional[torch.dtype]] = []

@@ -52,7 +52,7 @@ log = logging.getLogger(__name__)
 COMPILER_VERSION = "nkipy-c-0.1.0"
 NEFF_ABI_VERSION = 1
 BASE_FLAGS = ("-O3", "-march=native", "-std=gnu11", "-fPIC", "-shared", "-fno-math-errno",
-              "-fno-trapping-math", "-fopenmp-simd", "-fvisibility=hidden", "-w")
+              "-fno-trapping-math", "-fwrapv", "-fopenmp-simd", "-fvisibility=hidden", "-w")
 
 
 class CompileError(RuntimeError):

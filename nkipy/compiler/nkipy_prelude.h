@@ -102,12 +102,13 @@ static inline float nk_fmod_py(float a, float b) {
   return (r != 0.0f && ((r < 0.0f) != (b < 0.0f))) ? r + b : r;
 }
 static inline int32_t nk_imod_py(int32_t a, int32_t b) {
-  if (b == 0) return 0;
+  if (b == 0 || b == -1) return 0;
   int32_t r = a % b;
   return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }
 static inline int32_t nk_idiv_floor(int32_t a, int32_t b) {
   if (b == 0) return 0;
+  if (b == -1) return (int32_t)(0u - (uint32_t)a);
   int32_t q = a / b;
   return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
 }
@@ -121,6 +122,54 @@ static inline int32_t nk_ipow(int32_t b, int32_t e) {
   }
   return r;
 }
+/* 64-bit (torch.compile graphs compute int64 and float64 as such). */
+static inline double nk_sign_d(double x) { return x > 0.0 ? 1.0 : (x < 0.0 ? -1.0 : x); }
+static inline double nk_fmod_py_d(double a, double b) {
+  double r = fmod(a, b);
+  return (r != 0.0 && ((r < 0.0) != (b < 0.0))) ? r + b : r;
+}
+/* Kernels are built with -fwrapv: signed integers wrap as PyTorch's do. */
+/* Truncating integer division (C's), 0 for a zero divisor, wrapping for MIN / -1. */
+static inline int32_t nk_idiv_trunc(int32_t a, int32_t b) {
+  return b == 0 ? 0 : (b == -1 ? (int32_t)(0u - (uint32_t)a) : a / b);
+}
+static inline int64_t nk_idiv_trunc64(int64_t a, int64_t b) {
+  return b == 0 ? 0 : (b == -1 ? (int64_t)(0u - (uint64_t)a) : a / b);
+}
+static inline int64_t nk_imod_py64(int64_t a, int64_t b) {
+  if (b == 0 || b == -1) return 0;
+  int64_t r = a % b;
+  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+static inline int64_t nk_idiv_floor64(int64_t a, int64_t b) {
+  if (b == 0) return 0;
+  if (b == -1) return (int64_t)(0 - (uint64_t)a);
+  int64_t q = a / b;
+  return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+static inline int64_t nk_ipow64(int64_t b, int64_t e) {
+  uint64_t r = 1, ub = (uint64_t)b;
+  if (e < 0) return b == 1 ? 1 : (b == -1 ? ((e & 1) ? -1 : 1) : 0);
+  while (e) {
+    if (e & 1) r *= ub;
+    ub *= ub;
+    e >>= 1;
+  }
+  return (int64_t)r;
+}
+
+/* Integer division by zero under PyTorch semantics: the division yields 0 and
+ * counts the event; the kernel compares the count before and after its body
+ * and fails with "ZeroDivisionError" when it changed. The count is shared by
+ * concurrent executions of one kernel, so such an execution may fail too
+ * (an error, never a silent wrong result). */
+static uint64_t nk_zero_divs;
+static inline int64_t nk_zdiv_note(void) {
+  __atomic_fetch_add(&nk_zero_divs, 1, __ATOMIC_RELAXED);
+  return 0;
+}
+#define NK_ZCHK(b, expr) ((b) == 0 ? nk_zdiv_note() : (expr))
+
 static inline int64_t nk_clamp_index(int64_t i, int64_t n) {
   i = i < 0 ? i + n : i;
   return i < 0 ? 0 : (i >= n ? n - 1 : i);

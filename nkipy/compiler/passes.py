@@ -118,6 +118,9 @@ def fold_constants(graph: Graph) -> int:
             and n.op not in COLLECTIVES
             and all(p is not None and p.op == "constant" for p in producers)
             and all(o.size <= FOLD_LIMIT for o in n.outputs)
+            # a division by a zero constant that must fail stays for run time
+            and not (n.attrs.get("zero_div") == "raise"
+                     and not np.all(np.asarray(producers[1].attrs["value"])))
         )
         if not foldable:
             new_nodes.append(n)

@@ -19,15 +19,19 @@ double the size of every bf16 kernel).
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import warnings
 from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from nkipy.core.ir import SUPPORTED_DTYPES, bfloat16
+from nkipy.core.ir import SUPPORTED_DTYPES, WIDE_DTYPES, bfloat16
 
 __all__ = [
-    "bfloat16", "SUPPORTED_DTYPES", "NARROWING", "narrow", "to_dtype", "check_supported",
+    "bfloat16", "SUPPORTED_DTYPES", "WIDE_DTYPES", "wide_dtypes", "keeps_wide",
+    "torch_semantics", "zero_div_raises", "NARROWING",
+    "narrow", "to_dtype", "check_supported",
     "sanitize_array", "Weak", "dtype_key", "result_type", "ufunc_dtypes", "is_float",
     "is_int", "is_bool", "is_signed", "can_cast_same_kind",
 ]
@@ -40,6 +44,52 @@ NARROWING = {
 }
 
 
+_WIDE: contextvars.ContextVar[bool] = contextvars.ContextVar("nkipy_wide_dtypes", default=False)
+
+
+@contextlib.contextmanager
+def wide_dtypes(enabled: bool = True):
+    """Within the block, int64 and float64 are kernel dtypes computed as such
+    (the C code uses ``int64_t`` and ``double``) instead of being narrowed to 32
+    bits. A 64-bit dtype that NumPy's promotion produces from narrower operands
+    only (``int32 / int32`` is float64 in NumPy) is still narrowed: only values
+    that are 64-bit to begin with (inputs, explicit casts) stay 64-bit.
+    torch.compile graphs are traced this way, so they compute what eager does."""
+    token = _WIDE.set(enabled)
+    try:
+        yield
+    finally:
+        _WIDE.reset(token)
+
+
+def keeps_wide() -> bool:
+    """Whether 64-bit dtypes are kept (inside :func:`wide_dtypes`)."""
+    return _WIDE.get()
+
+
+_ZERO_DIV: contextvars.ContextVar[bool] = contextvars.ContextVar("nkipy_zero_div_raises",
+                                                                 default=False)
+
+
+@contextlib.contextmanager
+def torch_semantics():
+    """PyTorch's integer semantics for the kernels traced within the block:
+    int64 and float64 computed as such (:func:`wide_dtypes`), and an integer
+    division or remainder by zero is an error of the kernel's execution
+    ("ZeroDivisionError", as eager PyTorch raises) instead of NumPy's 0."""
+    token = _ZERO_DIV.set(True)
+    try:
+        with wide_dtypes():
+            yield
+    finally:
+        _ZERO_DIV.reset(token)
+
+
+def zero_div_raises() -> bool:
+    """Whether integer division by zero is an error (inside :func:`torch_semantics`)."""
+    return _ZERO_DIV.get()
+
+
 def to_dtype(dtype: Any) -> np.dtype:
     """``np.dtype(dtype)``, accepting Python types (``float`` -> float64, ...)."""
     if isinstance(dtype, str) and dtype == "bfloat16" and bfloat16 is not None:
@@ -50,13 +100,23 @@ def to_dtype(dtype: Any) -> np.dtype:
 def narrow(dtype: Any) -> np.dtype:
     """The kernel dtype for ``dtype``: 64-bit types become 32-bit, others unchanged."""
     dt = to_dtype(dtype)
+    if dt in WIDE_DTYPES and _WIDE.get():
+        return dt
+    return NARROWING.get(dt, dt)
+
+
+def _narrow_promoted(dt: np.dtype, operands: Iterable[np.dtype]) -> np.dtype:
+    """A promotion result, narrowed unless wide and some operand is 64-bit."""
+    if dt in WIDE_DTYPES and _WIDE.get() and any(
+            np.dtype(o).itemsize == 8 for o in operands):
+        return dt
     return NARROWING.get(dt, dt)
 
 
 def check_supported(dtype: Any, what: str = "value") -> np.dtype:
     """Narrows ``dtype`` and raises TypeError if kernels cannot hold it."""
     dt = narrow(dtype)
-    if dt not in SUPPORTED_DTYPES:
+    if dt not in SUPPORTED_DTYPES and not (dt in WIDE_DTYPES and _WIDE.get()):
         names = ", ".join(d.name for d in SUPPORTED_DTYPES)
         raise TypeError(f"nkipy kernels do not support dtype {dt} (for {what}); "
                         f"supported dtypes: {names} (64-bit types are narrowed to 32-bit)")
@@ -70,7 +130,7 @@ def sanitize_array(arr: np.ndarray, name: str = "", stacklevel: int = 3) -> np.n
     convert the arrays it is given.
     """
     target = NARROWING.get(arr.dtype)
-    if target is None:
+    if target is None or (arr.dtype in WIDE_DTYPES and _WIDE.get()):
         return arr
     label = f" '{name}'" if name else ""
     warnings.warn(
@@ -220,7 +280,7 @@ def result_type(*operands: Any, narrow_result: bool = True,
     for k in keys:
         if isinstance(k, Weak) and check_overflow:
             check_weak_fits(k, dt)
-    return narrow(dt) if narrow_result else dt
+    return _narrow_promoted(dt, strong) if narrow_result else dt
 
 
 _COMPARISONS = frozenset({np.equal, np.not_equal, np.less, np.less_equal, np.greater,
@@ -256,8 +316,8 @@ def ufunc_dtypes(ufunc: np.ufunc, operands: Sequence[Any]) -> tuple[list[np.dtyp
         raise
     except Exception as exc:  # pragma: no cover - NumPy internal errors
         raise TypeError(str(exc)) from exc
-    ins = [narrow(d) for d in resolved[:ufunc.nin]]
-    out = narrow(resolved[ufunc.nin])
+    ins = [_narrow_promoted(d, strong) for d in resolved[:ufunc.nin]]
+    out = _narrow_promoted(resolved[ufunc.nin], strong)
     for k, d in zip(keys, ins):
         if isinstance(k, Weak):
             check_weak_fits(k, d)

@@ -14,7 +14,8 @@ Conventions every producer of IR keeps (``Graph.verify`` checks them):
   predicates (``PREDICATES``), whose result is ``bool``. ``where`` takes a
   ``bool`` condition and two operands of one dtype.
 * Axes in attributes are non-negative and sorted where they are sets.
-* Dtypes are those of ``SUPPORTED_DTYPES``; there are no 64-bit types.
+* Dtypes are those of ``IR_DTYPES``: ``SUPPORTED_DTYPES`` and the 64-bit
+  ``WIDE_DTYPES`` (int64, float64) that wide tracing keeps.
 """
 from __future__ import annotations
 
@@ -35,6 +36,12 @@ SUPPORTED_DTYPES = tuple(
     np.dtype(d)
     for d in ("float32", "float16", "int8", "int16", "int32", "uint8", "uint16", "uint32", "bool")
 ) + ((bfloat16,) if bfloat16 is not None else ())
+
+#: 64-bit dtypes the IR and the C code generator also compute exactly; the
+#: kernel language narrows them to 32 bits unless traced under
+#: :func:`nkipy.core.dtypes.wide_dtypes` (torch.compile graphs are).
+WIDE_DTYPES = (np.dtype("int64"), np.dtype("float64"))
+IR_DTYPES = SUPPORTED_DTYPES + WIDE_DTYPES
 
 UNARY = frozenset({
     "neg", "abs", "exp", "expm1", "log", "log1p", "log2", "sqrt", "rsqrt", "reciprocal",
@@ -210,7 +217,7 @@ class Graph:
                 if v.id not in defined:
                     raise ValueError(f"{n.op} reads {v!r} before it is defined")
             for v in n.outputs:
-                if v.dtype not in SUPPORTED_DTYPES:
+                if v.dtype not in IR_DTYPES:
                     raise ValueError(f"{n.op} produces unsupported dtype {v.dtype}")
                 defined.add(v.id)
             if n.op in ELEMENTWISE and n.op != "cast":

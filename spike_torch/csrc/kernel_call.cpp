@@ -5,11 +5,11 @@
 //                                     staged=None)
 //   results = spike_torch._C.run_kernel_call(call, args)   # None: not this path
 //
-// It checks every input tensor against the kernel's signature, narrows 64-bit
-// integer inputs to the device's int32, allocates the fresh outputs on the
-// nkipy device, runs the kernel with every tensor given by address (spike's C
-// API model_execute_at: no tensor sets, slices or names), widens narrowed
-// inputs the kernel updated in place back, and returns the results.
+// It checks every input tensor against the kernel's signature, allocates the
+// fresh outputs on the nkipy device, runs the kernel with every tensor given by
+// address (spike's C API model_execute_at: no tensor sets, slices or names) and
+// returns the results. Every dtype is passed as it is: kernels compute int64
+// and float64 in 64 bits, so nothing is narrowed or widened here.
 //
 // Staged calls (`staged` = the device addresses of persistent input and
 // output buffers, in the model's order) take CPU tensors instead: each input
@@ -41,9 +41,7 @@ constexpr const char* kCapsule = "spike_torch.KernelCall";
 struct InSpec {
   Py_ssize_t arg;              // index in the call's arguments
   std::vector<int64_t> sizes;
-  c10::ScalarType dtype;       // the argument's dtype
-  bool narrow;                 // an int64 argument the device holds as int32
-  bool write_back;             // narrowed and updated in place: widened back after
+  c10::ScalarType dtype;       // the argument's dtype (the kernel's, 64-bit types included)
 };
 
 struct OutSpec {               // one per kernel output, in the model's order
@@ -190,7 +188,7 @@ void retain_buffers(KernelCall* kc) {
 }
 
 // kernel_call(model, core, inputs, outputs, results, staged=None) -> capsule
-//   inputs:  (arg index, sizes, dtype, narrow, write_back) per kernel input, in order
+//   inputs:  (arg index, sizes, dtype) per kernel input, in order
 //   outputs: (sizes, dtype) per kernel output, or None for an aliased one
 //   results: ("output", j) | ("arg", i) | ("value", obj) per result
 //   staged:  (input buffer addresses, output buffer addresses): CPU tensors
@@ -210,17 +208,9 @@ PyObject* kernel_call(PyObject*, PyObject* args) {
     for (Py_ssize_t i = 0; i < n; i++) {
       PyObject *sizes, *dtype;
       Py_ssize_t arg;
-      int narrow, write_back;
-      if (!PyArg_ParseTuple(items[i], "nOOpp:kernel_call input", &arg, &sizes, &dtype, &narrow,
-                            &write_back))
+      if (!PyArg_ParseTuple(items[i], "nOO:kernel_call input", &arg, &sizes, &dtype))
         throw PyErrorSet{};
-      c10::ScalarType dt = parse_dtype(dtype);
-      if (narrow && dt != c10::ScalarType::Long) {
-        PyErr_SetString(PyExc_ValueError, "kernel_call: only int64 inputs are narrowed");
-        throw PyErrorSet{};
-      }
-      kc->ins.push_back({arg, parse_sizes(sizes, "input sizes"), dt, narrow != 0,
-                         write_back != 0});
+      kc->ins.push_back({arg, parse_sizes(sizes, "input sizes"), parse_dtype(dtype)});
     }
     items = items_of(outputs, &n);
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -265,11 +255,6 @@ PyObject* kernel_call(PyObject*, PyObject* args) {
       std::vector<void*> outs_buffers = parse_addresses(outs_addr, kc->outs.size(), "outputs");
       kc->buffers.insert(kc->buffers.end(), outs_buffers.begin(), outs_buffers.end());
       retain_buffers(kc);
-      for (const auto& s : kc->ins)
-        if (s.narrow) {
-          PyErr_SetString(PyExc_ValueError, "kernel_call: staged calls do not narrow inputs");
-          throw PyErrorSet{};
-        }
       for (size_t j = 0; j < kc->outs.size(); j++)
         if (!kc->outs[j].fresh) {
           PyErr_SetString(PyExc_ValueError, "kernel_call: staged calls have no aliased outputs");
@@ -289,39 +274,6 @@ PyObject* kernel_call(PyObject*, PyObject* args) {
   PyObject* capsule = PyCapsule_New(kc, kCapsule, capsule_destructor);
   if (!capsule) delete kc;
   return capsule;
-}
-
-// int64 tensor `src` into the int32 tensor `dst` (same element count).
-void narrow_into(const at::Tensor& src, const at::Tensor& dst) {
-  int64_t n = src.numel();
-  std::vector<int64_t> wide(static_cast<size_t>(n));
-  std::vector<int32_t> narrow(static_cast<size_t>(n));
-  spike_torch::read_bytes(src, wide.data(), static_cast<uint64_t>(n) * 8);
-  int64_t lo = 0, hi = 0;
-  for (int64_t i = 0; i < n; i++) {
-    int64_t v = wide[static_cast<size_t>(i)];
-    lo = i ? std::min(lo, v) : v;
-    hi = i ? std::max(hi, v) : v;
-    narrow[static_cast<size_t>(i)] = static_cast<int32_t>(v);
-  }
-  if (n && (lo < INT32_MIN || hi > INT32_MAX)) {
-    PyErr_Format(PyExc_ValueError,
-                 "int64 tensor with values in [%lld, %lld] does not fit the device's int32 "
-                 "(the nkipy device stores int64 as int32)",
-                 static_cast<long long>(lo), static_cast<long long>(hi));
-    throw PyErrorSet{};
-  }
-  spike_torch::write_bytes(dst, narrow.data(), static_cast<uint64_t>(n) * 4);
-}
-
-// The int32 tensor `src` back into the int64 tensor `dst`.
-void widen_into(const at::Tensor& src, const at::Tensor& dst) {
-  int64_t n = src.numel();
-  std::vector<int32_t> narrow(static_cast<size_t>(n));
-  std::vector<int64_t> wide(static_cast<size_t>(n));
-  spike_torch::read_bytes(src, narrow.data(), static_cast<uint64_t>(n) * 4);
-  for (int64_t i = 0; i < n; i++) wide[static_cast<size_t>(i)] = narrow[static_cast<size_t>(i)];
-  spike_torch::write_bytes(dst, wide.data(), static_cast<uint64_t>(n) * 8);
 }
 
 // The call's results: fresh outputs, arguments (as returned by the graph:
@@ -426,9 +378,7 @@ PyObject* run_kernel_call(PyObject*, PyObject* const* argv, Py_ssize_t argc) {
     if (kc->staged) return run_staged(kc, args, nargs);
     size_t n_in = kc->ins.size(), n_out = kc->outs.size();
     std::vector<void*> addresses(n_in + n_out, nullptr);
-    std::vector<at::Tensor> narrowed(n_in), inputs(n_in);
     std::vector<c10::Storage> pinned(n_in);
-    bool any_write_back = false;
     for (size_t k = 0; k < n_in; k++) {
       const InSpec& s = kc->ins[k];
       if (s.arg >= nargs) {
@@ -444,16 +394,8 @@ PyObject* run_kernel_call(PyObject*, PyObject* const* argv, Py_ssize_t argc) {
           !t.is_contiguous())
         Py_RETURN_NONE;
       spike_torch::check_storage_live(t.storage(), "compiled kernel input");
-      inputs[k] = t;
       pinned[k] = t.storage();
-      if (!s.narrow) {
-        addresses[k] = t.data_ptr();
-        continue;
-      }
-      narrowed[k] = at::empty(s.sizes, t.options().dtype(at::kInt));
-      narrow_into(t, narrowed[k]);
-      addresses[k] = narrowed[k].data_ptr();
-      any_write_back = any_write_back || s.write_back;
+      addresses[k] = t.data_ptr();
     }
     std::vector<at::Tensor> fresh(n_out);
     for (size_t j = 0; j < n_out; j++) {
@@ -465,9 +407,6 @@ PyObject* run_kernel_call(PyObject*, PyObject* const* argv, Py_ssize_t argc) {
     if (spike_torch::capi().model_execute_at(kc->model, addresses.data(),
                                              static_cast<uint32_t>(addresses.size())) < 0)
       return nullptr;
-    if (any_write_back)
-      for (size_t k = 0; k < n_in; k++)
-        if (kc->ins[k].write_back) widen_into(narrowed[k], inputs[k]);
     return results_list(kc, fresh, args, nargs);
   } catch (const PyErrorSet&) {
     return nullptr;
@@ -480,8 +419,8 @@ PyObject* run_kernel_call(PyObject*, PyObject* const* argv, Py_ssize_t argc) {
 PyMethodDef g_methods[] = {
     {"kernel_call", kernel_call, METH_VARARGS,
      "kernel_call(model, core, inputs, outputs, results, staged=None) -> capsule\n\n"
-     "How to call a loaded kernel on nkipy tensors: inputs (arg index, sizes, dtype, narrow, "
-     "write_back) and outputs ((sizes, dtype), or None when aliased) in the model's order; "
+     "How to call a loaded kernel on nkipy tensors: inputs (arg index, sizes, dtype) and "
+     "outputs ((sizes, dtype), or None when aliased) in the model's order; "
      "results ('output', j) / ('arg', i) / ('value', obj). staged=(input buffer addresses, "
      "output buffer addresses): CPU tensors, copied through those device buffers."},
     {"run_kernel_call", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(run_kernel_call)),

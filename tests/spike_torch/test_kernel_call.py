@@ -38,10 +38,9 @@ def calls():
 
 
 def sleep_call(models, results=(("output", 0),), ms_dtype=torch.int32):
-    narrow = ms_dtype is torch.int64
     return calls().kernel_call(models["sleep"], 0,
-                               [(0, (N,), torch.float32, False, False),
-                                (1, (1,), ms_dtype, narrow, False)],
+                               [(0, (N,), torch.float32),
+                                (1, (1,), ms_dtype)],
                                [((N,), torch.float32)], list(results))
 
 
@@ -59,19 +58,20 @@ def test_fresh_output_argument_and_value(models):
     assert out2.data_ptr() != out.data_ptr()
 
 
-def test_int64_argument_narrowed(models):
+def test_int64_argument_passed_as_is(models):
+    """int64 inputs are no longer narrowed to int32 (kernels compute int64 in 64
+    bits): the call takes the tensor's own memory, whatever its values."""
     call = sleep_call(models, ms_dtype=torch.int64)
     x = torch.ones(N).to("nkipy")
     ms = torch.zeros(1, dtype=torch.int64).to("nkipy")
     assert torch.equal(calls().run_kernel_call(call, (x, ms))[0].cpu(), torch.full((N,), 2.0))
-    assert torch.equal(ms.cpu(), torch.zeros(1, dtype=torch.int64))   # not written back
-    with pytest.raises(ValueError, match=r"int64 tensor with values in \[1099511627776, "
-                                         r"1099511627776\] does not fit the device's int32"):
-        calls().run_kernel_call(call, (x, torch.tensor([2**40]).to("nkipy")))
+    big = torch.tensor([2**40]).to("nkipy")   # low 32 bits 0: sleeps 0 ms
+    assert torch.equal(calls().run_kernel_call(call, (x, big))[0].cpu(), torch.full((N,), 2.0))
+    assert torch.equal(big.cpu(), torch.tensor([2**40]))
 
 
 def test_aliased_output_updates_the_argument(models):
-    call = calls().kernel_call(models["inplace"], 0, [(0, (16,), torch.float32, False, False)],
+    call = calls().kernel_call(models["inplace"], 0, [(0, (16,), torch.float32)],
                                [None], [("arg", 0)])
     x = torch.zeros(16).to("nkipy")
     for _ in range(3):
@@ -96,11 +96,11 @@ def test_inputs_it_was_not_built_for_return_none(models):
 
 def test_errors(models):
     kc = calls()
-    spec = [(0, (N,), torch.float32, False, False), (1, (1,), torch.int32, False, False)]
+    spec = [(0, (N,), torch.float32), (1, (1,), torch.int32)]
     outs = [((N,), torch.float32)]
     with pytest.raises(TypeError, match="expected a torch.dtype, got str"):
-        kc.kernel_call(models["sleep"], 0, [(0, (N,), "float32", False, False)], outs, [])
-    with pytest.raises(ValueError, match="only int64 inputs are narrowed"):
+        kc.kernel_call(models["sleep"], 0, [(0, (N,), "float32")], outs, [])
+    with pytest.raises(TypeError, match=r"takes exactly 3 arguments \(5 given\)"):
         kc.kernel_call(models["sleep"], 0, [(0, (N,), torch.float32, True, False)], outs, [])
     with pytest.raises(ValueError, match=r"bad result 0: \(output, 3\)"):
         kc.kernel_call(models["sleep"], 0, spec, outs, [("output", 3)])
@@ -131,8 +131,8 @@ def staged_call(models):
     bufs = [rt.allocate_tensor(4 * N, name="x"), rt.allocate_tensor(4, name="ms"),
             rt.allocate_tensor(4 * N, name="out")]
     call = calls().kernel_call(models["sleep"], 0,
-                               [(0, (N,), torch.float32, False, False),
-                                (1, (1,), torch.int32, False, False)],
+                               [(0, (N,), torch.float32),
+                                (1, (1,), torch.int32)],
                                [((N,), torch.float32)], [("output", 0), ("value", 3)],
                                ([bufs[0].va, bufs[1].va], [bufs[2].va]))
     return call, bufs
@@ -156,7 +156,7 @@ def test_staged_errors(models):
     import spike
 
     kc = calls()
-    ins = [(0, (N,), torch.float32, False, False), (1, (1,), torch.int32, False, False)]
+    ins = [(0, (N,), torch.float32), (1, (1,), torch.int32)]
     outs = [((N,), torch.float32)]
     call, bufs = staged_call(models)
     with pytest.raises(ValueError, match="staged inputs has 1 addresses, the kernel 2"):
@@ -164,9 +164,6 @@ def test_staged_errors(models):
     with pytest.raises(ValueError, match="staged outputs address 0 is NULL"):
         kc.kernel_call(models["sleep"], 0, ins, outs, [("output", 0)],
                        ([bufs[0].va, bufs[1].va], [0]))
-    with pytest.raises(ValueError, match="staged calls do not narrow inputs"):
-        kc.kernel_call(models["sleep"], 0, [ins[0], (1, (1,), torch.int64, True, False)], outs,
-                       [("output", 0)], ([bufs[0].va, bufs[1].va], [bufs[2].va]))
     with pytest.raises(ValueError, match="staged calls return no arguments"):
         kc.kernel_call(models["sleep"], 0, ins, outs, [("arg", 0)],
                        ([bufs[0].va, bufs[1].va], [bufs[2].va]))

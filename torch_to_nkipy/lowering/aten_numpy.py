@@ -2,8 +2,10 @@
 
 Every function here is plain NumPy on arrays and nkipy kernel code on tracer
 tensors: generated ``nkipy_func`` sources call them as ``aten.<name>(...)``.
-Arguments follow the ATen schemas; dtypes arrive as NumPy dtypes (64-bit
-types already narrowed to 32 bits, as the device stores them).
+Arguments follow the ATen schemas; dtypes arrive as NumPy dtypes, 64-bit ones
+as such: kernels are traced with PyTorch's semantics
+(:func:`nkipy.core.dtypes.torch_semantics`), so int64 and float64 are computed
+in 64 bits and an integer division by zero fails the execution as eager does.
 """
 from __future__ import annotations
 
@@ -22,15 +24,17 @@ from .registry import AtenOpRegistry
 
 reg = AtenOpRegistry.register
 
-_NARROW = {"float64": "float32", "int64": "int32", "uint64": "uint32"}
-
-
 def dt(name: str) -> np.dtype:
-    """A torch dtype name as the device dtype (64-bit narrowed)."""
-    name = _NARROW.get(name, name)
+    """A torch dtype name as a NumPy dtype (bfloat16 from ml_dtypes)."""
     if name == "bfloat16":
         return np.dtype(bfloat16)
     return np.dtype(name)
+
+
+def acc_dtype(x: Any) -> np.dtype:
+    """The dtype normalisations and attention compute in: float64 for float64
+    operands (exact as eager), else float32."""
+    return np.dtype(np.float64) if np.dtype(x.dtype) == np.float64 else np.dtype(np.float32)
 
 
 def cast(x: Any, dtype: np.dtype) -> Any:
@@ -123,7 +127,24 @@ def div_mode(x, y, rounding_mode=None):
         return np.divide(x, y)
     if rounding_mode == "floor":
         return np.floor_divide(x, y)
-    return np.trunc(np.divide(x, y)) if np.dtype(x.dtype).kind == "f" else np.floor_divide(x, y)
+    if _is_float(x, y):
+        return np.trunc(np.divide(x, y))
+    return _int_trunc_div(x, y)
+
+
+def _is_float(x, y) -> bool:
+    return any(isinstance(v, float) or (hasattr(v, "dtype") and np.dtype(v.dtype).kind == "f")
+               for v in (x, y))
+
+
+def _int_trunc_div(x, y):
+    """Integer division rounding toward zero, exact in the integer dtype (a
+    float division would round large int64 values)."""
+    q = np.floor_divide(x, y)
+    r = np.remainder(x, y)      # floor's remainder: nonzero with the divisor's sign
+    # rounded down where it should be rounded up: a nonzero remainder whose sign
+    # (the divisor's) is not the dividend's
+    return q + ((r != 0) & (np.sign(r) != np.sign(x))).astype(q.dtype)
 
 
 @reg("aten.remainder.Tensor", "aten.remainder.Scalar")
@@ -133,7 +154,10 @@ def remainder(x, y):
 
 @reg("aten.fmod.Tensor", "aten.fmod.Scalar")
 def fmod(x, y):
-    return x - np.trunc(np.divide(x, y)) * y
+    if _is_float(x, y):
+        return x - np.trunc(np.divide(x, y)) * y
+    r = np.remainder(x, y)      # C's remainder has the dividend's sign: adjust floor's
+    return np.where((r != 0) & (np.sign(r) != np.sign(x)), r - y, r)
 
 
 @reg("aten.pow.Tensor_Scalar", "aten.pow.Tensor_Tensor")
@@ -523,7 +547,7 @@ def log_softmax(x, dim, half_to_float=False):
 @reg("aten.native_layer_norm.default")
 def native_layer_norm(x, normalized_shape, weight, bias, eps):
     axes = tuple(range(x.ndim - len(normalized_shape), x.ndim))
-    xf = cast(x, np.dtype(np.float32))
+    xf = cast(x, acc_dtype(x))
     mean = np.mean(xf, axis=axes, keepdims=True)
     d = xf - mean
     rstd = ops.rsqrt(np.mean(d * d, axis=axes, keepdims=True) + eps)
@@ -817,7 +841,7 @@ def scatter_add(x, dim, index, src):
 @reg("aten._native_batch_norm_legit_no_training.default")
 def batch_norm_inference(x, weight, bias, running_mean, running_var, momentum, eps):
     shape = (1, -1) + (1,) * (x.ndim - 2)
-    xf = cast(x, np.dtype(np.float32))
+    xf = cast(x, acc_dtype(x))
     out = (xf - np.reshape(running_mean, shape)) * np.reshape(ops.rsqrt(running_var + eps), shape)
     if weight is not None:
         out = out * np.reshape(weight, shape)
@@ -829,7 +853,7 @@ def batch_norm_inference(x, weight, bias, running_mean, running_var, momentum, e
 
 @reg("aten.native_group_norm.default")
 def native_group_norm(x, weight, bias, N, C, HxW, group, eps):
-    xf = np.reshape(cast(x, np.dtype(np.float32)), (N, group, -1))
+    xf = np.reshape(cast(x, acc_dtype(x)), (N, group, -1))
     mean = np.mean(xf, axis=2, keepdims=True)
     d = xf - mean
     rstd = ops.rsqrt(np.mean(d * d, axis=2, keepdims=True) + eps)
@@ -959,7 +983,7 @@ def sdpa_flash_cpu(q, k, v, dropout_p=0.0, is_causal=False, attn_mask=None, scal
     """Attention returning (output, logsumexp) like the CPU flash kernel (the
     backward op needs the real logsumexp; PyTorch's decomposition returns the
     probabilities instead, so this op is kept out of the decompositions)."""
-    f32 = np.dtype(np.float32)
+    f32 = acc_dtype(q)
     L, S, E = _shape(q)[-2], _shape(k)[-2], _shape(q)[-1]
     sc = scale if scale is not None else 1.0 / math.sqrt(E)
     hq, hk = _shape(q)[-3] if q.ndim > 2 else 1, _shape(k)[-3] if k.ndim > 2 else 1
@@ -991,7 +1015,7 @@ def _no_dropout_bw(node: Any) -> bool:
 def sdpa_flash_cpu_backward(grad_out, q, k, v, out, logsumexp, dropout_p, is_causal,
                             attn_mask=None, scale=None):
     """Gradients of sdpa_flash_cpu from its saved output and logsumexp."""
-    f32 = np.dtype(np.float32)
+    f32 = acc_dtype(q)
     L, S, E = _shape(q)[-2], _shape(k)[-2], _shape(q)[-1]
     sc = scale if scale is not None else 1.0 / math.sqrt(E)
     hq, hk = _shape(q)[-3] if q.ndim > 2 else 1, _shape(k)[-3] if k.ndim > 2 else 1

@@ -19,7 +19,7 @@ class CodegenError(NotImplementedError):
 _STORAGE = {
     "float32": "float", "float16": "nk_f16", "bfloat16": "nk_bf16", "int8": "int8_t",
     "int16": "int16_t", "int32": "int32_t", "uint8": "uint8_t", "uint16": "uint16_t",
-    "uint32": "uint32_t", "bool": "uint8_t",
+    "uint32": "uint32_t", "bool": "uint8_t", "int64": "int64_t", "float64": "double",
 }
 
 
@@ -27,7 +27,8 @@ _NKRT_DTYPE = {
     "float32": "NKRT_DTYPE_FLOAT32", "float16": "NKRT_DTYPE_FLOAT16",
     "bfloat16": "NKRT_DTYPE_BFLOAT16", "int8": "NKRT_DTYPE_INT8", "uint8": "NKRT_DTYPE_UINT8",
     "int16": "NKRT_DTYPE_INT16", "uint16": "NKRT_DTYPE_UINT16", "int32": "NKRT_DTYPE_INT32",
-    "uint32": "NKRT_DTYPE_UINT32", "bool": "NKRT_DTYPE_BOOL",
+    "uint32": "NKRT_DTYPE_UINT32", "bool": "NKRT_DTYPE_BOOL", "int64": "NKRT_DTYPE_INT64",
+    "float64": "NKRT_DTYPE_FLOAT64",
 }
 
 
@@ -36,14 +37,23 @@ def storage_type(dtype: np.dtype) -> str:
 
 
 def is_float(dtype: np.dtype) -> bool:
-    return dtype_name(dtype) in ("float32", "float16", "bfloat16")
+    return dtype_name(dtype) in ("float32", "float16", "bfloat16", "float64")
+
+
+def is_double(dtype: np.dtype) -> bool:
+    return dtype_name(dtype) == "float64"
 
 
 def compute_type(dtype: np.dtype) -> str:
-    """The C type expressions of this dtype are computed in."""
+    """The C type expressions of this dtype are computed in (64-bit types in
+    64 bits: int64 as int64_t, float64 as double)."""
     name = dtype_name(dtype)
     if name in ("float32", "float16", "bfloat16"):
         return "float"
+    if name == "float64":
+        return "double"
+    if name == "int64":
+        return "int64_t"
     if name == "uint32":
         return "uint32_t"
     return "int32_t"
@@ -72,6 +82,13 @@ def store_expr(dtype: np.dtype, value: str) -> str:
 def c_literal(value, dtype: np.dtype) -> str:
     """A scalar as a C literal in the compute type of dtype."""
     name = dtype_name(dtype)
+    if name == "float64":
+        d = float(np.asarray(value).astype(np.float64))
+        if math.isnan(d):
+            return "__builtin_nan(\"\")"
+        if math.isinf(d):
+            return "__builtin_inf()" if d > 0 else "(-__builtin_inf())"
+        return f"{d!r}"
     if is_float(dtype):
         v = float(np.asarray(value).astype(np.float32))
         if math.isnan(v):
@@ -82,6 +99,8 @@ def c_literal(value, dtype: np.dtype) -> str:
     if name == "bool":
         return "1" if bool(value) else "0"
     v = int(np.asarray(value).astype(np.int64))
+    if name == "int64":
+        return "(-9223372036854775807LL - 1)" if v == -(2 ** 63) else f"{v}LL"
     if name == "uint32":
         return f"{v}u"
     if v == -(2 ** 31):
@@ -119,14 +138,18 @@ def _fix_ptrs(lines: list[str], restrict: bool = True) -> list[str]:
     return out[:head + 1] + decls + out[head + 1:]
 
 
+def _lit_dtype(dtype) -> np.dtype:
+    return np.dtype(dtype) if dtype_name(dtype) in ("uint32", "int64") else np.dtype("int32")
+
+
 def _int_min(dtype) -> str:
     info = np.iinfo(np.dtype(dtype)) if dtype_name(dtype) != "bool" else None
-    return "0" if info is None else c_literal(info.min, np.dtype("int32") if dtype_name(dtype) != "uint32" else dtype)
+    return "0" if info is None else c_literal(info.min, _lit_dtype(dtype))
 
 
 def _int_max(dtype) -> str:
     info = np.iinfo(np.dtype(dtype)) if dtype_name(dtype) != "bool" else None
-    return "1" if info is None else c_literal(info.max, np.dtype("int32") if dtype_name(dtype) != "uint32" else dtype)
+    return "1" if info is None else c_literal(info.max, _lit_dtype(dtype))
 
 
 # ---- elementwise operators --------------------------------------------------
@@ -148,6 +171,23 @@ UNARY_FLOAT_C = {
     "logical_not": "(({a}) == 0)", "isnan": "(({a}) != ({a}))",
     "isfinite": "(({a}) - ({a}) == 0.0f)", "copy": "({a})",
 }
+#: Unary ops on float64 operands (computed in double: libm's functions).
+UNARY_DOUBLE_C = {
+    "neg": "(-({a}))", "abs": "__builtin_fabs({a})", "exp": "exp({a})", "expm1": "expm1({a})",
+    "log": "log({a})", "log1p": "log1p({a})", "log2": "log2({a})", "sqrt": "__builtin_sqrt({a})",
+    "rsqrt": "(1.0 / __builtin_sqrt({a}))", "reciprocal": "(1.0 / ({a}))",
+    "square": "(({a}) * ({a}))", "sin": "sin({a})", "cos": "cos({a})", "tan": "tan({a})",
+    "arctan": "atan({a})", "tanh": "tanh({a})", "sigmoid": "(1.0 / (1.0 + exp(-({a}))))",
+    "erf": "erf({a})", "ceil": "__builtin_ceil({a})", "floor": "__builtin_floor({a})",
+    "rint": "__builtin_rint({a})", "trunc": "__builtin_trunc({a})",
+    "sign": "nk_sign_d({a})", "logical_not": "(({a}) == 0)", "isnan": "(({a}) != ({a}))",
+    "isfinite": "(({a}) - ({a}) == 0.0)", "copy": "({a})",
+}
+#: Binary ops whose float64 or int64 C text differs from BINARY_C's.
+BINARY_DOUBLE_C = {"pow": "pow({a}, {b})", "mod": "nk_fmod_py_d({a}, {b})",
+                   "floor_div": "__builtin_floor(({a}) / ({b}))"}
+BINARY_INT64_C = {"pow": "nk_ipow64({a}, {b})", "mod": "nk_imod_py64({a}, {b})",
+                  "floor_div": "nk_idiv_floor64({a}, {b})", "div": "nk_idiv_trunc64({a}, {b})"}
 #: Unary ops on integer operands.
 UNARY_INT_C = {
     "neg": "(-({a}))", "abs": "(({a}) < 0 ? -({a}) : ({a}))", "square": "(({a}) * ({a}))",
@@ -165,7 +205,7 @@ BINARY_C: dict[str, tuple[str | None, str | None]] = {
     **{op: (f"(({{a}}) {sym} ({{b}}))",) * 2 for op, sym in (
         ("add", "+"), ("sub", "-"), ("mul", "*"), ("eq", "=="), ("ne", "!="), ("lt", "<"),
         ("le", "<="), ("gt", ">"), ("ge", ">="))},
-    "div": ("(({a}) / ({b}))", "(({b}) == 0 ? 0 : ({a}) / ({b}))"),
+    "div": ("(({a}) / ({b}))", "nk_idiv_trunc({a}, {b})"),
     "maximum": ("((({a}) > ({b}) || ({a}) != ({a})) ? ({a}) : ({b}))",
                 "(({a}) > ({b}) ? ({a}) : ({b}))"),
     "minimum": ("((({a}) < ({b}) || ({a}) != ({a})) ? ({a}) : ({b}))",
@@ -189,6 +229,8 @@ def cast_c(n: Node, a: str) -> str:
         return f"(({a}) != 0)"
     if name == "float32":
         return f"((float)({a}))"
+    if name == "float64":
+        return f"((double)({a}))"
     if name == "float16":
         return f"((float)(nk_f16)({a}))"
     if name == "bfloat16":
@@ -211,15 +253,23 @@ def elementwise_c(n: Node, args: list[str]) -> str:
     if op == "where":
         return f"(({a}) ? ({b}) : ({args[2]}))"
     if op in UNARY:
-        table = UNARY_FLOAT_C if flt else (
+        table = (UNARY_DOUBLE_C if is_double(src_dtype) else UNARY_FLOAT_C) if flt else (
             UNARY_BOOL_C if dtype_name(src_dtype) == "bool" else UNARY_INT_C)
         if op not in table:
             raise CodegenError(f"{op} is not defined for {dtype_name(src_dtype)}")
         return table[op].format(a=a)
-    if op in BINARY and op in BINARY_C:
+    wide = {"float64": BINARY_DOUBLE_C, "int64": BINARY_INT64_C}.get(dtype_name(src_dtype))
+    template = None
+    if wide is not None and op in wide:
+        template = wide[op]
+    elif op in BINARY and op in BINARY_C:
         template = BINARY_C[op][0 if flt else 1]
-        if template is not None:
-            return template.format(a=a, b=b)
+    if template is not None:
+        text = template.format(a=a, b=b)
+        if n.attrs.get("zero_div") == "raise" and not flt:
+            # a zero divisor fails the execution (PyTorch raises ZeroDivisionError)
+            text = f"(({compute_type(out.dtype)})NK_ZCHK({b}, {text}))"
+        return text
     raise CodegenError(f"no C lowering for elementwise op {op!r} on {dtype_name(src_dtype)}")
 
 
@@ -241,11 +291,12 @@ def reduce_parts(op: str, src_dtype: np.dtype, out_dtype: np.dtype):
         acct = compute_type(src_dtype)
         cmp, kind = (">", "max") if op == "reduce_max" else ("<", "min")
         if flt:
-            init = "-__builtin_inff()" if op == "reduce_max" else "__builtin_inff()"
+            sfx = "" if is_double(src_dtype) else "f"
+            init = f"-__builtin_inf{sfx}()" if op == "reduce_max" else f"__builtin_inf{sfx}()"
             return (acct, f"{acct} acc = {init}; int nanf = 0;",
                     f"acc = x {cmp} acc ? x : acc; nanf |= (x != x);",
                     f"reduction({kind}:acc) reduction(|:nanf)",
-                    "acc = nanf ? __builtin_nanf(\"\") : acc;")
+                    f"acc = nanf ? __builtin_nan{sfx}(\"\") : acc;")
         init = _int_min(src_dtype) if op == "reduce_max" else _int_max(src_dtype)
         return (acct, f"{acct} acc = {init};", f"acc = x {cmp} acc ? x : acc;",
                 f"reduction({kind}:acc)", "")

@@ -142,7 +142,18 @@ class Generator(Planning, Loops, Matmul, Structured, RowGroups):
                          f" * {per_worker * 4}u);")
             lines.append(f"  if (!kc.{name}) {{ env->set_error(env->ctx, \"out of scratch memory\"); "
                          "return 1; }")
+        zero_div = any(n.attrs.get("zero_div") == "raise" for n in g.nodes)
+        if zero_div:
+            lines.append("  const uint64_t zero_divs = __atomic_load_n(&nk_zero_divs, "
+                         "__ATOMIC_RELAXED);")
         lines += self.body
+        if zero_div:
+            lines.append("  if (__atomic_load_n(&nk_zero_divs, __ATOMIC_RELAXED) != zero_divs) {")
+            lines.append(f"    env->set_error(env->ctx, \"ZeroDivisionError: integer division or "
+                         f"remainder by zero in kernel {g.name} (eager PyTorch raises "
+                         f"RuntimeError: ZeroDivisionError too)\");")
+            lines.append("    return 1;")
+            lines.append("  }")
         lines.append("  return 0;")
         lines.append("}")
         lines.append("")
@@ -164,7 +175,7 @@ def const_array(b: Buffer) -> str:
         return (f"static const {ctype} {b.name}_raw[{max(flat.size, 1)}] = {{{items or '0'}}};\n"
                 f"#define {b.name}_data ((const {storage_type(b.dtype)} *){b.name}_raw)")
     flat = arr.reshape(-1)
-    if name == "float32":
+    if name in ("float32", "float64", "int64"):
         items = ", ".join(c_literal(x, b.dtype) for x in flat)
     elif name == "bool":
         items = ", ".join("1" if x else "0" for x in flat)

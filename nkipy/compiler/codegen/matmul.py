@@ -7,7 +7,7 @@ import numpy as np
 
 from nkipy.core.ir import Node, Value, dtype_name
 
-from .ctext import _NKRT_DTYPE, c_literal, compute_type, is_float, store_expr
+from .ctext import _NKRT_DTYPE, c_literal, compute_type, is_double, is_float, store_expr
 from .maps import Buffer, access_of, contiguous_strides
 
 
@@ -66,7 +66,7 @@ class Matmul:
         ta, lda = (0, ars) if acs == 1 else (1, acs)
         tb, ldb = (0, brs) if bcs == 1 else (1, bcs)
         dt = dtype_name(v.dtype)
-        if not is_float(v.dtype):
+        if not is_float(v.dtype) or is_double(v.dtype):   # no GEMM for these: loops
             self._int_matmul(ab, aoff, asb, ars, acs, bb, boff, bsb, brs, bcs, out, csb, batch,
                              m, kdim, ncol)
             return
@@ -106,7 +106,7 @@ class Matmul:
         (ldc and batch strides of the transposed buffer), saving the copy the
         reshape after it would need. Returns the product's strided buffer."""
         v = n.output
-        if v.ndim < 3 or v.id in self.out_ids or not is_float(v.dtype):
+        if v.ndim < 3 or v.id in self.out_ids or not is_float(v.dtype) or is_double(v.dtype):
             return None
         readers = self.users.get(v.id, [])
         if len(readers) != 1 or readers[0].op != "transpose":
@@ -142,7 +142,7 @@ class Matmul:
         nb = int(np.prod(batch)) if batch else 1
         ct = compute_type(out.dtype)
         lines = [f"  for (int64_t bt = 0; bt < {nb}; bt++) {{", "    int64_t rem = bt;"]
-        ao, bo, co = [str(aoff)], [str(boff)], ["0"]
+        ao, bo, co = [str(aoff)], [str(boff)], [str(out.base)]
         for d in reversed(range(len(batch))):
             lines.append(f"    int64_t u{d} = rem % {batch[d]}; rem /= {batch[d]};")
             ao.append(f"{asb[d]} * u{d}")

@@ -13,7 +13,7 @@ import numpy as np
 
 from nkipy.core.ir import ELEMENTWISE, REDUCTIONS, Node, Value
 
-from .ctext import is_float
+from .ctext import is_double, is_float
 from .maps import VIEW_OPS, view_map
 
 
@@ -136,7 +136,8 @@ class Planning:
                 x, c = n.inputs[pos], n.inputs[1 - pos]
                 p = x.node
                 if p is None or p.op != "matmul" or x.id in self.out_ids or \
-                        not is_float(x.dtype) or x.dtype != n.output.dtype or \
+                        not is_float(x.dtype) or is_double(x.dtype) or \
+                        x.dtype != n.output.dtype or \
                         x.shape != n.output.shape or id(p) in self.gemm_alpha:
                     continue
                 readers = self.users.get(x.id, [])

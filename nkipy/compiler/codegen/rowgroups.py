@@ -135,10 +135,15 @@ class RowGroups:
                  "  const kctx_t *k = (const kctx_t *)arg;", "  (void)worker;"]
         slot_types = {p[2].name: compute_type(p[2].dtype) for p in plans
                       if p[2] is not None and p[2].kind == "row"}
-        for slot in range(slots):  # 4-byte slots: float, int32_t or uint32_t
+        # slots of R values: 4-byte (float, int32_t, uint32_t) or, when some
+        # slot holds 8-byte values (int64_t, double), all 8-byte wide
+        wide = any(p[2].dtype.itemsize == 8 for p in plans
+                   if p[2] is not None and p[2].kind == "row")
+        W = R * (2 if wide else 1)   # a slot's width in floats
+        for slot in range(slots):
             ct = slot_types[f"rb{slot}"]
             lines.append(f"  {ct} *restrict rb{slot} = ({ct} *)(k->{rb_field} + (int64_t)worker * "
-                         f"{slots * R} + {slot * R});")
+                         f"{slots * W} + {slot * W});")
         lines.append("  for (int64_t r = begin; r < end; r++) {")
         lines.append("    int64_t rem = r; (void)rem;")
         for d in reversed(range(ndim - 1)):
@@ -237,6 +242,6 @@ class RowGroups:
         for v, gbuf in globals_after:  # readers after the group use memory
             self.buffers[v.id] = gbuf
         if slots:
-            self.rowbufs.append((rb_field, slots * R))
+            self.rowbufs.append((rb_field, slots * W))
         grain = max(1, PARALLEL_GRAIN // max(R, 1))
         self.body.append(f"  env->parallel_for(env->ctx, {n_rows}, {grain}, {fn}, &kc);")

@@ -423,6 +423,10 @@ class Structured:
         dh, dw = n.attrs["dilation"]
         groups = n.attrs["groups"]
         og = O // groups
+        if any(t.dtype.itemsize == 8 for t in n.inputs):
+            raise CodegenError("conv2d in float64 is not supported by the C code generator "
+                               "(its im2col GEMM computes in float32): convert the model to "
+                               "float32 to compile it")
         # im2col into scratch (float32), then one GEMM per (image, group)
         cols = Value((Cg * KH * KW, OH * OW), np.dtype("float32"))
         cbuf = Buffer(self.fresh("t"), cols.dtype, cols.shape, "scratch", nbytes=cols.nbytes)

@@ -83,7 +83,15 @@ def binary(op: str, a: Value, b: Value) -> Value:
     if a.dtype != b.dtype:  # pragma: no cover - internal misuse
         raise TypeError(f"{op}: operand dtypes differ ({a.dtype}, {b.dtype})")
     shape = broadcast_shapes(a.shape, b.shape)
-    return emit1(op, [a, b], None, shape, BOOL if op in PREDICATES else a.dtype)
+    attrs = None
+    if op in INT_DIVISIONS and a.dtype.kind in "iu" and _dt.zero_div_raises():
+        attrs = {"zero_div": "raise"}   # the kernel fails on a zero divisor
+    return emit1(op, [a, b], attrs, shape, BOOL if op in PREDICATES else a.dtype)
+
+
+#: Binary ops that divide integers: with ``zero_div="raise"`` a zero divisor
+#: is an error of the execution (torch semantics), else the result is 0.
+INT_DIVISIONS = frozenset({"div", "floor_div", "mod"})
 
 
 def where(c: Value, a: Value, b: Value) -> Value:
@@ -208,7 +216,10 @@ def reduce(op: str, v: Value, axes: Sequence[int], keepdims: bool) -> Value:
 
 
 def accumulate_dtype(dt: np.dtype) -> np.dtype:
-    """NumPy's default dtype of sum/prod/cumsum: small ints and bool widen (-> 32-bit)."""
+    """NumPy's default dtype of sum/prod/cumsum: small ints and bool widen (-> 32-bit;
+    int64 stays int64 when wide dtypes are kept)."""
+    if dt == np.dtype(np.int64):
+        return dt
     if dt.kind == "b" or dt.kind == "i":
         return np.dtype(np.int32)
     if dt.kind == "u":

@@ -39,7 +39,10 @@ def _default_dtype(value: Any, dtype: Any) -> np.dtype:
         return _dt.narrow(dtype)
     if is_tracer(value):
         return value.dtype
-    return _dt.narrow(np.asarray(value).dtype)
+    if isinstance(value, (np.ndarray, np.generic)):
+        return _dt.narrow(value.dtype)
+    dt = np.asarray(value).dtype     # Python scalars: 32-bit, as NumPy's weak scalars
+    return _dt.NARROWING.get(dt, dt)
 
 
 @nkipy_op(cpu=lambda value, dtype=None: np.asarray(value, dtype=dtype))
