@@ -14,9 +14,10 @@ name, say) before it is joined under a directory.
 Caches hold code that runs in this process (a NEFF is a shared object, a cached
 ``nkipy_func.py`` is Python), so whoever can write into a cache runs code as
 its user. :func:`private_dir` creates a cache directory private (0700) or
-checks an existing one, and :func:`check_trusted` refuses a directory or file
-that another user owns or that others may write, naming the path and the fix
-(:class:`UntrustedPathError`). docs/security.md states the trust model.
+checks an existing one, :func:`check_trusted` refuses a directory or file
+that another user owns or that others may write, and :func:`check_ancestors`
+refuses one below a directory where another user could rename it away and put
+theirs in its place; each names the path and the fix (:class:`UntrustedPathError`). docs/security.md states the trust model.
 """
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ import stat
 import tempfile
 from typing import Optional, Union
 
-__all__ = ["write_atomic", "safe_child", "private_dir", "check_trusted", "UntrustedPathError"]
+__all__ = ["write_atomic", "safe_child", "private_dir", "check_trusted", "check_ancestors",
+           "UntrustedPathError"]
 
 
 class UntrustedPathError(PermissionError):
@@ -116,6 +118,34 @@ def check_trusted(path: Union[str, os.PathLike], what: str = "cache directory",
     return st
 
 
+def check_ancestors(path: Union[str, os.PathLike], what: str = "cache directory") -> None:
+    """Refuses ``path`` when a directory above it lets another user rename or
+    replace what lies below: each must belong to the current user or root and
+    be writable by no one else, unless it is sticky (as /tmp is: there only an
+    entry's owner may rename it). Checked along the path as written and along
+    the path its symlinks resolve to. Raises :class:`UntrustedPathError`."""
+    uid = os.geteuid()
+    absolute = os.path.abspath(os.fspath(path))
+    seen = set()
+    for start in (absolute, os.path.realpath(absolute)):
+        parent = os.path.dirname(start)
+        while parent not in seen:
+            seen.add(parent)
+            st = os.stat(parent)
+            if st.st_uid not in (uid, 0) or (st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX):
+                who = (f"belongs to uid {st.st_uid}" if st.st_uid not in (uid, 0) else
+                       f"has mode {stat.S_IMODE(st.st_mode):04o}")
+                raise UntrustedPathError(
+                    f"refusing the {what} {absolute!r}: the directory {parent!r} above it "
+                    f"{who}, so another user could rename or replace what lies below it. Keep "
+                    f"the {what} under directories only you (or root) can write, such as the "
+                    f"default under ~/.cache")
+            up = os.path.dirname(parent)
+            if up == parent:
+                break
+            parent = up
+
+
 def private_dir(path: Union[str, os.PathLike], what: str = "cache directory") -> str:
     """Creates ``path`` as a private directory (mode 0700; missing parents are
     made with default modes) or checks an existing one with
@@ -134,4 +164,5 @@ def private_dir(path: Union[str, os.PathLike], what: str = "cache directory") ->
     st = check_trusted(path, what)
     if not stat.S_ISDIR(st.st_mode):
         raise NotADirectoryError(f"the {what} {path!r} is not a directory")
+    check_ancestors(path, what)
     return path

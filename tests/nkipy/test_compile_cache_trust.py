@@ -168,3 +168,28 @@ def test_compile_to_neff_keeps_the_neff_inside_output_dir(tmp_path):
     (out / "file.neff").symlink_to(victim)               # replaced, never written through
     path = compile_to_neff(softmax_graph(), out, cache_dir=tmp_path / "c")
     assert victim.read_text() == "precious" and not os.path.islink(path)
+
+
+@needs_root
+@pytest.mark.parametrize("owner, mode, refused", [
+    (OTHER_UID, 0o755, "belongs to uid 54321"),
+    (0, 0o777, "has mode 0777"),
+    (0, 0o775, "has mode 0775"),
+    (0, 0o1777, None),                                   # sticky, as /tmp: fine
+])
+def test_cache_below_a_directory_others_can_write(tmp_path, owner, mode, refused):
+    """Someone who can rename entries of a directory above the cache can swap
+    the checked cache for theirs between the check and the load."""
+    parent = tmp_path / "parent"
+    parent.mkdir()
+    cache = parent / "cache"
+    cache.mkdir(mode=0o700)
+    os.chown(parent, owner, -1)
+    os.chmod(parent, mode)
+    if refused is None:
+        compile_graph(softmax_graph(name="sm_parent"), cache_dir=cache)
+        return
+    with pytest.raises(UntrustedPathError, match=rf"refusing the nkipy compile cache '.*cache': "
+                       rf"the directory '.*parent' above it {refused}, so another user could "
+                       r"rename or replace"):
+        compile_graph(softmax_graph(name="sm_parent"), cache_dir=cache)
