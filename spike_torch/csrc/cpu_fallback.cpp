@@ -38,6 +38,15 @@ void nkipy_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack)
                "host and back). This warning is shown once per operator; set "
                "SPIKE_TORCH_FALLBACK_WARN=0 to silence it.");
   }
+  // A view computed on a host copy is a copy: writes through it would be lost
+  // without a word. (In-place ops, whose returns alias for writing, are copied
+  // back by cpu_fallback.)
+  for (const auto& ret : op.schema().returns()) {
+    const auto* alias = ret.alias_info();
+    TORCH_CHECK(!alias || alias->isWrite(), "nkipy: operator '", full,
+                "' returns a view of its input, which the CPU fallback can only return as a "
+                "copy (writes through it would be lost); it is not supported on the nkipy device");
+  }
   NKIPY_LOG("CPU fallback: %s", full.c_str());
   at::native::cpu_fallback(op, stack);
 }

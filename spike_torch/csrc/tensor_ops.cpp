@@ -10,6 +10,8 @@
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/set_native.h>
 #include <ATen/ops/unfold_native.h>
+#include <ATen/ops/view_as_complex_native.h>
+#include <ATen/ops/view_as_real_native.h>
 #include <ATen/ops/view_native.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
@@ -224,6 +226,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("view", TORCH_FN(nkipy_view));
   m.impl("_reshape_alias", TORCH_FN(nkipy_reshape_alias));
   m.impl("unfold", TORCH_FN(nkipy_unfold));
+  // metadata-only views; without them the CPU fallback returned copies, and
+  // writes through y.real / y.imag were lost
+  m.impl("view_as_real", TORCH_FN(at::native::view_as_real));
+  m.impl("view_as_complex", TORCH_FN(at::native::view_as_complex));
   m.impl("resize_", TORCH_FN(nkipy_resize_));
   m.impl("set_.source_Storage_storage_offset", TORCH_FN(nkipy_set_source_storage_offset));
   m.impl("set_.source_Storage", TORCH_FN(nkipy_set_source_storage));

@@ -54,3 +54,32 @@ def test_op_on_a_device_conjugate_view():
     y = torch.fft.ifft(x.to(DEV))
     _close(y * 2, torch.fft.ifft(x) * 2)
     _close(y.abs(), torch.fft.ifft(x).abs())
+
+
+def test_writes_through_real_imag_and_complex_views_reach_the_tensor():
+    """view_as_real / view_as_complex ran through the CPU fallback, which
+    returned copies: y.real.copy_(...) left y unchanged."""
+    y = torch.zeros(2, 3, dtype=torch.complex64, device=DEV)
+    y.real.copy_(torch.ones(2, 3))
+    y.imag.fill_(2.0)
+    _close(y, torch.full((2, 3), 1 + 2j, dtype=torch.complex64))
+    y.conj().imag.copy_(torch.full((2, 3), 5.0))
+    _close(y, torch.full((2, 3), 1 - 5j, dtype=torch.complex64))
+    z = torch.randn(2, 3, 2, device=DEV)
+    torch.view_as_complex(z).mul_(2)
+    want = z.cpu()
+    assert torch.view_as_real(torch.view_as_complex(z)).data_ptr() == z.data_ptr()
+    _close(torch.view_as_real(torch.view_as_complex(z)), want)
+
+
+def test_view_ops_without_a_device_kernel_are_refused_not_copied():
+    import spike_torch
+
+    lib = torch.library.Library("nkipy_test_views", "DEF")
+    lib.define("myview(Tensor(a) self) -> Tensor(a)")
+    lib.impl("myview", lambda t: t.view(t.shape), "CPU")
+    x = torch.ones(3, device=DEV)
+    with pytest.raises(RuntimeError, match=r"operator 'nkipy_test_views::myview' returns a view "
+                       r"of its input, which the CPU fallback can only return as a copy"):
+        torch.ops.nkipy_test_views.myview(x)
+    del spike_torch
