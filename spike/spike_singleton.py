@@ -11,7 +11,7 @@ import logging
 import os
 import threading
 import warnings
-from typing import Iterable, Optional
+from typing import Callable, Iterable, List, Optional
 
 from ._spike import Spike
 
@@ -119,13 +119,28 @@ def is_active() -> bool:
     return spike is not None and not spike.closed
 
 
+_reset_hooks: List[Callable[[], None]] = []
+
+
+def on_reset(hook: Callable[[], None]) -> Callable[[], None]:
+    """Registers ``hook`` to run at every :func:`reset` that closes a runtime,
+    before it closes (layers above forget what they loaded into it, e.g. the
+    kernels of compiled graphs, which are then rebuilt on next use). Returns it."""
+    _reset_hooks.append(hook)
+    return hook
+
+
 def reset() -> None:
     """Closes the runtime so that :func:`configure` may be called again.
 
     Every SpikeTensor and SpikeModel made so far becomes invalid (using one
-    raises SpikeError). Emits a UserWarning when a runtime was closed.
+    raises SpikeError). Emits a UserWarning when a runtime was closed. Hooks
+    registered with :func:`on_reset` run first.
     """
     global _spike
+    if is_active():
+        for hook in list(_reset_hooks):
+            hook()
     with _lock:
         spike, _spike = _spike, None
         if spike is None or spike.closed:

@@ -176,6 +176,7 @@ def get_nrt_tensor(tensor: torch.Tensor) -> "spike.NrtTensor":
     passed to ``Spike.execute``/``SpikeModel`` as input or output.
     """
     _check_tensor(tensor)
+    _C.check_live([tensor], "get_nrt_tensor")
     rt = spike.get_spike_singleton()
     if tensor.is_contiguous():
         size = tensor.numel() * tensor.element_size()
@@ -188,7 +189,8 @@ def get_tensor_info(tensor_or_ptr: Any) -> Tuple[int, int, int]:
     """``(allocation_address, allocation_size, core_id)`` of the nkrt allocation
     holding a tensor's data (or a device address), found by range lookup."""
     if isinstance(tensor_or_ptr, torch.Tensor):
-        address = _check_tensor(tensor_or_ptr).data_ptr()
+        _C.check_live([_check_tensor(tensor_or_ptr)], "get_tensor_info")
+        address = tensor_or_ptr.data_ptr()
     elif isinstance(tensor_or_ptr, int) and not isinstance(tensor_or_ptr, bool):
         address = tensor_or_ptr
     else:

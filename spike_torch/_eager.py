@@ -23,7 +23,6 @@ import numpy as np
 import torch
 
 import spike
-from spike import SpikeTensor
 
 from . import _C, _env
 
@@ -72,13 +71,6 @@ def _kernel(name: str, fn: Callable[..., Any], inputs: Sequence[torch.Tensor],
             stats["compiles"] += 1
             logger.debug("eager kernel %s compiled for %s", name, key[-1])
     return kern
-
-
-def _wrap(t: torch.Tensor, name: str) -> SpikeTensor:
-    rt = spike.get_spike_singleton()
-    nbytes = t.numel() * t.element_size()
-    ref = rt.slice_from_address(t.data_ptr(), nbytes, name)
-    return SpikeTensor(ref, tuple(t.shape), _NP_DTYPES[t.dtype], name)
 
 
 def _slice(rt: Any, t: torch.Tensor) -> Any:

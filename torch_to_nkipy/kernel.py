@@ -30,6 +30,7 @@ import numpy as np
 import torch
 import torch.fx
 
+from spike import spike_singleton
 from spike.safe_files import check_trusted, private_dir, write_atomic
 
 from . import device
@@ -61,6 +62,9 @@ def clear_loaded_kernels() -> None:
 
 
 on_reset(clear_loaded_kernels)   # reset_nkipy_backend() forgets the loaded kernels
+# so does closing the runtime they were loaded into (spike.reset(), spike_torch.reset()):
+# compiled functions then rebuild their kernels in the new runtime on next use
+spike_singleton.on_reset(clear_loaded_kernels)
 
 
 def _write_atomic(path: str, data: bytes) -> None:

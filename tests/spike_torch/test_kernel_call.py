@@ -233,7 +233,9 @@ def test_stale_tensors_raise_in_eager_and_compiled_calls():
         z = torch.full((4,), 7.0, device="nkipy")      # may take y's old address
         for name, op in [("add", lambda: y + 1), ("mul", lambda: y * 1), ("exp", lambda: y.exp()),
                          ("sum", lambda: y.sum()), ("mm", lambda: y.view(2, 2) @ y.view(2, 2)),
-                         ("compiled", lambda: f(y)), ("cpu", lambda: y.cpu())]:
+                         ("compiled", lambda: f(y)), ("cpu", lambda: y.cpu()),
+                         ("nrt", lambda: spike_torch.get_nrt_tensor(y)),
+                         ("info", lambda: spike_torch.get_tensor_info(y))]:
             try:
                 op()
                 print(name, "NO ERROR")
@@ -243,6 +245,24 @@ def test_stale_tensors_raise_in_eager_and_compiled_calls():
     """))
     assert r.returncode == 0, r.stderr
     lines = dict(line.split(" ", 1) for line in r.stdout.strip().splitlines())
-    for name in ("add", "mul", "exp", "sum", "mm", "compiled", "cpu"):
+    for name in ("add", "mul", "exp", "sum", "mm", "compiled", "cpu", "nrt", "info"):
         assert lines[name] == "NRT_CLOSED", (name, lines[name])
     assert lines["z"] == "[7.0, 7.0, 7.0, 7.0]"
+
+
+def test_compiled_function_works_again_after_reset():
+    """spike_torch.reset() closes the runtime the compiled kernels were loaded
+    into; the same compiled function rebuilds them on next use (it raised
+    'load it again', which the user had no way to do)."""
+    r = run_python(textwrap.dedent("""
+        import warnings, tempfile, torch, spike_torch, torch_to_nkipy
+        warnings.simplefilter("ignore")
+        torch_to_nkipy.init_nkipy_backend(nkipy_cache=tempfile.mkdtemp())
+        f = torch.compile(lambda a: a * 3 + 1, backend="nkipy")
+        for dev in ("nkipy", "cpu"):
+            print(f(torch.ones(4, device=dev)).cpu().tolist())
+            spike_torch.reset()
+            print(f(torch.full((4,), 2.0, device=dev)).cpu().tolist())
+    """))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[:4] == ["[4.0, 4.0, 4.0, 4.0]", "[7.0, 7.0, 7.0, 7.0]"] * 2
