@@ -35,9 +35,17 @@ class UntrustedPathError(PermissionError):
     """A cache directory or file that another user owns or others may write."""
 
 
-def _default_mode() -> int:
-    """0666 less the umask, read without changing it (``os.umask`` would open a
-    window in which other threads create files with no mask)."""
+def _default_mode(path: str) -> int:
+    """The mode of the regular file of the user's at ``path`` (a rewrite keeps
+    a 0600 file private), else 0666 less the umask, read without changing it
+    (``os.umask`` would open a window in which other threads create files with
+    no mask)."""
+    try:
+        st = os.lstat(path)
+        if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
+            return stat.S_IMODE(st.st_mode)
+    except OSError:
+        pass
     try:
         with open("/proc/self/status") as f:
             for line in f:
@@ -52,8 +60,9 @@ def write_atomic(path: Union[str, os.PathLike], data: Union[bytes, str],
                  mode: Optional[int] = None) -> str:
     """Writes ``data`` to ``path`` atomically and returns the path.
 
-    ``mode`` is the file's final permission bits (default: 0666 less the umask,
-    as ``open`` would give; pass 0o600 for private files). The temporary file
+    ``mode`` is the file's final permission bits (default: those of the file
+    it replaces when that is a regular file of the user's, else 0666 less the
+    umask, as ``open`` would give; pass 0o600 for private files). The temporary file
     is created with ``O_EXCL`` in the same directory and removed if anything
     fails; errors are ``OSError`` naming ``path``.
     """
@@ -68,7 +77,7 @@ def write_atomic(path: Union[str, os.PathLike], data: Union[bytes, str],
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(payload)
-            os.fchmod(f.fileno(), _default_mode() if mode is None else mode)
+            os.fchmod(f.fileno(), _default_mode(path) if mode is None else mode)
         os.replace(tmp, path)
     except BaseException as exc:
         with contextlib.suppress(OSError):

@@ -63,3 +63,11 @@ def test_safe_child_refuses_names_that_leave_the_directory(tmp_path, name):
 def test_safe_child_accepts_plain_names(tmp_path):
     assert safe_child(tmp_path, "output0.npy") == os.path.join(tmp_path, "output0.npy")
     assert safe_child(tmp_path, "..hidden") == os.path.join(tmp_path, "..hidden")
+
+
+def test_write_atomic_keeps_the_mode_of_the_file_it_replaces(tmp_path):
+    p = tmp_path / "trace.json"
+    p.write_text("old")
+    os.chmod(p, 0o600)
+    write_atomic(p, "new")
+    assert p.read_text() == "new" and stat.S_IMODE(p.stat().st_mode) == 0o600
