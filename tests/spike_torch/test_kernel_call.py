@@ -188,9 +188,10 @@ def test_staged_buffers_are_held(models):
 
 
 def test_staged_call_after_the_runtime_closed():
-    """After spike_torch.reset() a compiled function's staged call fails with the
-    runtime closed, and writes nothing into the new runtime's tensors (the same
-    addresses may now belong to them)."""
+    """After spike_torch.reset() a compiled function's staged call never writes
+    through its old buffers into the new runtime's tensors (the same addresses
+    may now belong to them): the function rebuilds its kernel and buffers in the
+    new runtime and gives the right answer."""
     import os
     import sys
 
@@ -206,11 +207,8 @@ f(x, y)
 spike_torch.reset()
 a = torch.full((64,), 5.0, device="nkipy"); b = torch.full((64,), 6.0, device="nkipy")
 c = torch.full((64,), 7.0, device="nkipy")
-try:
-    f(x + 40, y)
-    raise SystemExit("no error")
-except Exception as e:
-    assert "NRT_CLOSED" in str(e) or "closed" in str(e), e
+out = f(x + 40, y)
+assert out.tolist() == [83.0] * 64, out
 assert [t.cpu()[0].item() for t in (a, b, c)] == [5.0, 6.0, 7.0]
 print("OK")
 """
