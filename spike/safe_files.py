@@ -27,8 +27,8 @@ import stat
 import tempfile
 from typing import Optional, Union
 
-__all__ = ["write_atomic", "safe_child", "private_dir", "check_trusted", "check_ancestors",
-           "UntrustedPathError"]
+__all__ = ["write_atomic", "write_private", "safe_child", "private_dir", "check_trusted",
+           "check_ancestors", "UntrustedPathError"]
 
 
 class UntrustedPathError(PermissionError):
@@ -86,6 +86,11 @@ def write_atomic(path: Union[str, os.PathLike], data: Union[bytes, str],
             raise OSError(exc.errno, f"cannot write {path!r}: {exc.strerror}") from exc
         raise
     return path
+
+
+def write_private(path: Union[str, os.PathLike], data: Union[bytes, str]) -> str:
+    """:func:`write_atomic` with mode 0600: a file of a private cache."""
+    return write_atomic(path, data, mode=0o600)
 
 
 def safe_child(directory: Union[str, os.PathLike], name: str, what: str = "file") -> str:

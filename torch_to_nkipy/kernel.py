@@ -31,7 +31,7 @@ import torch
 import torch.fx
 
 from spike import spike_singleton
-from spike.safe_files import check_trusted, private_dir, write_atomic
+from spike.safe_files import check_trusted, private_dir, write_private
 
 from . import device
 from .config import on_reset
@@ -65,10 +65,6 @@ on_reset(clear_loaded_kernels)   # reset_nkipy_backend() forgets the loaded kern
 # so does closing the runtime they were loaded into (spike.reset(), spike_torch.reset()):
 # compiled functions then rebuild their kernels in the new runtime on next use
 spike_singleton.on_reset(clear_loaded_kernels)
-
-
-def _write_atomic(path: str, data: bytes) -> None:
-    write_atomic(path, data, mode=0o600)
 
 
 def signature_of(args: Sequence[Any]) -> Tuple:
@@ -165,10 +161,10 @@ class NKIPyKernel:
             except FileNotFoundError:
                 buf = io.BytesIO()
                 np.save(buf, data)
-                _write_atomic(p, buf.getvalue())
-        _write_atomic(src_path, self.gen.source.encode())
-        _write_atomic(os.path.join(self.dir, "fx_vs_nkipy.txt"), side_by_side(self.gen).encode())
-        _write_atomic(os.path.join(self.dir, "fx_graph.py"), gm.code.encode())
+                write_private(p, buf.getvalue())
+        write_private(src_path, self.gen.source.encode())
+        write_private(os.path.join(self.dir, "fx_vs_nkipy.txt"), side_by_side(self.gen).encode())
+        write_private(os.path.join(self.dir, "fx_graph.py"), gm.code.encode())
         self.source_path = src_path
         # run from the source just generated, not from what the file now holds
         self.func = _exec_source(self.gen.source, src_path, "nkipy_func")
@@ -232,7 +228,7 @@ class NKIPyKernel:
             "static_outputs": {str(k): repr(v) for k, v in self.static_outputs.items()},
             "neff": self.device_kernel.neff_path,
         }
-        _write_atomic(os.path.join(self.dir, "io_specs.json"), json.dumps(specs, indent=1).encode())
+        write_private(os.path.join(self.dir, "io_specs.json"), json.dumps(specs, indent=1).encode())
         log.log(logging.INFO if self.compiled_now else logging.DEBUG,
                 "kernel_%s (%d FX nodes) %s in %.3f s: %s", self.hash, len(self.gen.pairs),
                 "compiled" if self.compiled_now else "loaded from cache",

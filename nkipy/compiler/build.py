@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from nkipy.core.ir import Graph, dtype_name
-from spike.safe_files import UntrustedPathError, check_trusted, private_dir, write_atomic
+from spike.safe_files import UntrustedPathError, check_trusted, private_dir, write_private
 
 from . import codegen, passes
 
@@ -234,10 +234,6 @@ def _check_entry_trusted(entry: Path) -> None:
         check_trusted(path, what, st)
 
 
-def _write_private(path: Path, text: str) -> None:
-    write_atomic(path, text, mode=0o600)
-
-
 _META_MAX_BYTES = 1 << 20
 
 
@@ -316,8 +312,8 @@ def _build_in(work: Path, entry: Path, graph: Graph, key: str, flags: tuple[str,
     """Generates and compiles ``graph`` in the private directory ``work`` and
     publishes it as ``entry``."""
     source = codegen.generate_c(graph)
-    _write_private(work / "kernel.ir", str(graph))
-    _write_private(work / "kernel.c", source)
+    write_private(work / "kernel.ir", str(graph))
+    write_private(work / "kernel.c", source)
     cc = c_compiler()
     cmd = [cc, *flags, "-I", runtime_include_dir(), "-I", prelude_dir(),
            str(work / "kernel.c"), "-o", str(work / "kernel.neff"), "-lm"]
@@ -348,7 +344,7 @@ def _build_in(work: Path, entry: Path, graph: Graph, key: str, flags: tuple[str,
                     for i, (nm, v) in enumerate(zip(graph.output_names, graph.outputs))],
         "neff_sha256": _sha256_file(work / "kernel.neff"),
     }
-    _write_private(work / "meta.json", json.dumps(meta, indent=1))
+    write_private(work / "meta.json", json.dumps(meta, indent=1))
     _publish(work, entry)
     seconds = time.perf_counter() - start
     log.info("compiled kernel %s in %.3f s (%s)", graph.name, seconds, entry)

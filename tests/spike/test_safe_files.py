@@ -71,3 +71,11 @@ def test_write_atomic_keeps_the_mode_of_the_file_it_replaces(tmp_path):
     os.chmod(p, 0o600)
     write_atomic(p, "new")
     assert p.read_text() == "new" and stat.S_IMODE(p.stat().st_mode) == 0o600
+
+
+def test_write_private_is_0600(tmp_path):
+    from spike.safe_files import write_private
+
+    p = tmp_path / "meta.json"
+    write_private(p, "{}")
+    assert p.read_text() == "{}" and stat.S_IMODE(p.stat().st_mode) == 0o600
