@@ -225,6 +225,7 @@ static const spike_capi_t g_capi = {
     .model_execute_at = spike_model_execute_at,
     .tensor_update = capi_tensor_update,
     .tensor_retain = capi_tensor_retain,
+    .comm_set_hosts = nkrt_comm_set_hosts,
 };
 
 PyObject *spike_module_nkrt_capi(PyObject *module, PyObject *unused) {

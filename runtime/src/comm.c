@@ -896,3 +896,16 @@ nkrt_status_t nkrt_runtime_collective(nkrt_runtime_t *rt, int32_t rank, int32_t 
   }
   return st;
 }
+
+/* ---- hosts ----------------------------------------------------------------- */
+
+nkrt_status_t nkrt_comm_set_hosts(uint32_t world_size, const uint32_t *host_of,
+                                  const nkrt_comm_transport_t *transport) {
+  (void)transport;
+  if (!host_of) return NULL;
+  for (uint32_t r = 0; r < world_size; r++)
+    if (host_of[r] != host_of[0])
+      return nkrt_status_make(NKRT_INVALID, "collectives across several hosts are not "
+                              "supported by this build");
+  return NULL;
+}

@@ -26,6 +26,7 @@
 
 #include <stdint.h>
 
+#include "nkrt/comm.h"
 #include "nkrt/runtime.h"
 #include "nkrt/status.h"
 #include "nkrt/tensor.h"
@@ -35,7 +36,7 @@ extern "C" {
 #endif
 
 #define SPIKE_CAPI_CAPSULE "spike._spike.nkrt_capi"
-#define SPIKE_CAPI_VERSION 3u
+#define SPIKE_CAPI_VERSION 4u
 
 typedef struct spike_capi {
   uint32_t struct_size; /* sizeof(spike_capi_t) of the exporter */
@@ -92,6 +93,10 @@ typedef struct spike_capi {
   /* Version 3. Takes a reference (a tensor_lookup result is borrowed), dropped
    * with tensor_release: the memory stays the same allocation meanwhile. */
   nkrt_status_t (*tensor_retain)(uint64_t generation, nkrt_tensor_t *tensor);
+  /* Version 4. nkrt_comm_set_hosts: the job's hosts and the transport
+   * between them (spike_torch's gloo transport). */
+  nkrt_status_t (*comm_set_hosts)(uint32_t world_size, const uint32_t *host_of,
+                                  const nkrt_comm_transport_t *transport);
 } spike_capi_t;
 
 #ifdef __cplusplus

@@ -72,6 +72,61 @@ nkrt_status_t nkrt_comm_all_gather(nkrt_comm_t *comm, uint32_t dtype, const int3
 NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_comm_all_to_all(nkrt_comm_t *comm, uint32_t dtype, const int32_t *ranks,
                                    uint32_t n, const void *src, void *dst, int64_t count);
+/*   reduce_scatter: src is n blocks of count; member i's dst[count] =
+ *                reduce_op over the members' src block i, in group order.
+ *   broadcast:   every member's dst[count] = member `root`'s src[count]
+ *                (`root` an index into ranks; src is read on the root only). */
+NKRT_MUST_USE_RESULT
+nkrt_status_t nkrt_comm_reduce_scatter(nkrt_comm_t *comm, uint32_t dtype, uint32_t reduce_op,
+                                       const int32_t *ranks, uint32_t n, const void *src,
+                                       void *dst, int64_t count);
+NKRT_MUST_USE_RESULT
+nkrt_status_t nkrt_comm_broadcast(nkrt_comm_t *comm, uint32_t dtype, const int32_t *ranks,
+                                  uint32_t n, uint32_t root, const void *src, void *dst,
+                                  int64_t count);
+
+/* ---- between hosts -------------------------------------------------------
+ *
+ * Shared memory joins the ranks of one host only. Between hosts the data
+ * moves over a transport an existing engine provides (spike_torch registers
+ * one built on the job's torch.distributed gloo group); the runtime never
+ * opens a network connection itself. With hosts set, a collective runs in
+ * three steps: within each host over shared memory, between the hosts' lead
+ * members over the transport, and within each host again. */
+
+/* One transfer of `bytes` at `buf` to (send = 1) or from (send = 0) the
+ * global rank `peer`. */
+typedef struct nkrt_comm_xfer {
+  int32_t peer;
+  uint32_t send;
+  void *buf;
+  uint64_t bytes;
+} nkrt_comm_xfer_t;
+
+typedef struct nkrt_comm_transport {
+  uint32_t struct_size; /* sizeof(nkrt_comm_transport_t) of the caller */
+  void *ctx;            /* passed back to the callbacks */
+  /* Starts every transfer of xfers[0 .. n), then waits for all of them;
+   * transfers between two ranks match in the order they are posted. Returns
+   * NULL, or a status whose message names the peer that failed (a dead peer
+   * must fail within the engine's timeout, never hang). Called from any
+   * thread, one call at a time per process. */
+  nkrt_status_t (*exchange)(void *ctx, const nkrt_comm_xfer_t *xfers, uint32_t n);
+  /* Drops ctx when the transport is replaced or cleared (may be NULL). */
+  void (*release)(void *ctx);
+} nkrt_comm_transport_t;
+
+/* Process-wide: the job's hosts and the transport between them, for the
+ * runtime's communicator (joined at a kernel's first collective, or by
+ * nkrt_runtime_collective). host_of[r] is the host of rank r, as the lowest
+ * rank on that host, for each of the world_size ranks; all ranks of the job
+ * pass the same list. NULL host_of (or one host) clears it: every rank on
+ * one host, shared memory only. The transport is copied; it is required when
+ * there are several hosts. A communicator already joined keeps the hosts it
+ * was joined with (call before the first collective, or after a reset). */
+NKRT_MUST_USE_RESULT
+nkrt_status_t nkrt_comm_set_hosts(uint32_t world_size, const uint32_t *host_of,
+                                  const nkrt_comm_transport_t *transport);
 
 #ifdef __cplusplus
 }

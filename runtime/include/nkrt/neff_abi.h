@@ -96,15 +96,23 @@ typedef struct nkrt_kernel_lib {
   /* Added after the first release: check struct_size before use
    * (NKRT_KERNEL_LIB_HAS_COLLECTIVE). A collective over the group
    * ranks[0 .. n) of the job's communicator (nkrt/comm.h; `kind` one of
-   * NKRT_CC_ALL_REDUCE / _ALL_GATHER / _ALL_TO_ALL, `reduce_op` one of
-   * NKRT_CC_ADD / _MUL / _MAX / _MIN for all_reduce), `count` elements of
-   * `dtype` per rank. Returns 0, or non-zero after recording the error (the
+   * NKRT_CC_ALL_REDUCE / _ALL_GATHER / _ALL_TO_ALL / _REDUCE_SCATTER /
+   * _BROADCAST, `reduce_op` one of NKRT_CC_ADD / _MUL / _MAX / _MIN for
+   * all_reduce and reduce_scatter, and for broadcast the root's index in
+   * ranks), `count` elements of `dtype` per rank (for reduce_scatter, what
+   * each member receives). Returns 0, or non-zero after recording the error (the
    * kernel then returns non-zero). */
   int (*collective)(void *ctx, uint32_t kind, uint32_t dtype, uint32_t reduce_op,
                     const int32_t *ranks, uint32_t n, const void *src, void *dst, int64_t count);
 } nkrt_kernel_lib_t;
 
-enum { NKRT_CC_ALL_REDUCE = 0, NKRT_CC_ALL_GATHER = 1, NKRT_CC_ALL_TO_ALL = 2 };
+enum {
+  NKRT_CC_ALL_REDUCE = 0,
+  NKRT_CC_ALL_GATHER = 1,
+  NKRT_CC_ALL_TO_ALL = 2,
+  NKRT_CC_REDUCE_SCATTER = 3,
+  NKRT_CC_BROADCAST = 4
+};
 enum { NKRT_CC_ADD = 0, NKRT_CC_MUL = 1, NKRT_CC_MAX = 2, NKRT_CC_MIN = 3 };
 
 #define NKRT_KERNEL_LIB_HAS_COLLECTIVE(lib)                                                   \
