@@ -6,7 +6,8 @@ and run on the device; unsupported ops run on the CPU. Importing it also
 registers the ``torch.distributed`` backend ``"nkipy"`` (:mod:`.distributed`).
 """
 from .config import (NKIPyBackendConfig, get_nkipy_backend_config, init_nkipy_backend,
-                     is_nkipy_backend_initialized, reset_nkipy_backend)
+                     is_nkipy_backend_initialized, reset_nkipy_backend,
+                     reset_nkipy_backend_config, set_nkipy_backend_config)
 from .lowering import AtenOpRegistry
 from .kernel import NKIPyKernel, load_func_from_file
 from .custom_ops import NKIOpRegistry, NKIPyCustomKernelError, mark_subgraph_identity
@@ -16,6 +17,7 @@ from . import distributed
 distributed.register()   # torch.distributed.init_process_group("nkipy")
 
 __all__ = ["init_nkipy_backend", "is_nkipy_backend_initialized", "reset_nkipy_backend",
-           "get_nkipy_backend_config", "NKIPyBackendConfig", "AtenOpRegistry", "NKIPyKernel",
+           "get_nkipy_backend_config", "set_nkipy_backend_config", "reset_nkipy_backend_config",
+           "NKIPyBackendConfig", "AtenOpRegistry", "NKIPyKernel",
            "load_func_from_file", "NKIOpRegistry", "NKIPyCustomKernelError",
            "mark_subgraph_identity"]

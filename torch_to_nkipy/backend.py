@@ -21,7 +21,7 @@ from spiky.profiling import ExecutionProfile, ntff_path
 from spiky.stats import record_compile
 
 from . import kernel as kernel_mod
-from .config import get_nkipy_backend_config, is_nkipy_backend_initialized
+from .config import is_nkipy_backend_initialized, require_nkipy_backend_config
 from .dynamic import dynamic_signature
 from .executor import PadCall
 from .kernel import DEFAULT_OPTIONS
@@ -72,7 +72,7 @@ class CompiledGraph:
                 log.warning("%s graph: not padding the dynamic size %s (%s); compiling each "
                             "size exactly", role, self.sig.primary, self.sig.hazard)
             else:
-                cfg = get_nkipy_backend_config()
+                cfg = require_nkipy_backend_config()
                 self.buckets = list(opts.buckets) if opts.buckets else \
                     infer_buckets(cfg.max_bucket_size, cfg.bucket_strategy)
 
@@ -88,7 +88,7 @@ class CompiledGraph:
             entry = self._kernels.get(key)
             if entry is not None and entry[0] == gen:
                 return entry[1]
-            cfg = get_nkipy_backend_config()
+            cfg = require_nkipy_backend_config()
             if self._kernels:
                 log.info("compiling %s graph for %s", self.role, what)
             start = time.monotonic_ns()
@@ -163,7 +163,7 @@ class CompiledGraph:
         selected = self.opts.save_ntff_exe_idx
         if selected is not None and exe_idx not in selected:
             return None
-        cfg = get_nkipy_backend_config()
+        cfg = require_nkipy_backend_config()
         return ExecutionProfile(cfg.device_core) if cfg.rank == 0 else None
 
     def __call__(self, *args: Any) -> List[Any]:
@@ -307,7 +307,7 @@ def nkipy_backend_fn(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
     ``options`` (torch_to_nkipy.options) over the backend defaults."""
     if not is_nkipy_backend_initialized():
         raise RuntimeError("torch.compile(backend='nkipy') needs init_nkipy_backend() first")
-    opts = resolve_options(options, get_nkipy_backend_config())
+    opts = resolve_options(options, require_nkipy_backend_config())
 
     def fw(g: torch.fx.GraphModule, ex: Sequence[Any]) -> Callable[..., Any]:
         return compile_fx_graph(g, "forward", opts)

@@ -22,14 +22,17 @@ _RESET_HOOKS: List[Callable[[], None]] = []
 
 @dataclass(frozen=True)
 class NKIPyBackendConfig:
-    """What ``init_nkipy_backend`` was given (and detected)."""
+    """What ``init_nkipy_backend`` was given (and detected).
+
+    The fields keep the original's order (``nkipy_cache_prefix, log_level,
+    rank, world_size, additional_compiler_args, ...``); ``nkipy_cache`` is
+    derived as ``<nkipy_cache_prefix>/rank_<rank>`` when not given.
+    """
 
     nkipy_cache_prefix: str
-    nkipy_cache: str                 # nkipy_cache_prefix/rank_<rank>
-    log_level: int
-    rank: int
-    world_size: int
-    core_offset: int = 0
+    log_level: int = logging.INFO
+    rank: int = 0
+    world_size: int = 1
     additional_compiler_args: str = ""
     max_bucket_size: int = 2048
     bucket_strategy: str = "power_of_2"
@@ -38,6 +41,14 @@ class NKIPyBackendConfig:
     pipelined: bool = True
     input_layout: str = "auto"
     output_layout: str = "unpad"
+    core_offset: int = 0
+    nkipy_cache: Optional[str] = None   # nkipy_cache_prefix/rank_<rank>
+
+    def __post_init__(self) -> None:
+        if self.nkipy_cache is None:
+            object.__setattr__(self, "nkipy_cache",
+                               os.path.join(os.fspath(self.nkipy_cache_prefix),
+                                            f"rank_{self.rank}"))
 
     @property
     def visible_core(self) -> int:
@@ -220,7 +231,7 @@ def init_nkipy_backend(nkipy_cache: Optional[str] = None, log_level: int = loggi
     """
     global _CONFIG
     if _CONFIG is not None:
-        raise RuntimeError("nkipy backend is already initialized "
+        raise RuntimeError("NKIPy backend has already been initialized "
                            "(call reset_nkipy_backend() first to re-initialize)")
     r, ws = _detect_rank(rank), _detect_world_size(world_size)
     if ws < 1 or not 0 <= r < ws:
@@ -272,10 +283,79 @@ def is_nkipy_backend_initialized() -> bool:
     return _CONFIG is not None
 
 
-def get_nkipy_backend_config() -> NKIPyBackendConfig:
+def get_nkipy_backend_config() -> Optional[NKIPyBackendConfig]:
+    """The configuration :func:`init_nkipy_backend` (or
+    :func:`set_nkipy_backend_config`) installed; None before that."""
+    return _CONFIG
+
+
+def require_nkipy_backend_config() -> NKIPyBackendConfig:
+    """The configuration, or RuntimeError saying the backend is not initialised
+    (what the backend's own code calls where it needs one)."""
     if _CONFIG is None:
         raise RuntimeError("nkipy backend is not initialized: call init_nkipy_backend() first")
     return _CONFIG
+
+
+def _check_config(cfg: object) -> NKIPyBackendConfig:
+    """Refuses what :func:`set_nkipy_backend_config` cannot install, naming the field."""
+    if not isinstance(cfg, NKIPyBackendConfig):
+        raise TypeError(f"set_nkipy_backend_config needs an NKIPyBackendConfig, not "
+                        f"{type(cfg).__name__}")
+    for name in ("rank", "world_size", "core_offset", "max_bucket_size", "log_level"):
+        value = getattr(cfg, name)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"NKIPyBackendConfig.{name} must be an int, not "
+                            f"{type(value).__name__} {value!r}")
+    if cfg.world_size < 1 or not 0 <= cfg.rank < cfg.world_size:
+        raise ValueError(f"invalid rank {cfg.rank} / world_size {cfg.world_size}: the rank "
+                         f"must be in [0, world_size) and world_size at least 1")
+    if cfg.core_offset < 0 or cfg.max_bucket_size < 1:
+        raise ValueError(f"NKIPyBackendConfig: core_offset must be >= 0 and max_bucket_size "
+                         f">= 1 (got {cfg.core_offset}, {cfg.max_bucket_size})")
+    for name in ("pad_on_device", "keep_outputs_on_device", "pipelined"):
+        if not isinstance(getattr(cfg, name), bool):
+            raise TypeError(f"NKIPyBackendConfig.{name} must be a bool, not "
+                            f"{getattr(cfg, name)!r}")
+    from spiky.buckets import STRATEGIES
+
+    for name, allowed in (("input_layout", ("auto", "padded")),
+                          ("output_layout", ("unpad", "padded")),
+                          ("bucket_strategy", tuple(STRATEGIES))):
+        if getattr(cfg, name) not in allowed:
+            raise ValueError(f"NKIPyBackendConfig.{name} must be one of "
+                             f"{', '.join(map(repr, allowed))}, not {getattr(cfg, name)!r}")
+    if not isinstance(cfg.additional_compiler_args, str):
+        raise TypeError("NKIPyBackendConfig.additional_compiler_args must be a str")
+    return cfg
+
+
+def set_nkipy_backend_config(config: NKIPyBackendConfig) -> None:
+    """Installs ``config`` as the backend's configuration (replacing any), as
+    ``init_nkipy_backend`` would have; its fields are checked (TypeError /
+    ValueError naming the field) and its cache directories created private
+    (one another user owns or may write is refused). Kernels loaded under a
+    previous configuration are forgotten. Unlike ``init_nkipy_backend`` it
+    detects nothing and agrees on no communicator name."""
+    global _CONFIG
+    cfg = _check_config(config)
+    private_dir(os.fspath(cfg.nkipy_cache_prefix), "torch_to_nkipy cache directory")
+    private_dir(cfg.nkipy_cache, "torch_to_nkipy cache directory")
+    import spike_torch  # noqa: F401  (the nkipy device, as init_nkipy_backend)
+
+    replaced = _CONFIG is not None and _CONFIG != cfg
+    _CONFIG = cfg
+    if replaced:
+        for hook in _RESET_HOOKS:
+            hook()
+
+
+def reset_nkipy_backend_config() -> Optional[NKIPyBackendConfig]:
+    """Forgets the configuration (and the loaded kernels, as
+    :func:`reset_nkipy_backend`); returns the one that was installed, or None."""
+    old = _CONFIG
+    reset_nkipy_backend()
+    return old
 
 
 def on_reset(hook: Callable[[], None]) -> Callable[[], None]:

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import pytest
 
 import torch
 import torch.nn as nn
@@ -344,3 +345,58 @@ def test_close_then_use_again():
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                        env=child_env(), timeout=300)
     assert r.returncode == 0 and "OK" in r.stdout, r.stderr[-3000:]
+
+
+def test_set_get_reset_backend_config_as_the_original(tmp_path):
+    """spiky.torch's get/set/reset_nkipy_backend_config: None before init, a
+    config built as the original builds it (keywords, nkipy_cache derived)
+    installs and compiles, reset returns the previous one."""
+    import torch
+    import torch._dynamo
+
+    from spiky.torch import (NKIPyBackendConfig, get_nkipy_backend_config,
+                             init_nkipy_backend, is_nkipy_backend_initialized,
+                             reset_nkipy_backend, reset_nkipy_backend_config,
+                             set_nkipy_backend_config)
+
+    reset_nkipy_backend()
+    assert get_nkipy_backend_config() is None
+    assert reset_nkipy_backend_config() is None
+    cfg = NKIPyBackendConfig(nkipy_cache_prefix=str(tmp_path / "c"), log_level=20, rank=0,
+                             world_size=1, additional_compiler_args="")
+    assert cfg.nkipy_cache == str(tmp_path / "c" / "rank_0")
+    set_nkipy_backend_config(cfg)
+    try:
+        assert is_nkipy_backend_initialized() and get_nkipy_backend_config() is cfg
+        assert os.path.isdir(cfg.nkipy_cache)
+        torch._dynamo.reset()
+        f = torch.compile(lambda x: x * 3 + 1, backend="nkipy")
+        x = torch.arange(6, dtype=torch.float32)
+        assert torch.equal(f(x), x * 3 + 1)
+        assert os.listdir(cfg.nkipy_cache)          # compiled into the given cache
+        with pytest.raises(RuntimeError, match="has already been initialized"):
+            init_nkipy_backend(nkipy_cache=str(tmp_path / "d"))
+    finally:
+        torch._dynamo.reset()
+        old = reset_nkipy_backend_config()
+    assert old is cfg and get_nkipy_backend_config() is None
+
+
+@pytest.mark.parametrize("bad, message", [
+    ("not a config", "needs an NKIPyBackendConfig, not str"),
+    (dict(rank=2, world_size=2), "invalid rank 2 / world_size 2"),
+    (dict(rank=True), "NKIPyBackendConfig.rank must be an int"),
+    (dict(pipelined=1), "NKIPyBackendConfig.pipelined must be a bool"),
+    (dict(input_layout="x"), "NKIPyBackendConfig.input_layout must be one of"),
+    (dict(bucket_strategy="cubic"), "NKIPyBackendConfig.bucket_strategy must be one of"),
+    (dict(core_offset=-1), "core_offset must be >= 0"),
+])
+def test_set_backend_config_refuses_bad_fields(tmp_path, bad, message):
+    from spiky.torch import (NKIPyBackendConfig, get_nkipy_backend_config,
+                             reset_nkipy_backend, set_nkipy_backend_config)
+
+    reset_nkipy_backend()
+    cfg = bad if isinstance(bad, str) else NKIPyBackendConfig(str(tmp_path), **bad)
+    with pytest.raises((TypeError, ValueError), match=message):
+        set_nkipy_backend_config(cfg)
+    assert get_nkipy_backend_config() is None

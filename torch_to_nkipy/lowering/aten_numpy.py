@@ -1054,9 +1054,9 @@ _REDUCE = {"sum": np.add, "avg": np.add, "product": np.multiply, "max": np.maxim
 def _world_group(group_name) -> list:
     """The replica groups of a torch process group: one group of every rank of
     the job (the kernel runs on every rank, so its collectives do too)."""
-    from ..config import get_nkipy_backend_config
+    from ..config import require_nkipy_backend_config
 
-    ws = get_nkipy_backend_config().world_size
+    ws = require_nkipy_backend_config().world_size
     ranks = list(range(ws))
     import torch.distributed as dist
 
