@@ -169,6 +169,8 @@ class Graph:
     ``aliases`` maps an output index to the index of the input it aliases
     (inputs mutated in place by the kernel); ``output_names`` are the NEFF
     names of the outputs (``output0``, ... or the aliased input's name).
+    The first ``user_outputs`` outputs are what the kernel returned (a tuple
+    when ``returns_tuple``); the others are inputs it assigned into.
     """
 
     def __init__(self, name: str = "kernel") -> None:
@@ -178,6 +180,8 @@ class Graph:
         self.outputs: list[Value] = []
         self.output_names: list[str] = []
         self.aliases: dict[int, int] = {}
+        self.user_outputs = 0
+        self.returns_tuple = False
 
     def add_input(self, name: str, shape: Sequence[int], dtype: Any) -> Value:
         v = Value(tuple(int(s) for s in shape), np.dtype(dtype), None, 0, name)

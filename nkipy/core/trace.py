@@ -224,6 +224,7 @@ def _mark_outputs(ctx: TraceContext, ret: Any) -> None:
 
     rets: list[Any] = [] if ret is None else flatten(ret)
     user_len = len(rets)
+    g.user_outputs, g.returns_tuple = user_len, isinstance(ret, (tuple, list))
 
     # mutated inputs: aliased where returned, appended otherwise
     alias_of: dict[int, int] = {}
@@ -268,6 +269,9 @@ class NKIPyKernel:
         self.func = func
         self.backend = backend
         self.graph: Graph | None = None
+        # inspect.signature (so trace and compile_and_load) sees func's parameters,
+        # and the inputs are named after them, not args_0, ...
+        self.__wrapped__ = func
 
     @property
     def __name__(self) -> str:  # type: ignore[override]

@@ -43,12 +43,14 @@ def baremetal_jit(fn: Optional[Callable[..., Any]] = None, *, name: Optional[str
                     target = bound.arguments[graph.inputs[graph.aliases[i]].name]
                     if isinstance(target, np.ndarray):
                         target[...] = value
-                    if not getattr(graph, "alias_user_returned", {}).get(i, False):
+                    if i >= graph.user_outputs:     # assigned into, not returned
                         continue
+                    if isinstance(target, np.ndarray) and target.dtype == value.dtype:
+                        value = target                # returned: the array itself, as NumPy
                 results.append(value)
             if not results:
                 return None
-            if len(results) > 1 or getattr(graph, "returns_tuple", False):
+            if len(results) > 1 or graph.returns_tuple:
                 return tuple(results)
             return results[0]
 

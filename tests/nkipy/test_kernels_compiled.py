@@ -330,3 +330,53 @@ def test_residual_read_after_the_row_group_stays_in_memory(cache):
     args = (f32(8, 32), f32(8, 32), f32(32), f32(32))
     k, (out,) = run_kernel(fn, *args, cache_dir=cache, name="res_ln_reused")
     np.testing.assert_allclose(out, fn(*args), rtol=1e-4, atol=1e-5)
+
+
+def test_baremetal_jit_returns_the_input_it_assigned_into(cache):
+    @baremetal_jit(build_dir=str(cache))
+    def put(a, b):
+        a[0:2] = b
+        return a
+
+    @baremetal_jit(build_dir=str(cache))
+    def put_both(a, b):
+        a[1] = b[0]
+        return a, a.sum()
+
+    a, b = np.zeros((4, 3), np.float32), f32(2, 3)
+    r = put(a, b)
+    assert r is a                                    # as NumPy: the array itself
+    np.testing.assert_array_equal(a[:2], b)
+    np.testing.assert_array_equal(a[2:], 0.0)
+    c = np.zeros((4, 3), np.float32)
+    got, total = put_both(c, b)
+    assert got is c
+    np.testing.assert_array_equal(c[1], b[0])
+    np.testing.assert_allclose(total, b[0].sum(), rtol=1e-6)
+
+
+def test_compile_and_load_names_a_traced_kernels_inputs_by_parameter(cache):
+    from nkipy.core.trace import NKIPyKernel
+
+    @NKIPyKernel.trace
+    def scaled(x, weight):
+        return x * weight
+
+    x, w = f32(3, 4), f32(3, 4)
+    k = DeviceKernel.compile_and_load(scaled, x, w, build_dir=cache)
+    assert list(k.input_tensors_info) == ["x", "weight"] and k.name == "scaled"
+    out = k(inputs={"x": DeviceTensor.from_numpy(x), "weight": DeviceTensor.from_numpy(w)})
+    np.testing.assert_allclose(out["output0"].numpy(), x * w, rtol=1e-6)
+
+
+def test_is_neuron_compatible(monkeypatch, caplog):
+    from nkipy.runtime import is_neuron_compatible
+
+    monkeypatch.delenv("NEURON_RT_VISIBLE_CORES", raising=False)
+    assert is_neuron_compatible() is True
+    monkeypatch.setenv("NEURON_RT_VISIBLE_CORES", "1")
+    assert is_neuron_compatible() is True
+    monkeypatch.setenv("NEURON_RT_VISIBLE_CORES", "99")      # no such core: none usable
+    with caplog.at_level("WARNING"):
+        assert is_neuron_compatible() is False
+    assert "core 99 does not exist" in caplog.text
