@@ -254,7 +254,7 @@ PyTypeObject NrtModelType = {
 static PyStructSequence_Field tensor_metadata_fields[] = {
     {"size", "size in bytes"},
     {"dtype", "element type name, e.g. 'float32'"},
-    {"shape", "tuple of extents"},
+    {"shape", "list of extents"},
     {"alias_of", "for an output: the name of the input it aliases, else None"},
     {NULL, NULL},
 };
@@ -279,13 +279,13 @@ PyTypeObject ModelTensorInfoType;
 PyObject *spike_tensor_metadata_new(const nkrt_neff_tensor_t *t, const nkrt_model_t *model) {
   PyObject *md = PyStructSequence_New(&TensorMetadataType);
   if (!md) return NULL;
-  PyObject *shape = PyTuple_New(t->ndim);
+  PyObject *shape = PyList_New(t->ndim); /* a list, as the original's TensorMetadata */
   if (!shape) goto fail;
   PyStructSequence_SetItem(md, 2, shape);
   for (uint32_t i = 0; i < t->ndim; i++) {
     PyObject *dim = PyLong_FromLongLong(t->shape[i]);
     if (!dim) goto fail;
-    PyTuple_SET_ITEM(shape, i, dim);
+    PyList_SET_ITEM(shape, i, dim);
   }
   PyObject *size = PyLong_FromUnsignedLongLong(t->size);
   if (!size) goto fail;

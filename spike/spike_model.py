@@ -132,7 +132,7 @@ class SpikeModel:
             if meta.alias_of is not None:
                 continue
             ref = spike.allocate_tensor(meta.size, core_id=self.core_id, name=name)
-            outputs[name] = SpikeTensor(ref, meta.shape, meta.dtype, name)
+            outputs[name] = SpikeTensor(ref, tuple(meta.shape), meta.dtype, name)
         return outputs
 
     # ---- validation ------------------------------------------------------

@@ -16,7 +16,8 @@ def test_all_exports():
     assert set(spike.__all__) == {
         "SpikeModel", "SpikeTensor", "configure", "reset", "get_spike_singleton", "NrtError",
         "SpikeError", "SpikeRuntimeError", "SystemTraceSession", "BenchmarkResult",
-        "ModelTensorInfo", "NrtModel", "NrtTensor", "TensorMetadata", "ExecutionEvent"}
+        "ModelTensorInfo", "NrtModel", "NrtTensor", "TensorMetadata", "ExecutionEvent",
+        "SpikeAsync", "SpikeAsyncFuture", "SpikeAsyncTask", "SpikeStream"}
     for name in spike.__all__:
         assert getattr(spike, name) is not None
     import spike._spike as low
@@ -87,5 +88,5 @@ def test_reprs_are_readable(neff):
     assert repr(m).startswith("SpikeModel(name='noop'")
     assert repr(m.model_ref).startswith("NrtModel(name='noop'")
     assert repr(m.input_tensors_info["x"]) == (
-        "spike._spike.TensorMetadata(size=4, dtype='float32', shape=(1,), alias_of=None)")
+        "spike._spike.TensorMetadata(size=4, dtype='float32', shape=[1], alias_of=None)")
     assert repr(spike.get_spike_singleton()).startswith("Spike(cores=")

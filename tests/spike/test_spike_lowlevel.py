@@ -360,10 +360,11 @@ def test_load_model_and_tensor_info(raw_spike, neff):
     assert list(info.inputs) == ["x", "y"] and list(info.outputs) == ["output0", "output1"]
     x = info.inputs["x"]
     assert isinstance(x, TensorMetadata)
-    assert (x.size, x.dtype, x.shape, x.alias_of) == (24, "float32", (2, 3), None)
+    assert (x.size, x.dtype, x.shape, x.alias_of) == (24, "float32", [2, 3], None)
+    assert type(x.shape) is list         # a list, as the original's
     assert info.inputs["y"].dtype == "int32"
-    assert info.outputs["output1"] == TensorMetadata((4, "int32", (1,), None))
-    assert "TensorMetadata(size=24, dtype='float32', shape=(2, 3), alias_of=None)" in repr(info)
+    assert info.outputs["output1"] == TensorMetadata((4, "int32", [1], None))
+    assert "TensorMetadata(size=24, dtype='float32', shape=[2, 3], alias_of=None)" in repr(info)
 
 
 def test_load_model_options(raw_spike, neff):
