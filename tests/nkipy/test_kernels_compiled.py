@@ -380,3 +380,20 @@ def test_is_neuron_compatible(monkeypatch, caplog):
     with caplog.at_level("WARNING"):
         assert is_neuron_compatible() is False
     assert "core 99 does not exist" in caplog.text
+
+
+@pytest.mark.parametrize("key", [
+    "a[:, 1, ..., idx]", "a[:, -1, ..., idx]", "a[:, idx, :, 1]", "a[1, ..., idx]",
+    "a[:, 1, None, ..., idx]", "a[:, 1, 0:3, idx]", "a[idx, 1]",
+])
+def test_separated_advanced_indices_follow_numpy(cache, key):
+    """An integer and an index array separated by a slice/ellipsis: NumPy puts
+    the broadcast index dimensions first (torch would not)."""
+    fn = eval(f"lambda a, idx: {key}")  # noqa: S307  (test-local expressions)
+    fn.__name__ = "advidx"
+    a = f32(5, 3, 4, 6)
+    idx = np.array([[1, 0, 2], [2, 2, -1]], np.int32)
+    got = baremetal_jit(build_dir=str(cache))(fn)(a, idx)
+    want = fn(a, idx)
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(got, want)

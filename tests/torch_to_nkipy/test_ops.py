@@ -221,6 +221,7 @@ CASES = [
     Case(aten.constant_pad_nd.default, mk(R(3, 4), [-1, 2]), id="crop"),
     Case(aten.gather.default, mk(R(3, 5), 1, I(3, 2, hi=5))),
     Case(aten.index_select.default, mk(R(5, 4), 0, I(3, hi=5))),
+    Case(aten.index_select.default, mk(R(5, 4, 15), 1, I(hi=4)), id="0d_index"),
     Case(aten.index.Tensor, mk(R(5, 4), [I(3, hi=5)])),
     Case(aten.index.Tensor, mk(R(5, 4), [None, I(2, 2, hi=4)]), id="second"),
     Case(aten.index_put.default, mk(R(5, 4), [I(3, hi=5)], R(3, 4))),

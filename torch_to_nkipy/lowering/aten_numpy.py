@@ -709,6 +709,8 @@ def gather(x, dim, index, sparse_grad=False):
 
 @reg("aten.index_select.default")
 def index_select(x, dim, index):
+    if len(np.shape(index)) == 0:       # torch keeps the dimension for a 0-d index
+        index = np.reshape(index, (1,))
     return np.take(x, index, axis=dim)
 
 
