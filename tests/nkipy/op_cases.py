@@ -887,6 +887,22 @@ def _nn_cases() -> list[OpCase]:
            rtol=1e-4 if dt == F32 else 2e-3, atol=1e-4 if dt == F32 else 2e-3)
     _c(cases, "conv2d-channel-mismatch-error", lambda x, w: ops.conv2d(x, w), data((1, 3, 5, 5), F32),
        data((2, 4, 3, 3), F32))
+    for dt in [F32, F16]:
+        x = data((2, 4, 5, 6, 5), dt, seed=4)
+        tol = dict(rtol=1e-4, atol=1e-4) if dt == F32 else dict(rtol=2e-3, atol=2e-3)
+        for name, kw, wshape in [
+            ("basic", {}, (3, 4, 2, 3, 3)),
+            ("stride-pad-dil-groups", {"stride": (2, 1, 2), "padding": 1, "dilation": (1, 2, 1),
+                                       "groups": 2}, (6, 2, 3, 2, 3)),
+            ("asym-pad", {"padding": ((2, 1), (0, 1), (1, 0))}, (3, 4, 3, 2, 2)),
+            ("same", {"padding": "same"}, (2, 4, 3, 3, 1)),
+        ]:
+            _c(cases, f"conv3d-{name}-{dname(dt)}", lambda x, w, kw=kw: ops.conv3d(x, w, **kw),
+               x, data(wshape, dt, seed=5), **tol)
+        _c(cases, f"conv3d-bias-{dname(dt)}", lambda x, w, b: ops.conv3d(x, w, b, stride=2),
+           x, data((3, 4, 1, 3, 3), dt, seed=5), data((3,), dt, seed=6), **tol)
+    _c(cases, "conv3d-channel-mismatch-error", lambda x, w: ops.conv3d(x, w),
+       data((1, 3, 4, 5, 5), F32), data((2, 4, 3, 3, 3), F32))
     return cases
 
 

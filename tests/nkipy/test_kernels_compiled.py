@@ -397,3 +397,19 @@ def test_separated_advanced_indices_follow_numpy(cache, key):
     want = fn(a, idx)
     assert got.shape == want.shape
     np.testing.assert_array_equal(got, want)
+
+
+def test_conv3d_in_a_kernel_matches_torch(cache):
+    torch = pytest.importorskip("torch")
+    x, w, b = f32(2, 4, 5, 6, 7), f32(6, 2, 3, 2, 3), f32(6)
+    kw = dict(stride=(2, 1, 2), padding=1, dilation=(1, 2, 1), groups=2)
+
+    @baremetal_jit(build_dir=str(cache))
+    def c3(x, w, b):
+        return ops.conv3d(x, w, b, **kw)
+
+    got = c3(x, w, b)
+    want = torch.nn.functional.conv3d(torch.from_numpy(x), torch.from_numpy(w),
+                                      torch.from_numpy(b), **kw).numpy()
+    assert got.shape == want.shape == (2, 6, 3, 6, 4)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

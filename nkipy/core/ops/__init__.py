@@ -4,7 +4,7 @@ Each op runs plain NumPy when called outside a traced kernel (the CPU reference)
 and records IR while a kernel is traced. NumPy's own functions, ufuncs and
 operators on traced tensors dispatch here too (see ``_dispatch.FUNCTIONS``).
 The nkipy extras beyond NumPy are softmax, log_softmax, rms_norm, topk, conv2d,
-conv3d (CPU only), sigmoid, erf, rsqrt, constant/zeros/full, static_slice,
+conv3d, sigmoid, erf, rsqrt, constant/zeros/full, static_slice,
 dynamic_update_slice, scatter_along_axis, scatter_strided and the collectives.
 
 The modules form layers, each importing only those below it (an import-linter

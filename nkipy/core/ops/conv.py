@@ -1,4 +1,5 @@
-"""Convolution: conv2d (NCHW input, OIHW weight). conv3d runs on CPU only."""
+"""Convolution: conv2d (NCHW input, OIHW weight) and conv3d (NCDHW, OIDHW; traced as
+one conv2d per kernel depth tap over the output depths folded into the batch)."""
 from __future__ import annotations
 
 import itertools
@@ -130,5 +131,50 @@ def _conv3d_cpu(input: Any, weight: Any, bias: Any = None, stride: Any = 1, padd
 @nkipy_op(cpu=_conv3d_cpu)
 def conv3d(input: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0,
            dilation: Any = 1, groups: int = 1, **kwargs: Any) -> Any:
-    """3-D convolution: runs on CPU (NumPy); not supported in traced kernels."""
-    raise unsupported("conv3d", "it runs on CPU only; use conv2d over the slices")
+    """3-D convolution (cross-correlation, like PyTorch): input NCDHW, weight
+    OIDHW (I = C / groups), optional bias (O,). padding: int, (pd, ph, pw),
+    three (lo, hi) pairs, 'valid' or 'same'.
+
+    Traced as one ``conv2d`` per depth tap of the kernel, the output depths
+    folded into the batch, the taps summed in float32 (as the CPU version
+    accumulates) and the sum cast to the result dtype."""
+    dt = result_dtype(input, weight) if bias is None else result_dtype(input, weight, bias)
+    x, w = to_value(input, dt), to_value(weight, dt)
+    st, dl = _tuple(stride, 3, "stride"), _tuple(dilation, 3, "dilation")
+    if any(s < 1 for s in st) or any(d < 1 for d in dl):
+        raise ValueError("conv3d stride and dilation must be positive")
+    pads = _padding(padding, 3, w.shape[2:], dl, st)
+    shape = _conv_shape(x.shape, w.shape, int(groups), st, pads, dl)
+    if bias is not None:
+        b = to_value(bias, dt)
+        if b.shape != (w.shape[0],):
+            raise ValueError(f"conv3d bias must have shape ({w.shape[0]},), got {b.shape}")
+    acc = np.dtype(np.float32) if dt.kind == "f" or dt == _dt.bfloat16 else dt
+    n, c, depth = x.shape[:3]
+    o, kd = w.shape[0], w.shape[2]
+    do, ho, wo = shape[2:]
+    xt = wrap(B.cast(x, acc))
+    wt = wrap(B.cast(w, acc))
+    (plo, phi) = pads[0]
+    if plo or phi:  # zero depth planes on either side
+        parts = [np.zeros((n, c, plo) + x.shape[3:], acc)] if plo else []
+        parts.append(xt)
+        if phi:
+            parts.append(np.zeros((n, c, phi) + x.shape[3:], acc))
+        xt = np.concatenate(parts, axis=2)
+    total = None
+    if n * do and o:
+        for t in range(kd):
+            start = t * dl[0]
+            planes = xt[:, :, start:start + st[0] * (do - 1) + 1:st[0]]      # (N, C, Do, H, W)
+            batch = np.reshape(np.transpose(planes, (0, 2, 1, 3, 4)),
+                               (n * do, c) + tuple(planes.shape[3:]))
+            part = conv2d(batch, wt[:, :, t], stride=st[1:], padding=pads[1:],
+                          dilation=dl[1:], groups=int(groups))         # (N*Do, O, Ho, Wo)
+            total = part if total is None else total + part
+        out = np.transpose(np.reshape(total, (n, do, o, ho, wo)), (0, 2, 1, 3, 4))
+    else:
+        out = np.zeros(shape, acc)
+    if bias is not None:
+        out = out + np.reshape(wrap(B.cast(b, acc)), (1, o, 1, 1, 1))
+    return wrap(B.cast(to_value(out), dt))
