@@ -147,6 +147,24 @@ class NKIPyTensorRef:
         return self.size * self.itemsize
 
     @property
+    def strides(self) -> tuple[int, ...]:
+        """Bytes between consecutive elements along each dimension, as NumPy's
+        ``ndarray.strides`` of a C-contiguous array of this shape and dtype
+        (what the original reports). A view that is not contiguous in its
+        base (``x.T``, ``x[:, ::2]``) has other strides in NumPy, which a
+        traced kernel cannot know: refused rather than reported wrong."""
+        if not self.is_contiguous:
+            from nkipy.core.ops._core import unsupported
+
+            raise unsupported("strides of a non-contiguous view",
+                              "copy it first (x.copy())")
+        out, step = [], self.itemsize
+        for n in reversed(self.shape):
+            out.append(step)
+            step *= max(int(n), 1)
+        return tuple(reversed(out))
+
+    @property
     def T(self) -> "NKIPyTensorRef":
         return self.transpose()
 

@@ -376,3 +376,22 @@ def test_every_ir_op_is_produced_by_some_case() -> None:
                 continue
             seen.update(n.op for n in g.nodes)
     assert not set(OPS) - seen, sorted(set(OPS) - seen)
+
+
+def test_tracer_strides_are_numpys_or_refused() -> None:
+    from nkipy.core.ops._core import NKIPyUnsupportedError
+
+    a = np.zeros((3, 4, 5), np.float16)
+    seen = {}
+
+    def k(x):
+        for expr in ("x", "x[1:3]", "x[1]", "x.reshape(12, 5)", "x[2, 1:3]", "x.T.copy()"):
+            seen[expr] = eval(expr).strides  # noqa: S307  (test-local expressions)
+        for expr in ("x.T", "x[:, ::2]", "x[:, 1]"):
+            with pytest.raises(NKIPyUnsupportedError, match="strides of a non-contiguous view"):
+                eval(expr).strides  # noqa: S307
+        return x + 1
+
+    trace(k, a)
+    for expr, strides in seen.items():
+        assert strides == eval(expr.replace("x", "a")).strides, expr  # noqa: S307
