@@ -117,10 +117,22 @@ def check_supported(dtype: Any, what: str = "value") -> np.dtype:
     """Narrows ``dtype`` and raises TypeError if kernels cannot hold it."""
     dt = narrow(dtype)
     if dt not in SUPPORTED_DTYPES and not (dt in WIDE_DTYPES and _WIDE.get()):
+        refuse_float8(dt, what)
         names = ", ".join(d.name for d in SUPPORTED_DTYPES)
         raise TypeError(f"nkipy kernels do not support dtype {dt} (for {what}); "
                         f"supported dtypes: {names} (64-bit types are narrowed to 32-bit)")
     return dt
+
+
+def refuse_float8(dt: Any, what: str = "value") -> None:
+    """TypeError for an 8-bit float dtype (float8_e4m3 and the other ml_dtypes
+    float8 types): the CPU device computes none of them exactly, so kernels
+    refuse them rather than compute in another precision."""
+    name = getattr(dt, "name", str(dt))
+    if name.startswith("float8"):
+        raise TypeError(f"nkipy kernels do not support dtype {name} (for {what}): this device "
+                        f"has no 8-bit float arithmetic; convert to float32/bfloat16 outside "
+                        f"the kernel (x.astype(np.float32)) and back after")
 
 
 def sanitize_array(arr: np.ndarray, name: str = "", stacklevel: int = 3) -> np.ndarray:

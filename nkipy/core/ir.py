@@ -29,8 +29,13 @@ try:  # bfloat16 for NumPy
     import ml_dtypes
 
     bfloat16 = np.dtype(ml_dtypes.bfloat16)
+    #: NKI's float8_e4m3 (1 sign, 4 exponent, 3 mantissa bits, bias 7, with
+    #: infinities and NaN: ml_dtypes.float8_e4m3, not float8_e4m3fn). Kernels
+    #: refuse it (no 8-bit float arithmetic on this device): dtypes.check_supported.
+    float8_e4m3 = np.dtype(ml_dtypes.float8_e4m3)
 except ImportError:  # pragma: no cover - ml_dtypes is a dependency
     bfloat16 = None
+    float8_e4m3 = None
 
 SUPPORTED_DTYPES = tuple(
     np.dtype(d)

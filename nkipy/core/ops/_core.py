@@ -70,6 +70,7 @@ def static_array(x: Any) -> np.ndarray:
     """``np.asarray`` of a static operand, rejecting object/complex arrays."""
     arr = np.asarray(x)
     if arr.dtype.kind in "OUSVcmM" and arr.dtype != _dt.bfloat16:
+        _dt.refuse_float8(arr.dtype, "a constant")
         raise TypeError(f"nkipy kernels cannot use a value of dtype {arr.dtype}: {x!r:.60}")
     return arr
 
