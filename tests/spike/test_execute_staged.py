@@ -1,6 +1,8 @@
 """Spike.execute_staged: host writes, one execution and host reads in one call."""
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -20,14 +22,21 @@ def test_writes_execute_reads(raw_spike, neff):
     m = raw_spike.load_model(neff("sleep"))
     ins, outs = io(raw_spike)
     x = np.arange(N, dtype=np.float32)
-    ms = np.zeros(1, np.int32)
+    ms = np.full(1, 20, np.int32)            # the kernel sleeps 20 ms
     got = np.zeros(N, np.float32)
+    t0 = time.perf_counter_ns()
     times = raw_spike.execute_staged(
         m, ins, outs,
         [(ins["x"], x.ctypes.data, x.nbytes), (ins["ms"], ms.ctypes.data, 4)],
         [(outs["output0"], got.ctypes.data, got.nbytes)])
+    wall = time.perf_counter_ns() - t0
     assert np.array_equal(got, x + 1)
+    # (write_ns, execute_ns, read_ns): phases of this call, in nanoseconds
     assert len(times) == 3 and all(t >= 0 for t in times)
+    assert times[1] >= 19_000_000               # the execution phase holds the 20 ms sleep
+    assert sum(times) <= wall                   # and the phases fit inside the call
+    ms[0] = 0
+    raw_spike.execute_staged(m, ins, outs, [(ins["ms"], ms.ctypes.data, 4)], [])
     # partial copies: only the first half written and read back
     y = np.full(N // 2, 7, np.float32)
     half = np.zeros(N // 2, np.float32)

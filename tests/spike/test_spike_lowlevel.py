@@ -462,7 +462,10 @@ def test_benchmark_low_level(raw_spike, neff):
     assert isinstance(r, BenchmarkResult)
     assert r.iterations == 7 and r.warmup_iterations == 2 and len(r.durations_ms) == 7
     assert 0 <= r.min_ms <= r.mean_ms <= r.max_ms
-    assert r.std_dev_ms >= 0
+    d = np.asarray(r.durations_ms)
+    assert (r.min_ms, r.max_ms) == (d.min(), d.max())
+    assert r.mean_ms == pytest.approx(d.mean(), rel=1e-9)
+    assert r.std_dev_ms == pytest.approx(d.std(), rel=1e-9, abs=1e-12)  # population std
     with pytest.raises(ValueError, match="benchmark_iterations must be between 1"):
         raw_spike.benchmark(m, {"x": x}, {"output0": y}, benchmark_iterations=0)
     with pytest.raises(ValueError, match="warmup_iterations must be a non-negative"):
@@ -499,12 +502,21 @@ def test_save_trace_low_level(raw_spike, neff, tmp_path, monkeypatch):
 
 
 def test_quiet_reset_helper_closes_singleton():
+    import warnings
+
     import spike
 
-    spike.get_spike_singleton()
-    quiet_reset()
-    s = Spike()  # possible again
-    s.close()
+    first = spike.get_spike_singleton()
+    assert not first.closed
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")          # quiet: no UserWarning escapes
+        quiet_reset()
+    assert first.closed                         # the singleton's runtime is closed
+    second = spike.get_spike_singleton()        # and a new one is made on demand
+    try:
+        assert second is not first and not second.closed
+    finally:
+        quiet_reset()
 
 
 def test_write_only_changes(raw_spike):

@@ -85,6 +85,10 @@ def test_save_chrome_trace(noop, tmp_path):
     doc = json.loads(path.read_text())
     execs = [e for e in doc["traceEvents"] if e.get("cat") == "nc_exec_running"]
     assert len(execs) == 3 and all(e["ph"] == "X" and e["dur"] >= 0 for e in execs)
+    # three calls one after the other: their spans follow one another in order
+    execs.sort(key=lambda e: e["ts"])
+    for a, b in zip(execs, execs[1:]):
+        assert a["ts"] + a["dur"] <= b["ts"] + 1.0    # µs; 1 µs for float rounding
     from spike import NrtError
     with pytest.raises(NrtError, match=r"cannot write trace file '.*no_such_dir/t.json': cannot "
                        r"create a temporary file in '.*no_such_dir/': No such file or directory"):

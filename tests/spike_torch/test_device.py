@@ -127,8 +127,23 @@ def test_generated_methods(nkipy):
 
 
 def test_autocast_supported(nkipy):
+    """torch.autocast("nkipy"): products in the autocast dtype, as CPU autocast
+    computes them; other ops keep their dtype; nothing changes outside."""
+    g = torch.Generator().manual_seed(3)
+    x, y = torch.randn(8, 8, generator=g), torch.randn(8, 8, generator=g)
+    xd, yd = x.to("nkipy"), y.to("nkipy")
+    assert not torch.is_autocast_enabled("nkipy")
     with torch.autocast("nkipy", dtype=torch.bfloat16):
-        pass
+        assert torch.is_autocast_enabled("nkipy")
+        assert torch.get_autocast_dtype("nkipy") == torch.bfloat16
+        prod, lin, add = xd @ yd, torch.nn.functional.linear(xd, yd), xd + yd
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        want_prod, want_lin = x @ y, torch.nn.functional.linear(x, y)
+    assert (prod.dtype, lin.dtype, add.dtype) == (torch.bfloat16, torch.bfloat16, torch.float32)
+    assert prod.device.type == "nkipy"
+    assert torch.equal(prod.cpu(), want_prod) and torch.equal(lin.cpu(), want_lin)
+    assert torch.equal(add.cpu(), x + y)
+    assert (xd @ yd).dtype == torch.float32
 
 
 def test_torch_accelerator_api(nkipy):

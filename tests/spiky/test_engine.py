@@ -130,7 +130,12 @@ def test_trim_to_a_target_and_errors(backend):
     assert spiky.get_memory_stats()["cached_bytes"] <= cached // 2
     with pytest.raises(ValueError, match="target_bytes must be >= 0"):
         spiky.trim_memory_pool(-1)
-    assert spiky.get_cached_blocks() >= 0
+    spiky.trim_memory_pool(0)
+    assert spiky.get_cached_blocks() == 0 and spiky.get_memory_stats()["cached_bytes"] == 0
+    ys = [torch.empty(2**20, device="nkipy") for _ in range(3)]
+    del ys
+    assert spiky.get_cached_blocks() >= 1          # the freed memory is held again
+    assert spiky.get_memory_stats()["cached_bytes"] >= 3 * 4 * 2**20
 
 
 def test_save_ntff_writes_perfetto_traces_for_selected_executions(backend, tmp_path):
