@@ -8,22 +8,12 @@ arena per core so that out-of-memory paths are quick to reach.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import warnings
-from pathlib import Path
-from typing import Dict, Iterator, Optional
+from typing import Iterator
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-CORE_MEMORY = 256 << 20
-
-
-def quiet(fn, *args, **kwargs):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        return fn(*args, **kwargs)
+from spike_torch_helpers import CORE_MEMORY, quiet
 
 
 @pytest.fixture(scope="session")
@@ -58,16 +48,3 @@ def nkipy(spike_torch_module) -> Iterator:
         warnings.filterwarnings("ignore", message="nkipy: operator")
         yield spike_torch_module
     spike_torch_module.set_device(0)
-
-
-def run_python(code: str, env: Optional[Dict[str, str]] = None,
-               timeout: float = 120) -> subprocess.CompletedProcess:
-    """Runs code in a fresh interpreter (repo on sys.path)."""
-    full_env = dict(os.environ)
-    full_env.pop("NEURON_RT_VISIBLE_CORES", None)
-    full_env["PYTHONPATH"] = os.pathsep.join(
-        [str(REPO)] + ([full_env["PYTHONPATH"]] if full_env.get("PYTHONPATH") else []))
-    full_env.setdefault("NKRT_CORE_MEMORY", "256M")
-    full_env.update(env or {})
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=full_env, timeout=timeout, cwd=str(REPO))

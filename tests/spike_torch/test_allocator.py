@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import CORE_MEMORY
+from spike_torch_helpers import CORE_MEMORY
 
 MiB = 1 << 20
 

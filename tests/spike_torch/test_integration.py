@@ -7,7 +7,7 @@ import warnings
 import pytest
 import torch
 
-from conftest import run_python
+from spike_torch_helpers import run_python
 
 
 def test_seed_usage_block(nkipy):

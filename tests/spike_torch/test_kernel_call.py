@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import run_python
+from spike_torch_helpers import run_python
 
 KERNELS = Path(__file__).resolve().parents[2] / "runtime" / "tests" / "kernels"
 N = 1024  # the sleep kernel: output0 = x + 1 over float32[1024] after ms[0] ms

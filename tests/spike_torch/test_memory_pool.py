@@ -9,7 +9,7 @@ import threading
 import pytest
 import torch
 
-from conftest import run_python
+from spike_torch_helpers import run_python
 
 MiB = 1 << 20
 KEYS = ("used_bytes", "cached_bytes", "total_bytes", "allocation_count", "reuse_count",
