@@ -226,6 +226,8 @@ class SpikeAsync:
                   stream: Optional[SpikeStream]) -> asyncio.Future:
         """Starts the operation now, or in a task once ``deps`` and the
         stream's previous operation are done; the stream then ends with it."""
+        if self._loop.is_closed():
+            raise RuntimeError("SpikeAsync is closed")
         if stream is None:
             stream = self._default_stream
         elif not isinstance(stream, SpikeStream) or stream._owner is not self:

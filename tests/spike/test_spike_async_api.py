@@ -1,6 +1,7 @@
 """SpikeAsync: the original's asyncio-style API over Spike.execute_async."""
 from __future__ import annotations
 
+import asyncio
 import time
 
 import numpy as np
@@ -147,6 +148,10 @@ def test_close_and_a_given_runtime(fresh_spike, neff):
         assert not raw.closed                        # not ours to close
         with pytest.raises(RuntimeError, match="SpikeAsync is closed"):
             sa.tensor_read(raw.allocate_tensor(4))
+        coro = asyncio.sleep(0)
+        with pytest.raises(RuntimeError, match="SpikeAsync is closed"):
+            sa.submit(coro)
+        coro.close()
     finally:
         raw.close()
     with pytest.raises(TypeError, match="needs a spike._spike.Spike"):
