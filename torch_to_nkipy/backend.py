@@ -257,10 +257,48 @@ def _split_on_markers(gm: torch.fx.GraphModule, role: str,
     return split
 
 
+_PLAIN_INPUTS = (torch.Tensor, bool, int, float, torch.SymInt, torch.SymFloat, type(None))
+
+
+def _drop_unused_objects(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
+                         ) -> Optional[List[int]]:
+    """Removes the graph inputs that are objects no node reads (the
+    ``DeviceMesh`` of each DTensor AOTAutograd desugared into its local tensor
+    and ``_c10d_functional`` collectives naming the group); returns the indices
+    of the inputs kept, or None when every input stays. Objects a node does read
+    stay inputs (the nodes reading them run eagerly)."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(example_inputs):
+        return None
+    drop = [i for i, (n, v) in enumerate(zip(placeholders, example_inputs))
+            if not isinstance(v, _PLAIN_INPUTS) and not n.users]
+    if not drop:
+        return None
+    for i in drop:
+        gm.graph.erase_node(placeholders[i])
+    gm.graph.lint()
+    gm.recompile()
+    return [i for i in range(len(placeholders)) if i not in set(drop)]
+
+
 def compile_fx_graph(gm: torch.fx.GraphModule, role: str = "forward",
                      opts: ExecOptions = DEFAULT_OPTIONS,
-                     split_markers: bool = True) -> Callable[..., Any]:
-    """A callable running ``gm`` (boxed: takes the list of inputs)."""
+                     split_markers: bool = True,
+                     example_inputs: Optional[Sequence[Any]] = None) -> Callable[..., Any]:
+    """A callable running ``gm`` (boxed: takes the list of inputs).
+
+    With ``example_inputs``, inputs that are objects no node reads (DTensor's
+    device meshes) are removed from the graph and dropped from each call's
+    arguments."""
+    if example_inputs is not None:
+        kept = _drop_unused_objects(gm, example_inputs)
+        if kept is not None:
+            inner = compile_fx_graph(gm, role, opts, split_markers)
+
+            def run_kept(args: List[Any]) -> Any:
+                return inner([args[i] for i in kept])
+            run_kept._boxed_call = True  # type: ignore[attr-defined]
+            return run_kept
     if split_markers and sum(1 for n in gm.graph.nodes if n.op == "call_function"
                              and target_name(n.target) == _MARKER) > 0:
         split = _split_on_markers(gm, role, opts)
@@ -310,10 +348,10 @@ def nkipy_backend_fn(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
     opts = resolve_options(options, get_nkipy_backend_config())
 
     def fw(g: torch.fx.GraphModule, ex: Sequence[Any]) -> Callable[..., Any]:
-        return compile_fx_graph(g, "forward", opts)
+        return compile_fx_graph(g, "forward", opts, example_inputs=ex)
 
     def bw(g: torch.fx.GraphModule, ex: Sequence[Any]) -> Callable[..., Any]:
-        return compile_fx_graph(g, "backward", opts)
+        return compile_fx_graph(g, "backward", opts, example_inputs=ex)
 
     return aot_module_simplified(gm, example_inputs, fw_compiler=fw, bw_compiler=bw,
                                  decompositions=decompositions(),
