@@ -260,25 +260,60 @@ def _split_on_markers(gm: torch.fx.GraphModule, role: str,
 _PLAIN_INPUTS = (torch.Tensor, bool, int, float, torch.SymInt, torch.SymFloat, type(None))
 
 
-def _drop_unused_objects(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
-                         ) -> Optional[List[int]]:
-    """Removes the graph inputs that are objects no node reads (the
-    ``DeviceMesh`` of each DTensor AOTAutograd desugared into its local tensor
-    and ``_c10d_functional`` collectives naming the group); returns the indices
-    of the inputs kept, or None when every input stays. Objects a node does read
-    stay inputs (the nodes reading them run eagerly)."""
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    if len(placeholders) != len(example_inputs):
-        return None
-    drop = [i for i, (n, v) in enumerate(zip(placeholders, example_inputs))
-            if not isinstance(v, _PLAIN_INPUTS) and not n.users]
-    if not drop:
-        return None
-    for i in drop:
-        gm.graph.erase_node(placeholders[i])
-    gm.graph.lint()
-    gm.recompile()
-    return [i for i in range(len(placeholders)) if i not in set(drop)]
+class _ObjectInputs:
+    """How a graph without its object inputs is called: the graph inputs that
+    are objects (not tensors or numbers) and that no node computes with: the
+    ``DeviceMesh`` of each DTensor, which AOTAutograd keeps as an input after
+    desugaring DTensor into its local tensor and ``_c10d_functional``
+    collectives naming the process group, and which a training graph returns to
+    save it for the backward. They are removed from the graph; a call drops them
+    from its arguments and puts the returned ones back among the results."""
+
+    def __init__(self, kept: List[int], passthrough: List[Tuple[int, int]]) -> None:
+        self.kept = kept                  # indices of the inputs the graph still takes
+        self.passthrough = passthrough    # (output position, input index), ascending
+
+    @classmethod
+    def strip(cls, gm: torch.fx.GraphModule,
+              example_inputs: Sequence[Any]) -> Optional["_ObjectInputs"]:
+        """Removes the object inputs of ``gm`` (in place); None when it has none."""
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        if len(placeholders) != len(example_inputs):
+            return None
+        output = next(n for n in gm.graph.nodes if n.op == "output")
+        outs = output.args[0]
+        drop = {}
+        for i, (n, v) in enumerate(zip(placeholders, example_inputs)):
+            if isinstance(v, _PLAIN_INPUTS):
+                continue
+            if all(u is output for u in n.users) and (not n.users or isinstance(outs, (list, tuple))):
+                drop[n] = i
+        if not drop:
+            return None
+        passthrough = []
+        if isinstance(outs, (list, tuple)):
+            passthrough = [(pos, drop[o]) for pos, o in enumerate(outs) if o in drop]
+            output.args = ([o for o in outs if o not in drop],)
+        for n in drop:
+            gm.graph.erase_node(n)
+        gm.graph.lint()
+        gm.recompile()
+        return cls([i for i in range(len(placeholders)) if i not in drop.values()],
+                   passthrough)
+
+    def wrap(self, inner: Callable[[List[Any]], Any]) -> Callable[[List[Any]], Any]:
+        """A boxed callable taking the original inputs around the boxed ``inner``."""
+        kept, passthrough = self.kept, self.passthrough
+
+        def run_without_objects(args: List[Any]) -> Any:
+            res = inner([args[i] for i in kept])
+            if passthrough:
+                res = list(res)
+                for pos, i in passthrough:
+                    res.insert(pos, args[i])
+            return res
+        run_without_objects._boxed_call = True  # type: ignore[attr-defined]
+        return run_without_objects
 
 
 def compile_fx_graph(gm: torch.fx.GraphModule, role: str = "forward",
@@ -287,18 +322,12 @@ def compile_fx_graph(gm: torch.fx.GraphModule, role: str = "forward",
                      example_inputs: Optional[Sequence[Any]] = None) -> Callable[..., Any]:
     """A callable running ``gm`` (boxed: takes the list of inputs).
 
-    With ``example_inputs``, inputs that are objects no node reads (DTensor's
-    device meshes) are removed from the graph and dropped from each call's
-    arguments."""
+    With ``example_inputs``, inputs that are objects no node computes with
+    (DTensor's device meshes) are taken out of the graph (:class:`_ObjectInputs`)."""
     if example_inputs is not None:
-        kept = _drop_unused_objects(gm, example_inputs)
-        if kept is not None:
-            inner = compile_fx_graph(gm, role, opts, split_markers)
-
-            def run_kept(args: List[Any]) -> Any:
-                return inner([args[i] for i in kept])
-            run_kept._boxed_call = True  # type: ignore[attr-defined]
-            return run_kept
+        objects = _ObjectInputs.strip(gm, example_inputs)
+        if objects is not None:
+            return objects.wrap(compile_fx_graph(gm, role, opts, split_markers))
     if split_markers and sum(1 for n in gm.graph.nodes if n.op == "call_function"
                              and target_name(n.target) == _MARKER) > 0:
         split = _split_on_markers(gm, role, opts)
