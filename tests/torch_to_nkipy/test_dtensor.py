@@ -130,11 +130,14 @@ _TP_SCRIPT = textwrap.dedent("""
         tp.load_state_dict(ref.state_dict())
         return ref, parallelize_module(tp.to("nkipy"), mesh, plan)
 
-    def check(name, ref, tp, x):
+    def check(name, ref, tp, x, eager_tp=True):
         torch._dynamo.reset()
         with torch.no_grad():
             want = ref(x)
-            eager = tp(x).cpu()
+            # eager_tp=False: the sharded model is not run eagerly (the eager process
+            # group does not serve functional all_gather yet); compared with the
+            # unsharded model only
+            eager = tp(x).cpu() if eager_tp else want
             got = torch.compile(tp, backend="nkipy", fullgraph=True)(x)
         assert got.device.type == "nkipy", (name, got.device)
         got = got.cpu()
@@ -150,6 +153,9 @@ _TP_SCRIPT = textwrap.dedent("""
                                         "mlp.up": ColwiseParallel(),
                                         "mlp.down": RowwiseParallel()}),
           torch.randint(0, 64, (2, 8)))
+    # a column-wise layer with a replicated output: an all_gather in the kernel
+    check("gathered", *twin(MLP, {"up": ColwiseParallel(output_layouts=Replicate())}),
+          torch.randn(4, 16), eager_tp=False)
 
     # a training step: the forward and backward graphs compiled, each rank's
     # gradient shards equal to the slices of the unsharded model's gradients
@@ -172,7 +178,8 @@ _TP_SCRIPT = textwrap.dedent("""
 @pytest.mark.slow
 def test_tensor_parallel_modules_two_ranks(tmp_path):
     """Two ranks: a Colwise+Rowwise MLP, an attention block (q/k/v column-wise,
-    o row-wise) and a row-wise sharded embedding compiled equal eager within
+    o row-wise), a row-wise sharded embedding and a column-wise layer gathering its
+    output (all_gather) compiled equal eager within
     float32 tolerance; a compiled training step gives each rank the gradient
     slices of the unsharded model."""
     port, world, procs = _free_port(), 2, []
