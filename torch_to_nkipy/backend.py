@@ -283,15 +283,16 @@ class _ObjectInputs:
         output = next(n for n in gm.graph.nodes if n.op == "output")
         outs = output.args[0]
         drop = {}
+        returned = isinstance(outs, (list, tuple))   # results a list the inputs can join
         for i, (n, v) in enumerate(zip(placeholders, example_inputs)):
             if isinstance(v, _PLAIN_INPUTS):
                 continue
-            if all(u is output for u in n.users) and (not n.users or isinstance(outs, (list, tuple))):
+            if not n.users or (returned and all(u is output for u in n.users)):
                 drop[n] = i
         if not drop:
             return None
         passthrough = []
-        if isinstance(outs, (list, tuple)):
+        if returned:
             passthrough = [(pos, drop[o]) for pos, o in enumerate(outs) if o in drop]
             output.args = ([o for o in outs if o not in drop],)
         for n in drop:

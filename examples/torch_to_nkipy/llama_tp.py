@@ -60,6 +60,30 @@ def tp_plan():
             "mlp.down_proj": RowwiseParallel()}
 
 
+def unshardable(config, world):
+    """Why ``config`` cannot be sharded over ``world`` ranks (None when it can)."""
+    if config.num_key_value_heads % world or config.intermediate_size % world:
+        return (f"the model's {config.num_key_value_heads} key-value heads and intermediate "
+                f"size {config.intermediate_size} must divide among the {world} ranks")
+    return None
+
+
+def verdict(tokens, eager_tokens, err, everyone):
+    """Whether the run matches eager, and the lines saying so: ``tokens`` (rank 0's)
+    against ``eager_tokens``, the prefill logit difference ``err`` against ``TOL``,
+    and every rank's tokens (``everyone``) against rank 0's."""
+    lines = ["tokens (nkipy, tensor parallel): " + str(tokens),
+             "tokens (eager, one process):     " + str(eager_tokens),
+             f"max prefill logit difference: {err:.3e} (tolerance {TOL})"]
+    ok = tokens == eager_tokens and err <= TOL
+    for r, other in enumerate(everyone):
+        if other != tokens:
+            lines.append(f"rank {r} generated other tokens: {other}")
+            ok = False
+    lines.append("tokens and logits match eager" if ok else "MISMATCH against eager")
+    return ok, lines
+
+
 def generate(model, prompt):
     return model.generate(prompt, max_new_tokens=NEW, do_sample=False,
                           cache_implementation="static")
@@ -88,10 +112,10 @@ def main() -> int:
     rank, world = dist.get_rank(), dist.get_world_size()
     init_nkipy_backend(nkipy_cache=os.environ.get("NKIPY_EXAMPLE_CACHE"))
     model, prompt = build_model()
-    cfg = model.config
-    if cfg.num_key_value_heads % world or cfg.intermediate_size % world:
-        print(f"the model's {cfg.num_key_value_heads} key-value heads and intermediate size "
-              f"{cfg.intermediate_size} must divide among the {world} ranks", file=sys.stderr)
+    why = unshardable(model.config, world)
+    if why is not None:
+        print(why, file=sys.stderr)
+        dist.destroy_process_group()
         return 2
 
     with torch.no_grad():
@@ -115,15 +139,8 @@ def main() -> int:
         err = (logits - eager_logits).abs().max().item()
         print(f"{world} ranks, tensor parallel over {mesh}; reference: eager PyTorch on the "
               f"CPU, one process")
-        print("tokens (nkipy, tensor parallel):", tokens)
-        print("tokens (eager, one process):    ", eager_tokens)
-        print(f"max prefill logit difference: {err:.3e} (tolerance {TOL})")
-        ok = tokens == eager_tokens and err <= TOL
-        for r, other in enumerate(everyone):
-            if other != tokens:
-                print(f"rank {r} generated other tokens: {other}")
-                ok = False
-        print("tokens and logits match eager" if ok else "MISMATCH against eager")
+        ok, lines = verdict(tokens, eager_tokens, err, everyone)
+        print("\n".join(lines))
         status[0] = 0 if ok else 1
     dist.broadcast(status, src=0)     # every rank exits with rank 0's verdict
     dist.destroy_process_group()

@@ -208,3 +208,38 @@ def test_llama_tp_example_two_ranks(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr[-5000:]
     assert "tokens and logits match eager" in r.stdout, r.stdout
     assert "2 ranks, tensor parallel" in r.stdout
+
+
+def _llama_tp():
+    import importlib.util
+
+    path = os.path.join(ROOT, "examples", "torch_to_nkipy", "llama_tp.py")
+    spec = importlib.util.spec_from_file_location("llama_tp_example", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_llama_tp_refuses_an_unshardable_model():
+    from types import SimpleNamespace
+
+    ex = _llama_tp()
+    cfg = SimpleNamespace(num_key_value_heads=4, intermediate_size=256)
+    assert ex.unshardable(cfg, 2) is None and ex.unshardable(cfg, 4) is None
+    assert ex.unshardable(cfg, 3) == ("the model's 4 key-value heads and intermediate size "
+                                      "256 must divide among the 3 ranks")
+
+
+def test_llama_tp_verdict_prints_both_on_mismatch():
+    """A mismatch fails (the example exits 1) printing both token lists; so do
+    ranks that disagree, and prefill logits off by more than the tolerance."""
+    ex = _llama_tp()
+    ok, lines = ex.verdict([1, 2], [1, 2], 0.0, [[1, 2], [1, 2]])
+    assert ok and lines[-1] == "tokens and logits match eager"
+    ok, lines = ex.verdict([1, 2], [1, 3], 0.0, [[1, 2], [1, 2]])
+    assert not ok and lines[-1] == "MISMATCH against eager"
+    assert "[1, 2]" in lines[0] and "[1, 3]" in lines[1]
+    ok, lines = ex.verdict([1, 2], [1, 2], 0.0, [[1, 2], [5, 2]])
+    assert not ok and "rank 1 generated other tokens: [5, 2]" in lines
+    ok, lines = ex.verdict([1, 2], [1, 2], 10 * ex.TOL, [[1, 2]])
+    assert not ok
