@@ -257,10 +257,78 @@ def _split_on_markers(gm: torch.fx.GraphModule, role: str,
     return split
 
 
+_PLAIN_INPUTS = (torch.Tensor, bool, int, float, torch.SymInt, torch.SymFloat, type(None))
+
+
+class _ObjectInputs:
+    """How a graph without its object inputs is called: the graph inputs that
+    are objects (not tensors or numbers) and that no node computes with: the
+    ``DeviceMesh`` of each DTensor, which AOTAutograd keeps as an input after
+    desugaring DTensor into its local tensor and ``_c10d_functional``
+    collectives naming the process group, and which a training graph returns to
+    save it for the backward. They are removed from the graph; a call drops them
+    from its arguments and puts the returned ones back among the results."""
+
+    def __init__(self, kept: List[int], passthrough: List[Tuple[int, int]]) -> None:
+        self.kept = kept                  # indices of the inputs the graph still takes
+        self.passthrough = passthrough    # (output position, input index), ascending
+
+    @classmethod
+    def strip(cls, gm: torch.fx.GraphModule,
+              example_inputs: Sequence[Any]) -> Optional["_ObjectInputs"]:
+        """Removes the object inputs of ``gm`` (in place); None when it has none."""
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        if len(placeholders) != len(example_inputs):
+            return None
+        output = next(n for n in gm.graph.nodes if n.op == "output")
+        outs = output.args[0]
+        drop = {}
+        returned = isinstance(outs, (list, tuple))   # results a list the inputs can join
+        for i, (n, v) in enumerate(zip(placeholders, example_inputs)):
+            if isinstance(v, _PLAIN_INPUTS):
+                continue
+            if not n.users or (returned and all(u is output for u in n.users)):
+                drop[n] = i
+        if not drop:
+            return None
+        passthrough = []
+        if returned:
+            passthrough = [(pos, drop[o]) for pos, o in enumerate(outs) if o in drop]
+            output.args = ([o for o in outs if o not in drop],)
+        for n in drop:
+            gm.graph.erase_node(n)
+        gm.graph.lint()
+        gm.recompile()
+        return cls([i for i in range(len(placeholders)) if i not in drop.values()],
+                   passthrough)
+
+    def wrap(self, inner: Callable[[List[Any]], Any]) -> Callable[[List[Any]], Any]:
+        """A boxed callable taking the original inputs around the boxed ``inner``."""
+        kept, passthrough = self.kept, self.passthrough
+
+        def run_without_objects(args: List[Any]) -> Any:
+            res = inner([args[i] for i in kept])
+            if passthrough:
+                res = list(res)
+                for pos, i in passthrough:
+                    res.insert(pos, args[i])
+            return res
+        run_without_objects._boxed_call = True  # type: ignore[attr-defined]
+        return run_without_objects
+
+
 def compile_fx_graph(gm: torch.fx.GraphModule, role: str = "forward",
                      opts: ExecOptions = DEFAULT_OPTIONS,
-                     split_markers: bool = True) -> Callable[..., Any]:
-    """A callable running ``gm`` (boxed: takes the list of inputs)."""
+                     split_markers: bool = True,
+                     example_inputs: Optional[Sequence[Any]] = None) -> Callable[..., Any]:
+    """A callable running ``gm`` (boxed: takes the list of inputs).
+
+    With ``example_inputs``, inputs that are objects no node computes with
+    (DTensor's device meshes) are taken out of the graph (:class:`_ObjectInputs`)."""
+    if example_inputs is not None:
+        objects = _ObjectInputs.strip(gm, example_inputs)
+        if objects is not None:
+            return objects.wrap(compile_fx_graph(gm, role, opts, split_markers))
     if split_markers and sum(1 for n in gm.graph.nodes if n.op == "call_function"
                              and target_name(n.target) == _MARKER) > 0:
         split = _split_on_markers(gm, role, opts)
@@ -310,10 +378,10 @@ def nkipy_backend_fn(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
     opts = resolve_options(options, require_nkipy_backend_config())
 
     def fw(g: torch.fx.GraphModule, ex: Sequence[Any]) -> Callable[..., Any]:
-        return compile_fx_graph(g, "forward", opts)
+        return compile_fx_graph(g, "forward", opts, example_inputs=ex)
 
     def bw(g: torch.fx.GraphModule, ex: Sequence[Any]) -> Callable[..., Any]:
-        return compile_fx_graph(g, "backward", opts)
+        return compile_fx_graph(g, "backward", opts, example_inputs=ex)
 
     return aot_module_simplified(gm, example_inputs, fw_compiler=fw, bw_compiler=bw,
                                  decompositions=decompositions(),

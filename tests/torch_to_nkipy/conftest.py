@@ -18,3 +18,8 @@ def backend(nkipy_cache):
     yield nkipy_cache
     torch._dynamo.reset()
     reset_nkipy_backend()
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: a test taking more than ~10 s (multi-process); "
+                                       "still run by make test")
