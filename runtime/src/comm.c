@@ -931,6 +931,11 @@ typedef struct xfer {
   reduce_fn reduce;
 } xfer_t;
 
+/* memcpy, for buffers that may be NULL when there is nothing to copy */
+static inline void copy(void *d, const void *s, size_t n) {
+  if (n) memcpy(d, s, n);
+}
+
 static uint8_t *buf_of(const nkrt_comm_t *c, int32_t rank, uint32_t b) {
   return c->slots + (size_t)rank * SLOT_BYTES + (size_t)b * BUF_BYTES;
 }
@@ -953,23 +958,23 @@ static void fill(const xfer_t *x, int64_t off, int64_t k, uint32_t b, bool small
   switch (x->kind) {
     case NKRT_CC_ALL_REDUCE:
       if (small) {
-        memcpy(mine, AT(x->src, off), kb);
+        copy(mine, AT(x->src, off), kb);
       } else { /* all but my own part: nobody else reads it */
         int64_t lo, hi;
         part_of(k, x->n, x->me, x->es, &lo, &hi);
-        memcpy(mine, AT(x->src, off), (size_t)lo * x->es);
-        memcpy(AT(mine, hi), AT(x->src, off + hi), (size_t)(k - hi) * x->es);
+        copy(mine, AT(x->src, off), (size_t)lo * x->es);
+        copy(AT(mine, hi), AT(x->src, off + hi), (size_t)(k - hi) * x->es);
       }
       break;
-    case NKRT_CC_ALL_GATHER: memcpy(mine, AT(x->src, off), kb); break;
+    case NKRT_CC_ALL_GATHER: copy(mine, AT(x->src, off), kb); break;
     case NKRT_CC_BROADCAST:
-      if (x->me == x->op) memcpy(mine, AT(x->src, off), kb);
+      if (x->me == x->op) copy(mine, AT(x->src, off), kb);
       break;
     default: /* all_to_all, reduce_scatter: block j for member j */
       for (uint32_t j = 0; j < x->n; j++)
-        if (j != x->me) memcpy(AT(mine, (int64_t)j * k), AT(x->src, (int64_t)j * x->count + off), kb);
+        if (j != x->me) copy(AT(mine, (int64_t)j * k), AT(x->src, (int64_t)j * x->count + off), kb);
       if (x->kind == NKRT_CC_ALL_TO_ALL && x->src != x->dst) /* my own block, straight */
-        memcpy(AT(x->dst, (int64_t)x->me * x->count + off),
+        copy(AT(x->dst, (int64_t)x->me * x->count + off),
                AT(x->src, (int64_t)x->me * x->count + off), kb);
       break;
   }
@@ -995,16 +1000,16 @@ static void take(const xfer_t *x, int64_t off, int64_t k, uint32_t b, bool small
       break;
     case NKRT_CC_ALL_GATHER:
       for (uint32_t m = 0; m < x->n; m++)
-        memcpy(AT(x->dst, (int64_t)m * x->count + off), buf_of(c, x->ranks[m], b), kb);
+        copy(AT(x->dst, (int64_t)m * x->count + off), buf_of(c, x->ranks[m], b), kb);
       break;
     case NKRT_CC_BROADCAST:
-      if (x->me != x->op) memcpy(AT(x->dst, off), buf_of(c, x->ranks[x->op], b), kb);
-      else if (x->src != x->dst) memcpy(AT(x->dst, off), AT(x->src, off), kb);
+      if (x->me != x->op) copy(AT(x->dst, off), buf_of(c, x->ranks[x->op], b), kb);
+      else if (x->src != x->dst) copy(AT(x->dst, off), AT(x->src, off), kb);
       break;
     case NKRT_CC_ALL_TO_ALL:
       for (uint32_t m = 0; m < x->n; m++)
         if (m != x->me)
-          memcpy(AT(x->dst, (int64_t)m * x->count + off),
+          copy(AT(x->dst, (int64_t)m * x->count + off),
                  AT(buf_of(c, x->ranks[m], b), (int64_t)x->me * k), kb);
       break;
     default: /* reduce_scatter */
@@ -1022,7 +1027,7 @@ static void gather_parts(const xfer_t *x, int64_t off, int64_t k, uint32_t b) {
     if (m == x->me) continue;
     int64_t lo, hi;
     part_of(k, x->n, m, x->es, &lo, &hi);
-    memcpy(AT(x->dst, off + lo), AT(buf_of(x->c, x->ranks[m], b), lo), (size_t)(hi - lo) * x->es);
+    copy(AT(x->dst, off + lo), AT(buf_of(x->c, x->ranks[m], b), lo), (size_t)(hi - lo) * x->es);
   }
 }
 

@@ -209,14 +209,15 @@ static nkrt_status_t make_plan(const struct nkrt_hier *h, const int32_t *ranks, 
                                plan_t *p) {
   memset(p, 0, sizeof(*p));
   if (!ranks || n == 0) return nkrt_status_make(NKRT_INVALID, "collective: empty rank group");
-  uint32_t *block = malloc((size_t)n * 5 * sizeof(uint32_t) + 1);
+  uint32_t *block = malloc(((size_t)n * 5 + 1) * sizeof(uint32_t));
   p->lranks = malloc((size_t)n * sizeof(int32_t) + 1);
   if (!block || !p->lranks) {
     free(block);
     return nkrt_status_make(NKRT_RESOURCE, "out of host memory");
   }
-  p->hpos = block, p->lpos = block + n, p->hstart = block + 2 * n, p->members = block + 4 * n;
-  uint32_t *host_id = block + 3 * n; /* host k's lowest rank */
+  p->hpos = block, p->lpos = block + n, p->hstart = block + 2 * n; /* hstart: n + 1 */
+  uint32_t *host_id = block + 3 * n + 1; /* host k's lowest rank */
+  p->members = block + 4 * n + 1;
   const uint32_t *host_of = h->hosts->host_of;
   p->ranks = ranks, p->n = n, p->me = UINT32_MAX;
   for (uint32_t i = 0; i < n; i++) {
@@ -406,7 +407,7 @@ static nkrt_status_t all_gather(step_t *s, const void *src, void *dst) {
     }
     if (!st) st = between(s);
   }
-  if (!st && (p->nh == 1 || p->lead))
+  if (!st && c > 0 && (p->nh == 1 || p->lead))
     for (uint32_t i = 0; i < p->n; i++) {
       uint32_t k = p->hpos[i];
       const uint8_t *from = k == p->myh ? lb + BYTES(c) * p->lpos[i]
@@ -461,7 +462,7 @@ static nkrt_status_t all_to_all(step_t *s, const void *src, void *dst) {
     st = local(s, NKRT_CC_BROADCAST, 0, all ? all : dst, all ? all : dst,
                p->nh > 1 ? c * others * nl : 0, most);
   }
-  if (!st)
+  if (!st && c > 0)
     for (uint32_t j = 0; j < p->n; j++) {
       uint32_t k = p->hpos[j];
       const uint8_t *from =
@@ -508,7 +509,7 @@ static nkrt_status_t reduce_scatter(step_t *s, const void *src, void *dst) {
   if (!st)
     st = local(s, NKRT_CC_BROADCAST, 0, res, res, p->nh > 1 ? c * nl : 0,
                c * s->h->local_count);
-  if (!st)
+  if (!st && c)
     memcpy(dst, p->nh > 1 ? res + BYTES(c) * p->my_pos : part + BYTES(c) * p->me, BYTES(c));
   free(part), free(res), free(pack), free(in), free(ptrs);
   return st;
