@@ -301,9 +301,10 @@ static nkrt_status_t barrier(nkrt_comm_t *c, const char *what) {
   return wait_change(c, &h->generation, gen) ? NULL : give_up(c, what);
 }
 
-static bool valid_name(const char *name) {
+/* A name of 1 to `max` characters of [A-Za-z0-9._-]. */
+static bool valid_name(const char *name, size_t max) {
   size_t n = strlen(name);
-  if (n == 0 || n > 200) return false;
+  if (n == 0 || n > max) return false;
   for (size_t i = 0; i < n; i++) {
     char ch = name[i];
     bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
@@ -523,6 +524,9 @@ nkrt_status_t nkrt_comm_join(const char *name, uint32_t rank, uint32_t world_siz
                              int64_t timeout_ns, nkrt_comm_t **out_comm) {
   if (!out_comm) return nkrt_status_make(NKRT_INVALID, "out_comm is NULL");
   *out_comm = NULL;
+  if (!name || !valid_name(name, 200))
+    return nkrt_status_make(NKRT_INVALID, "communicator name \"%s\" must be 1 to 200 characters "
+                            "of [A-Za-z0-9._-]", name ? name : "(null)");
   if (world_size < 2 || world_size > MAX_RANKS)
     return nkrt_status_make(NKRT_INVALID, "communicator world size %u is not between 2 and %u",
                             world_size, MAX_RANKS);
@@ -533,7 +537,8 @@ nkrt_status_t nkrt_comm_join_local(const char *name, uint32_t rank, uint32_t wor
                                    int64_t timeout_ns, const uint32_t *global,
                                    nkrt_comm_t **out_comm) {
   *out_comm = NULL;
-  if (!name || !valid_name(name))
+  /* (a host's segment: the job's name, up to 200, and "-h<host>") */
+  if (!name || !valid_name(name, 210))
     return nkrt_status_make(NKRT_INVALID, "communicator name \"%s\" must be 1 to 200 characters "
                             "of [A-Za-z0-9._-]", name ? name : "(null)");
   if (world_size < 1 || world_size > MAX_RANKS)
@@ -764,6 +769,42 @@ static inline uint16_t bf16_store(float f) {
 #define F16_LOAD(v) nkrt_half_to_float(v)
 #define F16_STORE(v) nkrt_float_to_half(v)
 
+/* Whether d is one of src[2 ..] (which a pass over d would change before it
+ * is read). */
+static bool aliased(const void *const *src, uint32_t m, const void *d) {
+  for (uint32_t k = 2; k < m; k++)
+    if (src[k] == d) return true;
+  return false;
+}
+
+/* float32, m >= 2: d = src[0] op src[1], then d op= src[k], a tile at a
+ * time (the tile of d stays in L1), then the tile copied to d2. */
+static void reduce_f32_direct(uint32_t op, const void *const *src, uint32_t m, void *dv,
+                              void *dv2, int64_t len) {
+  float *d = dv, *d2 = dv2;
+  for (int64_t i0 = 0; i0 < len; i0 += TILE) {
+    int t = len - i0 < TILE ? (int)(len - i0) : TILE;
+    const float *s0 = (const float *)src[0] + i0, *s1 = (const float *)src[1] + i0;
+    float *o = d + i0;
+    switch (op) {
+      case NKRT_CC_MUL: for (int i = 0; i < t; i++) o[i] = s0[i] * s1[i]; break;
+      case NKRT_CC_MAX: for (int i = 0; i < t; i++) o[i] = f_max(s0[i], s1[i]); break;
+      case NKRT_CC_MIN: for (int i = 0; i < t; i++) o[i] = f_min(s0[i], s1[i]); break;
+      default: for (int i = 0; i < t; i++) o[i] = s0[i] + s1[i]; break;
+    }
+    for (uint32_t k = 2; k < m; k++) {
+      const float *sk = (const float *)src[k] + i0;
+      switch (op) {
+        case NKRT_CC_MUL: for (int i = 0; i < t; i++) o[i] *= sk[i]; break;
+        case NKRT_CC_MAX: for (int i = 0; i < t; i++) o[i] = f_max(o[i], sk[i]); break;
+        case NKRT_CC_MIN: for (int i = 0; i < t; i++) o[i] = f_min(o[i], sk[i]); break;
+        default: for (int i = 0; i < t; i++) o[i] += sk[i]; break;
+      }
+    }
+    if (d2) memcpy(d2 + i0, o, (size_t)t * sizeof(float));
+  }
+}
+
 /* float-like types: accumulate in float; the first two sources combine in
  * one pass, the result goes to d (and d2) in one pass */
 #define F_OP(op, a, b)                                                                        \
@@ -771,11 +812,15 @@ static inline uint16_t bf16_store(float f) {
    : (op) == NKRT_CC_MIN ? f_min(a, b) : (a) + (b))
 #define F_PASS(OPC, EXPR)                                                                     \
   case OPC: for (int i = 0; i < t; i++) EXPR; break;
-#define DEF_REDUCE_F(NAME, T, LOAD, STORE)                                                    \
+#define DEF_REDUCE_F(NAME, T, LOAD, STORE, DIRECT)                                                   \
   static void NAME(uint32_t op, const void *const *src, uint32_t m, void *dv, void *dv2,      \
                    int64_t len) {                                                             \
     T *d = dv, *d2 = dv2;                                                                     \
     float acc[TILE];                                                                          \
+    if (DIRECT && m >= 2 && !aliased(src, m, dv)) { /* float32: accumulate in d itself */     \
+      reduce_f32_direct(op, src, m, dv, dv2, len);                                            \
+      return;                                                                                 \
+    }                                                                                         \
     for (int64_t i0 = 0; i0 < len; i0 += TILE) {                                              \
       int t = len - i0 < TILE ? (int)(len - i0) : TILE;                                       \
       const T *s0 = (const T *)src[0] + i0, *s1 = (const T *)src[m > 1] + i0;                 \
@@ -808,9 +853,9 @@ static inline uint16_t bf16_store(float f) {
     }                                                                                         \
   }
 
-DEF_REDUCE_F(reduce_f32, float, F32_LOAD, F32_STORE)
-DEF_REDUCE_F(reduce_bf16, uint16_t, bf16_load, bf16_store)
-DEF_REDUCE_F(reduce_f16, uint16_t, F16_LOAD, F16_STORE)
+DEF_REDUCE_F(reduce_f32, float, F32_LOAD, F32_STORE, 1)
+DEF_REDUCE_F(reduce_bf16, uint16_t, bf16_load, bf16_store, 0)
+DEF_REDUCE_F(reduce_f16, uint16_t, F16_LOAD, F16_STORE, 0)
 
 /* integers: T, computed in the unsigned U (wrapping) for add and mul */
 #define DEF_REDUCE_I(NAME, T, U)                                                              \
