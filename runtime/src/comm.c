@@ -743,31 +743,67 @@ static nkrt_status_t agree(nkrt_comm_t *c, const int32_t *ranks, uint32_t n) {
  * dst may be one of the sources (each tile is read before it is written). */
 
 /* the reductions only: vectorized loops (the build's -O2 keeps the cheapest
- * vectorizer model, which leaves these loops alone) */
+ * vectorizer model, which leaves these loops alone; no-trapping-math lets
+ * the float16 conversions' selects vectorize: nothing reads the FP exception
+ * flags, and the results are the same) */
 #pragma GCC push_options
-#pragma GCC optimize("tree-vectorize", "vect-cost-model=dynamic")
+#pragma GCC optimize("tree-vectorize", "vect-cost-model=dynamic", "no-trapping-math")
+
+/* x86-64-v3 (AVX2) where the CPU has it (x86-64 builds default to SSE2, which has no
+ * widening loads or packing for the 16-bit floats) */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define VECTOR_CLONES
+#endif
 
 static inline float f_max(float a, float b) { return a > b || a != a ? a : b; }
 static inline float f_min(float a, float b) { return a < b || a != a ? a : b; }
 
-static inline float bf16_load(uint16_t h) {
-  uint32_t bits = (uint32_t)h << 16;
+static inline float bits_f(uint32_t u) {
   float f;
-  memcpy(&f, &bits, 4);
+  memcpy(&f, &u, 4);
   return f;
 }
 
+static inline uint32_t f_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+
+/* As half.c's conversions, bit for bit (the kinds tests check every half
+ * and many sums), but without branches, so that the loops vectorize. */
+static inline float bf16_load(uint16_t h) { return bits_f((uint32_t)h << 16); }
+
 static inline uint16_t bf16_store(float f) {
-  uint32_t x;
-  memcpy(&x, &f, 4);
-  if ((x & 0x7fffffff) > 0x7f800000) return (uint16_t)((x >> 16) | 0x40);
-  return (uint16_t)((x + 0x7fff + ((x >> 16) & 1)) >> 16);
+  uint32_t x = f_bits(f);
+  uint32_t nan = (x >> 16) | 0x40, rne = (x + 0x7fff + ((x >> 16) & 1)) >> 16;
+  return (uint16_t)((x & 0x7fffffff) > 0x7f800000 ? nan : rne);
+}
+
+static inline float f16_load(uint16_t h) {
+  uint32_t em = h & 0x7fffu, sign = (uint32_t)(h & 0x8000u) << 16;
+  /* normal, infinity, NaN: move the exponent (31 becomes 255) */
+  uint32_t wide = (em << 13) + (112u << 23) + ((em >> 10) == 31 ? 112u << 23 : 0);
+  /* zero, subnormal: em * 2^-24, exact */
+  uint32_t sub = f_bits((float)(int32_t)em * 0x1p-24f);
+  return bits_f(((em >> 10) == 0 ? sub : wide) | sign);
+}
+
+static inline uint16_t f16_store(float f) {
+  uint32_t x = f_bits(f), sign = (x >> 16) & 0x8000u;
+  x &= 0x7fffffffu;
+  uint32_t big = x > 0x7f800000u ? 0x7e00u : 0x7c00u;                 /* NaN, else overflow */
+  uint32_t magic = 126u << 23;                                          /* 0.5: ulp 2^-24 */
+  uint32_t small = f_bits(bits_f(x) + bits_f(magic)) - magic;           /* subnormal, RNE */
+  uint32_t normal = (x + ((uint32_t)(15 - 127) << 23) + 0xfffu + ((x >> 13) & 1)) >> 13;
+  uint32_t h = x >= (143u << 23) ? big : x < (113u << 23) ? small : normal;
+  return (uint16_t)(h | sign);
 }
 
 #define F32_LOAD(v) (v)
 #define F32_STORE(v) (v)
-#define F16_LOAD(v) nkrt_half_to_float(v)
-#define F16_STORE(v) nkrt_float_to_half(v)
 
 /* Whether d is one of src[2 ..] (which a pass over d would change before it
  * is read). */
@@ -779,7 +815,7 @@ static bool aliased(const void *const *src, uint32_t m, const void *d) {
 
 /* float32, m >= 2: d = src[0] op src[1], then d op= src[k], a tile at a
  * time (the tile of d stays in L1), then the tile copied to d2. */
-static void reduce_f32_direct(uint32_t op, const void *const *src, uint32_t m, void *dv,
+VECTOR_CLONES static void reduce_f32_direct(uint32_t op, const void *const *src, uint32_t m, void *dv,
                               void *dv2, int64_t len) {
   float *d = dv, *d2 = dv2;
   for (int64_t i0 = 0; i0 < len; i0 += TILE) {
@@ -813,7 +849,7 @@ static void reduce_f32_direct(uint32_t op, const void *const *src, uint32_t m, v
 #define F_PASS(OPC, EXPR)                                                                     \
   case OPC: for (int i = 0; i < t; i++) EXPR; break;
 #define DEF_REDUCE_F(NAME, T, LOAD, STORE, DIRECT)                                                   \
-  static void NAME(uint32_t op, const void *const *src, uint32_t m, void *dv, void *dv2,      \
+  VECTOR_CLONES static void NAME(uint32_t op, const void *const *src, uint32_t m, void *dv, void *dv2,      \
                    int64_t len) {                                                             \
     T *d = dv, *d2 = dv2;                                                                     \
     float acc[TILE];                                                                          \
@@ -855,11 +891,11 @@ static void reduce_f32_direct(uint32_t op, const void *const *src, uint32_t m, v
 
 DEF_REDUCE_F(reduce_f32, float, F32_LOAD, F32_STORE, 1)
 DEF_REDUCE_F(reduce_bf16, uint16_t, bf16_load, bf16_store, 0)
-DEF_REDUCE_F(reduce_f16, uint16_t, F16_LOAD, F16_STORE, 0)
+DEF_REDUCE_F(reduce_f16, uint16_t, f16_load, f16_store, 0)
 
 /* integers: T, computed in the unsigned U (wrapping) for add and mul */
 #define DEF_REDUCE_I(NAME, T, U)                                                              \
-  static void NAME(uint32_t op, const void *const *src, uint32_t m, void *dv, void *dv2,      \
+  VECTOR_CLONES static void NAME(uint32_t op, const void *const *src, uint32_t m, void *dv, void *dv2,      \
                    int64_t len) {                                                             \
     T *d = dv, *d2 = dv2;                                                                     \
     T acc[TILE];                                                                              \

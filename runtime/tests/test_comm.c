@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "comm.h"
 #include "comm_ref.h"
 #include "half.h"
 #include "nkrt/comm.h"
@@ -343,6 +344,40 @@ static void kinds_mismatch2_body(rank_job_t *j, nkrt_comm_t *c) {
 TEST(comm_kinds_out_of_step) {
   CHECK(run_ranks(cc_name("kmis"), 2, 5000000000ll, kinds_mismatch_body) == 0);
   CHECK(run_ranks(cc_name("kmis2"), 2, 5000000000ll, kinds_mismatch2_body) == 0);
+}
+
+/* The reductions' own float16 / bfloat16 conversions (branch-free, so that
+ * they vectorize) agree with half.c bit for bit: every value alone, and sums,
+ * products and maxima of every value with another (through the rounding of
+ * normals, subnormals, overflow and NaN). */
+TEST(comm_half_conversions_match_half_c) {
+  enum { N = 65536 };
+  uint16_t *a = malloc(N * 2), *b = malloc(N * 2), *got = malloc(N * 2);
+  for (uint32_t i = 0; i < N; i++) a[i] = (uint16_t)i, b[i] = (uint16_t)(i * 40503u + 12345u);
+  for (int bf = 0; bf < 2; bf++) {
+    uint32_t d = bf ? NKRT_DTYPE_BFLOAT16 : NKRT_DTYPE_FLOAT16;
+    float (*load)(uint16_t) = bf ? nkrt_bf16_to_float : nkrt_half_to_float;
+    uint16_t (*store)(float) = bf ? nkrt_float_to_bf16 : nkrt_float_to_half;
+    const void *one[1] = {a};
+    nkrt_comm_reduce(d, NKRT_CC_ADD, one, 1, got, N);
+    int bad = 0;
+    for (uint32_t i = 0; i < N; i++) bad += got[i] != store(load(a[i]));
+    CHECK(bad == 0);
+    const void *two[2] = {a, b};
+    for (uint32_t op = 0; op < 4; op++) {
+      nkrt_comm_reduce(d, op, two, 2, got, N);
+      bad = 0;
+      for (uint32_t i = 0; i < N; i++) {
+        float x = load(a[i]), y = load(b[i]);
+        float r = op == NKRT_CC_MUL ? x * y : op == NKRT_CC_MAX ? (x > y || x != x ? x : y)
+                  : op == NKRT_CC_MIN ? (x < y || x != x ? x : y) : x + y;
+        bad += got[i] != store(r);
+      }
+      if (bad) printf("  dtype %u op %u: %d of %d differ\n", d, op, bad, N);
+      CHECK(bad == 0);
+    }
+  }
+  free(a), free(b), free(got);
 }
 
 /* ---- trust: the segment, its owner, dead peers, the timeout ------------- */
