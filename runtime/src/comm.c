@@ -898,10 +898,15 @@ DEF_REDUCE_F(reduce_f16, uint16_t, f16_load, f16_store, 0)
   VECTOR_CLONES static void NAME(uint32_t op, const void *const *src, uint32_t m, void *dv, void *dv2,      \
                    int64_t len) {                                                             \
     T *d = dv, *d2 = dv2;                                                                     \
-    T acc[TILE];                                                                              \
+    T tmp[TILE];                                                                              \
+    /* accumulate in d itself unless d is a source it would overwrite first */                \
+    bool direct = true;                                                                       \
+    for (uint32_t k = 1; k < m; k++) direct = direct && src[k] != dv;                         \
     for (int64_t i0 = 0; i0 < len; i0 += TILE) {                                              \
       int t = len - i0 < TILE ? (int)(len - i0) : TILE;                                       \
-      memcpy(acc, (const T *)src[0] + i0, (size_t)t * sizeof(T));                             \
+      T *acc = direct ? d + i0 : tmp;                                                         \
+      if (acc != (const T *)src[0] + i0)                                                      \
+        memcpy(acc, (const T *)src[0] + i0, (size_t)t * sizeof(T));                           \
       for (uint32_t k = 1; k < m; k++) {                                                      \
         const T *s = (const T *)src[k] + i0;                                                  \
         switch (op) {                                                                         \
@@ -913,7 +918,7 @@ DEF_REDUCE_F(reduce_f16, uint16_t, f16_load, f16_store, 0)
           default: for (int i = 0; i < t; i++) acc[i] = (T)(U)((U)acc[i] + (U)s[i]); break;   \
         }                                                                                     \
       }                                                                                       \
-      memcpy(d + i0, acc, (size_t)t * sizeof(T));                                             \
+      if (!direct) memcpy(d + i0, acc, (size_t)t * sizeof(T));                                \
       if (d2) memcpy(d2 + i0, acc, (size_t)t * sizeof(T));                                    \
     }                                                                                         \
   }
