@@ -13,7 +13,8 @@
  * as many runs), then the best time and its ratio (on a loaded machine the
  * best run is the one where every rank had a core). Bytes per rank: the
  * source of all_reduce, broadcast, reduce_scatter (n blocks), all_to_all, the
- * destination of all_gather. */
+ * destination of all_gather. BENCH_PIN=1 pins rank r to CPU r. */
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +56,12 @@ static double memcpy_s(size_t bytes) {
 }
 
 static int rank_main(const char *name, uint32_t rank, uint32_t world, int kind) {
+  if (getenv("BENCH_PIN")) { /* rank r on CPU r (mod the CPUs) */
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET((int)rank % (int)sysconf(_SC_NPROCESSORS_ONLN), &set);
+    sched_setaffinity(0, sizeof(set), &set);
+  }
   nkrt_comm_t *c = NULL;
   nkrt_status_t st = nkrt_comm_join(name, rank, world, 60000000000ll, &c);
   if (st) {
