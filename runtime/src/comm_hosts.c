@@ -44,6 +44,7 @@ typedef struct hosts {
   uint32_t world_size, n_hosts;
   uint32_t *host_of;
   nkrt_comm_transport_t transport;
+  pthread_mutex_t xmu; /* one exchange at a time per process, as the transport asks */
 } hosts_t;
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -52,6 +53,7 @@ static hosts_t *g_hosts; /* under g_mu */
 static void hosts_unref(hosts_t *h) {
   if (!h || atomic_fetch_sub(&h->refs, 1) != 1) return;
   if (h->transport.release) h->transport.release(h->transport.ctx);
+  pthread_mutex_destroy(&h->xmu);
   free(h->host_of);
   free(h);
 }
@@ -92,6 +94,7 @@ nkrt_status_t nkrt_comm_set_hosts(uint32_t world_size, const uint32_t *host_of,
       h->n_hosts = n_hosts;
       h->host_of = copy;
       memcpy(&h->transport, transport, sizeof(h->transport));
+      pthread_mutex_init(&h->xmu, NULL);
     }
   }
   /* one host (or none): shared memory only; a transport given anyway is
@@ -310,7 +313,9 @@ static nkrt_status_t exchange(struct nkrt_hier *h, const plan_t *p, uint64_t wha
     if (recv_bytes[k]) x[nx++] = (nkrt_comm_xfer_t){peer, 0, recv[k], recv_bytes[k]};
   }
   const nkrt_comm_transport_t *t = &h->hosts->transport;
+  pthread_mutex_lock(&h->hosts->xmu);
   nkrt_status_t st = t->exchange(t->ctx, x, nx);
+  pthread_mutex_unlock(&h->hosts->xmu);
   if (st) {
     st = nkrt_status_annotate(st, "rank %u: %s #%" PRIu64 " between hosts", h->rank,
                               kind_name(what >> 32), h->seq);
