@@ -3,13 +3,16 @@
  * Each rank of a job (one process, one runtime, usually one core: what
  * torchrun starts) joins a communicator by a name all ranks share. Ranks meet
  * in a POSIX shared-memory segment ("/nkrt-cc-<name>") that holds one staging
- * slot per rank; collectives copy through the slots between two barriers,
- * chunk by chunk, so any size works. Rank 0 creates the segment exclusively,
- * mode 0600; the others open it only if this user owns it and no one else may
- * use it (another user's segment, or one open to others, is refused with its
- * path). Its name is removed from /dev/shm once every rank has mapped it, and
- * when a join fails; a segment left by a job whose ranks all died is replaced
- * by the next rank 0 that joins under that name.
+ * slot per rank, in two halves used by turns; collectives move through the
+ * slots chunk by chunk, so any size works. An all_reduce is a reduce-scatter
+ * (each member reduces its own share of a chunk straight from the others'
+ * slots, in group order) then an all-gather. Rank 0 creates the segment
+ * exclusively, mode 0600; the others open it only if this user owns it and no
+ * one else may use it (another user's segment, or one open to others, is
+ * refused with its path). Its name is removed from /dev/shm once every rank
+ * has mapped it, and when a join fails; a segment left by a job whose ranks
+ * all died is replaced by the next rank 0 that joins under that name. Ranks
+ * on several hosts: see "between hosts" below.
  *
  * Kernels reach the communicator through env->lib->collective (neff_abi.h):
  * the runtime joins it at a kernel's first collective, as the rank and world
