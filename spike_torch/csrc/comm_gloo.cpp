@@ -82,6 +82,9 @@ std::string clip(std::string s) {
     const size_t end = s.find("] ");
     if (end != std::string::npos && end < 200) s = s.substr(end + 2);
   }
+  // ... and may end with advice to the reader that says nothing of the failure
+  const size_t advice = s.find(" Check the logs of the remote worker");
+  if (advice != std::string::npos) s.resize(advice);
   if (s.size() > kMaxEngineMessage) s = s.substr(0, kMaxEngineMessage) + "...";
   for (char& ch : s)
     if (ch == '\n' || ch == '\r') ch = ' ';
