@@ -356,3 +356,37 @@ def test_transport_timeout_is_named():
     assert 0.5 < float(took) < 25, took
     assert "NRT_TIMEOUT" in msg and "the transfer with rank 1 failed over gloo " \
         "(rank 1: recv of 16 bytes: " in msg, msg
+
+
+def test_runtime_refusal_is_reported(monkeypatch, tmp_path):
+    """Two hosts found, the runtime refuses them (a build without collectives
+    between hosts did): every rank raises saying so, with the runtime's reason."""
+    import itertools
+
+    import spike_torch.comm
+
+    def refuse(group, host_of):
+        assert group.size() == 2 and list(host_of) == [0, 1]
+        raise RuntimeError("the runtime refused the job's hosts: NRT_INVALID: not here")
+
+    monkeypatch.setattr(spike_torch.comm, "set_hosts", refuse)
+    monkeypatch.setattr(hosts, "_CURRENT", None)
+    monkeypatch.setattr(hosts, "_ROUNDS", itertools.repeat(0))   # threads share the counter
+    store, errors = dist.HashStore(), {}
+
+    def run(r):
+        (tmp_path / str(r)).mkdir()
+        try:
+            hosts.setup_hosts(store, r, 2, shm_dir=str(tmp_path / str(r)), hostname="box")
+        except RuntimeError as e:
+            errors[r] = str(e)
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert errors == {r: "the job's 2 ranks are on 2 hosts (host_of=[0, 1]), and the runtime "
+                         "did not take the transport between them: the runtime refused the "
+                         "job's hosts: NRT_INVALID: not here" for r in range(2)}
+    assert hosts.current_hosts() is None

@@ -190,3 +190,45 @@ def test_peer_killed_across_hosts(tmp_path):
         assert float(got[r].split()[0]) < 90, report   # not the 120 s timeout
     for n, (_, _, left) in enumerate(hosts):
         assert left == [], f"host {n}'s /dev/shm holds {left}\n{report}"
+
+
+NKIPY_GROUP = textwrap.dedent("""
+    import os, torch
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as funcol
+    import torch_to_nkipy
+    from torch_to_nkipy import init_nkipy_backend, get_nkipy_backend_config, hosts
+
+    dist.init_process_group("nkipy")          # sets the hosts up as it is made
+    assert hosts.current_hosts().host_of == (0, 0, 2, 2), hosts.current_hosts()
+    init_nkipy_backend(rank=dist.get_rank(), world_size=dist.get_world_size(),
+                       nkipy_cache=os.path.join(os.environ["RESULTS"], "cache"))
+    r = dist.get_rank()
+    cfg = get_nkipy_backend_config()
+    assert (cfg.rank, cfg.visible_core) == (r, r % 2), cfg
+    world = dist.group.WORLD
+
+    def f(x):
+        return funcol.all_reduce(x, "sum", world) + 0, funcol.all_gather_tensor(x, 0, world) + 0
+
+    xs = [torch.arange(6.0) * (q + 1) for q in range(4)]
+    with torch.no_grad():
+        s, g = torch.compile(f, backend="nkipy", fullgraph=True)(xs[r].to("nkipy"))
+    assert torch.equal(s.cpu(), sum(xs)) and torch.equal(g.cpu(), torch.cat(xs)), (s, g)
+    dist.barrier()
+    dist.destroy_process_group()
+    open(os.path.join(os.environ["RESULTS"], f"result_{r}"), "w").write("OK")
+""")
+
+
+def test_nkipy_process_group_across_two_hosts(tmp_path):
+    """init_process_group("nkipy") detects the hosts and hands them to the runtime
+    (init_nkipy_backend then finds them done); compiled collectives on nkipy
+    tensors cross the hosts."""
+    hosts = run_hosts(NKIPY_GROUP, tmp_path)
+    report = "\n".join(f"--- host {n} (rc {rc}):\n{out[-4000:]}" for n, (rc, out, _) in
+                       enumerate(hosts))
+    assert [rc for rc, _, _ in hosts] == [0, 0], report
+    assert results(tmp_path) == {r: "OK" for r in range(4)}, report
+    for n, (_, _, left) in enumerate(hosts):
+        assert left == [], f"host {n}'s /dev/shm holds {left}"
