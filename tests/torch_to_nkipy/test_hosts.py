@@ -390,3 +390,35 @@ def test_runtime_refusal_is_reported(monkeypatch, tmp_path):
                          "did not take the transport between them: the runtime refused the "
                          "job's hosts: NRT_INVALID: not here" for r in range(2)}
     assert hosts.current_hosts() is None
+
+
+def test_token_claimed_twice_refused(monkeypatch, tmp_path):
+    store = dist.HashStore()
+    monkeypatch.setattr(hosts.secrets, "token_hex", lambda n: "7" * 32)
+    fake_rank(store, 1, host="box", token="7" * 32)
+    with pytest.raises(RuntimeError, match=r"host detection: rank 1 published this rank's "
+                                           r"\(0\) token: two ranks claim the same token file"):
+        detect_rank0(store, tmp_path)
+
+
+def test_comm_ops_check_their_arguments():
+    """The C++ ops check what spike_torch.comm checks before them, and more."""
+    import torch
+
+    import spike_torch.comm as comm
+
+    group = hosts._gloo_group(dist.HashStore(), 0, 1, 5.0)
+    with pytest.raises(TypeError, match="world_size must be an int, not str"):
+        comm.clear_hosts("2")
+    with pytest.raises(RuntimeError, match="comm_set_hosts: host_of has 0 entries; a job has "
+                                           "1 to 1024 ranks"):
+        torch.ops.spike_torch.comm_set_hosts(group.boxed(), [])
+    with pytest.raises(RuntimeError, match=r"comm_set_hosts: host_of\[0\] is 1: each rank's "
+                                           r"host is the lowest rank on it"):
+        torch.ops.spike_torch.comm_set_hosts(group.boxed(), [1])
+    with pytest.raises(RuntimeError, match="_comm_gloo_exchange: peers, sends and buffers "
+                                           "differ in length"):
+        comm._exchange(group, [0], [], [])
+    with pytest.raises(RuntimeError, match="_comm_gloo_exchange: buffer 0 is not a contiguous "
+                                           "CPU tensor"):
+        comm._exchange(group, [0], [1], [torch.ones(4, 2).t()])
