@@ -200,6 +200,10 @@ static nkrt_status_t capi_memory_reset_peak(uint64_t generation, uint32_t core) 
   return st;
 }
 
+static nkrt_status_t capi_status_make(nkrt_code_t code, const char *message) {
+  return nkrt_status_make(code, "%s", message ? message : "");
+}
+
 static const spike_capi_t g_capi = {
     .struct_size = sizeof(spike_capi_t),
     .version = SPIKE_CAPI_VERSION,
@@ -226,6 +230,7 @@ static const spike_capi_t g_capi = {
     .tensor_update = capi_tensor_update,
     .tensor_retain = capi_tensor_retain,
     .comm_set_hosts = nkrt_comm_set_hosts,
+    .status_make = capi_status_make,
 };
 
 PyObject *spike_module_nkrt_capi(PyObject *module, PyObject *unused) {

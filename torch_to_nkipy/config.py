@@ -1,11 +1,12 @@
 """The backend's process-wide configuration (the one documented singleton)."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 import operator
 import os
 from dataclasses import dataclass
-from typing import Callable, List, Optional
+from typing import Any, Callable, List, Optional
 
 from spike.environ import env_int
 from spike.safe_files import private_dir
@@ -43,6 +44,7 @@ class NKIPyBackendConfig:
     output_layout: str = "unpad"
     core_offset: int = 0
     nkipy_cache: Optional[str] = None   # nkipy_cache_prefix/rank_<rank>
+    local_rank: Optional[int] = None   # the rank among its host's; None: rank
 
     def __post_init__(self) -> None:
         if self.nkipy_cache is None:
@@ -52,8 +54,9 @@ class NKIPyBackendConfig:
 
     @property
     def visible_core(self) -> int:
-        """The NeuronCore this process uses: ``rank + core_offset`` (a physical id)."""
-        return self.rank + self.core_offset
+        """The NeuronCore this process uses: ``local_rank + core_offset`` (a
+        physical id; ``rank`` stands for ``local_rank`` when that is unknown)."""
+        return (self.rank if self.local_rank is None else self.local_rank) + self.core_offset
 
     @property
     def device_core(self) -> int:
@@ -65,14 +68,16 @@ class NKIPyBackendConfig:
             return ids.index(self.visible_core)
         if len(ids) == 1 and self.world_size == 1 and self.core_offset == 0:
             return 0        # one process, one visible core: that is its core
+        which = "rank" if self.local_rank is None else "local rank"
         raise RuntimeError(
-            f"NeuronCore {self.visible_core} (rank {self.rank} + core_offset "
+            f"NeuronCore {self.visible_core} ({which} "
+            f"{self.rank if self.local_rank is None else self.local_rank} + core_offset "
             f"{self.core_offset}) is not visible to this process (NEURON_RT_VISIBLE_CORES="
             f"{os.environ.get('NEURON_RT_VISIBLE_CORES', '')!r})")
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in (
-            "nkipy_cache", "rank", "world_size", "core_offset", "log_level",
+            "nkipy_cache", "rank", "world_size", "local_rank", "core_offset", "log_level",
             "additional_compiler_args", "max_bucket_size", "bucket_strategy", "pad_on_device",
             "keep_outputs_on_device", "pipelined", "input_layout", "output_layout"))
         return f"NKIPyBackendConfig({fields})"
@@ -108,7 +113,7 @@ def _detect_rank(rank: Optional[int]) -> int:
             return dist.get_rank()
     except Exception:  # pragma: no cover - torch without distributed
         pass
-    for var in ("LOCAL_RANK", "RANK"):
+    for var in ("RANK", "LOCAL_RANK"):     # the global rank first
         value = env_int(var, minimum=0)
         if value is not None:
             return value
@@ -142,15 +147,12 @@ def _agree_through_torchrun_store() -> Optional[str]:
     if env.get("TORCHELASTIC_USE_AGENT_STORE") != "True" or not addr or not port.isdigit():
         return None
     import secrets
-    from datetime import timedelta
 
-    import torch.distributed as dist
+    from .hosts import torchrun_store
 
-    key = "nkipy/cc_id/{}/{}".format(env.get("TORCHELASTIC_RUN_ID", ""),
-                                     env.get("TORCHELASTIC_RESTART_COUNT", ""))
     try:
-        store = dist.TCPStore(addr, int(port), is_master=False,
-                              timeout=timedelta(seconds=_STORE_TIMEOUT_S))
+        store, run = torchrun_store(_STORE_TIMEOUT_S)
+        key = f"nkipy/cc_id/{run}"
         mine = secrets.token_hex(16)
         got = store.compare_set(key, "", mine)          # the first rank's draw wins
     except Exception as e:  # noqa: BLE001  (any failure to reach it: no store)
@@ -197,6 +199,50 @@ def _communicator_id(world_size: int) -> Optional[str]:
     return cc_id
 
 
+def _setup_hosts(rank: int, world_size: int) -> Optional[Any]:
+    """The job's hosts (torch_to_nkipy.hosts.setup_hosts: detected through the
+    job's store, handed to the runtime with the gloo transport between them),
+    through the default group's store when torch.distributed is initialised,
+    else torchrun's agent store. None when there is one rank, or no store to
+    detect them through (every rank is then taken to be on this host)."""
+    if world_size < 2:
+        return None
+    import torch.distributed as dist
+
+    from . import hosts
+
+    if dist.is_available() and dist.is_initialized():
+        if (dist.get_rank(), dist.get_world_size()) != (rank, world_size):
+            log.warning("rank %d of %d is not torch.distributed's (%d of %d): the hosts are "
+                        "not detected, every rank is taken to be on this host", rank,
+                        world_size, dist.get_rank(), dist.get_world_size())
+            return None
+        return hosts.setup_hosts(dist.distributed_c10d._get_default_store(), rank, world_size)
+    if (env_int("RANK", minimum=0), env_int("WORLD_SIZE", minimum=1)) != (rank, world_size):
+        got = None
+    else:
+        try:
+            got = hosts.torchrun_store(_STORE_TIMEOUT_S)
+        except Exception as e:  # noqa: BLE001  (any failure to reach it: no store)
+            log.warning("cannot reach torchrun's store to detect the hosts: %s", e)
+            got = None
+    if got is None:
+        log.debug("no store to detect the hosts through: every rank is taken to be on "
+                  "this host")
+        return None
+    store, run = got
+    return hosts.setup_hosts(store, rank, world_size, prefix=f"nkipy/hosts/{run}")
+
+
+def _detect_local_rank(hosts: Optional[Any]) -> Optional[int]:
+    """This rank's index among its host's: ``LOCAL_RANK``, else what host
+    detection found, else None (the rank stands for it)."""
+    value = env_int("LOCAL_RANK", minimum=0)
+    if value is not None:
+        return value
+    return None if hosts is None else hosts.local_rank
+
+
 def default_cache_dir() -> str:
     """Where compiled graphs are cached by default: a per-user directory,
     ``$XDG_CACHE_HOME/torch_to_nkipy`` (else ``~/.cache/torch_to_nkipy``),
@@ -215,16 +261,21 @@ def init_nkipy_backend(nkipy_cache: Optional[str] = None, log_level: int = loggi
     """Initialises the nkipy ``torch.compile`` backend (once per process).
 
     ``rank``/``world_size`` default to ``torch.distributed`` when it is
-    initialised, else ``LOCAL_RANK``/``RANK`` and ``WORLD_SIZE``, else 0 and 1.
+    initialised, else ``RANK`` (else ``LOCAL_RANK``) and ``WORLD_SIZE``, else 0
+    and 1.
     Kernels are cached under ``<nkipy_cache>/rank_<rank>/`` (``nkipy_cache``
     defaults to :func:`default_cache_dir`; the directories are created private,
     and one that another user owns or may write is refused: docs/security.md);
     the device core is
-    ``rank + core_offset``. With ``world_size > 1`` the ranks agree on the name of
-    the runtime communicator that collectives inside compiled graphs use
-    (``$NKRT_CC_ID``; a random name agreed through ``torch.distributed`` when it
-    is initialised, else through torchrun's store, so every rank must call
-    this). The other arguments are the defaults of the per-function options
+    ``local_rank + core_offset``, the local rank being ``LOCAL_RANK``, else the
+    rank's index among the ranks of its host, else the rank (``rank`` is the
+    global rank: ``torch.distributed``'s, else ``RANK``). With ``world_size > 1``
+    the ranks agree on the name of the runtime communicator that collectives
+    inside compiled graphs use (``$NKRT_CC_ID``; a random name agreed through
+    ``torch.distributed`` when it is initialised, else through torchrun's store)
+    and detect which ranks share a host through that store, handing the hosts to
+    the runtime (shared memory within a host, a gloo group between hosts:
+    docs/distributed.md), so every rank must call this. The other arguments are the defaults of the per-function options
     (docs/spiky.md); ``max_bucket_size`` and
     ``bucket_strategy`` (``"power_of_2"`` or ``"linear"``) shape the buckets of
     dynamic graphs. Raises RuntimeError when already initialised.
@@ -275,6 +326,7 @@ def init_nkipy_backend(nkipy_cache: Optional[str] = None, log_level: int = loggi
     cc_id = _communicator_id(ws)
     if ws > 1:
         log.debug("collectives of compiled graphs: communicator %r", cc_id)
+    cfg = dataclasses.replace(cfg, local_rank=_detect_local_rank(_setup_hosts(r, ws)))
     _CONFIG = cfg
     log.debug("nkipy backend initialized: %r", cfg)
 
@@ -310,6 +362,11 @@ def _check_config(cfg: object) -> NKIPyBackendConfig:
     if cfg.world_size < 1 or not 0 <= cfg.rank < cfg.world_size:
         raise ValueError(f"invalid rank {cfg.rank} / world_size {cfg.world_size}: the rank "
                          f"must be in [0, world_size) and world_size at least 1")
+    if cfg.local_rank is not None and (isinstance(cfg.local_rank, bool)
+                                       or not isinstance(cfg.local_rank, int)
+                                       or not 0 <= cfg.local_rank < cfg.world_size):
+        raise ValueError(f"NKIPyBackendConfig.local_rank must be None or an int in "
+                         f"[0, world_size), not {cfg.local_rank!r}")
     if cfg.core_offset < 0 or cfg.max_bucket_size < 1:
         raise ValueError(f"NKIPyBackendConfig: core_offset must be >= 0 and max_bucket_size "
                          f">= 1 (got {cfg.core_offset}, {cfg.max_bucket_size})")

@@ -76,6 +76,10 @@ class NkipyProcessGroup(dist.ProcessGroup):
         self._group_desc = ""
         self._gloo = dist.ProcessGroupGloo(dist.PrefixStore("nkipy/gloo", store), rank, size,
                                            timeout)
+        if size > 1 and not dist.is_initialized():   # the default group: the whole job
+            from .hosts import setup_hosts
+
+            setup_hosts(store, rank, size)   # the runtime's hosts (docs/distributed.md)
 
     def getBackendName(self) -> str:  # noqa: N802  (c10d's name)
         return BACKEND

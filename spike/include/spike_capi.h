@@ -97,6 +97,11 @@ typedef struct spike_capi {
    * between them (spike_torch's gloo transport). */
   nkrt_status_t (*comm_set_hosts)(uint32_t world_size, const uint32_t *host_of,
                                   const nkrt_comm_transport_t *transport);
+  /* Version 4. A status of `code` with `message` (copied; NULL for
+   * NKRT_SUCCESS), for callbacks that hand one back to the runtime: the
+   * transport's exchange (nkrt_comm_transport_t) returns a status the runtime
+   * frees. */
+  nkrt_status_t (*status_make)(nkrt_code_t code, const char *message);
 } spike_capi_t;
 
 #ifdef __cplusplus

@@ -69,12 +69,12 @@ def test_capsule():
     get.restype = ctypes.c_void_p
     ptr = get(cap, b"spike._spike.nkrt_capi")
     head = (ctypes.c_uint32 * 2).from_address(ptr)
-    assert head[1] == 3  # SPIKE_CAPI_VERSION
-    assert head[0] >= 8 + 8 * 22  # struct_size covers the version-3 table
+    assert head[1] == 4  # SPIKE_CAPI_VERSION
+    assert head[0] >= 8 + 8 * 24  # struct_size covers the version-4 table
 
 
 class _Capi:
-    """ctypes view of spike_capi_t (spike/include/spike_capi.h), version 3."""
+    """ctypes view of spike_capi_t (spike/include/spike_capi.h), version 4."""
 
     def __init__(self):
         import ctypes as C
@@ -103,7 +103,10 @@ class _Capi:
                   # version 2: a Python API (GIL held), hence PYFUNCTYPE
                   ("model_execute_at", C.PYFUNCTYPE(C.c_int, C.py_object, C.POINTER(vp), u32)),
                   ("tensor_update", C.CFUNCTYPE(vp, u64, vp, vp, u64, u64)),
-                  ("tensor_retain", C.CFUNCTYPE(vp, u64, vp))]
+                  ("tensor_retain", C.CFUNCTYPE(vp, u64, vp)),
+                  # version 4
+                  ("comm_set_hosts", C.CFUNCTYPE(vp, u32, C.POINTER(u32), vp)),
+                  ("status_make", C.CFUNCTYPE(vp, C.c_int, C.c_char_p))]
 
         class Table(C.Structure):
             _fields_ = fields
@@ -118,7 +121,13 @@ class _Capi:
 def test_capi_generations(raw_spike):
     api = _Capi()
     C, t = api.C, api.t
-    assert t.version == 3 and t.struct_size == C.sizeof(type(t))
+    assert t.version == 4 and t.struct_size == C.sizeof(type(t))
+    st = t.status_make(5, b"made by a caller")          # version 4: statuses for callbacks
+    assert t.status_code(st) == 5 and t.status_message(st) == b"made by a caller"
+    assert t.code_name(t.status_code(st)) == b"NRT_TIMEOUT"
+    t.status_free(st)
+    assert t.status_make(0, b"ignored") is None         # NKRT_SUCCESS is NULL
+    assert t.comm_set_hosts(2, None, None) is None       # NULL host_of: one host
     rt, gen = C.c_void_p(), C.c_uint64()
     assert t.acquire_runtime(C.byref(rt), C.byref(gen)) is None  # NULL status: success
     assert rt.value and gen.value == t.live_generation() != 0

@@ -390,6 +390,7 @@ def test_set_get_reset_backend_config_as_the_original(tmp_path):
     (dict(input_layout="x"), "NKIPyBackendConfig.input_layout must be one of"),
     (dict(bucket_strategy="cubic"), "NKIPyBackendConfig.bucket_strategy must be one of"),
     (dict(core_offset=-1), "core_offset must be >= 0"),
+    (dict(world_size=2, local_rank=2), "local_rank must be None or an int in"),
 ])
 def test_set_backend_config_refuses_bad_fields(tmp_path, bad, message):
     from spiky.torch import (NKIPyBackendConfig, get_nkipy_backend_config,

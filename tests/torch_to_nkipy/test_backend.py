@@ -63,10 +63,16 @@ def test_rank_from_environment(tmp_path, monkeypatch):
         assert cfg.nkipy_cache.endswith("rank_3")
     finally:
         reset_nkipy_backend()
-    monkeypatch.setenv("LOCAL_RANK", "1")   # LOCAL_RANK wins over RANK, explicit over both
-    init_nkipy_backend(nkipy_cache=str(tmp_path), rank=0, world_size=1)
+    monkeypatch.setenv("LOCAL_RANK", "1")   # RANK is the rank, LOCAL_RANK the core
+    init_nkipy_backend(nkipy_cache=str(tmp_path), rank=0, world_size=1)   # explicit wins
     assert get_nkipy_backend_config().rank == 0
     reset_nkipy_backend()
+    init_nkipy_backend(nkipy_cache=str(tmp_path))
+    cfg = get_nkipy_backend_config()
+    assert (cfg.rank, cfg.local_rank, cfg.visible_core) == (3, 1, 1)
+    reset_nkipy_backend()
+    monkeypatch.delenv("RANK")              # LOCAL_RANK alone: the rank too (one host)
+    monkeypatch.setenv("WORLD_SIZE", "2")
     init_nkipy_backend(nkipy_cache=str(tmp_path))
     assert get_nkipy_backend_config().rank == 1
     reset_nkipy_backend()
