@@ -227,7 +227,7 @@ def test_local_rank_sets_the_core(monkeypatch):
     monkeypatch.setenv("RANK", "2")
     monkeypatch.setenv("LOCAL_RANK", "0")
     assert _detect_rank(None) == 2 and _detect_local_rank(None) == 0
-    cfg = NKIPyBackendConfig("p", "p/rank_2", 20, 2, 4, core_offset=1, local_rank=0)
+    cfg = NKIPyBackendConfig("p", rank=2, world_size=4, core_offset=1, local_rank=0)
     assert cfg.visible_core == 1
     monkeypatch.setenv("NEURON_RT_VISIBLE_CORES", "0")
     with pytest.raises(RuntimeError, match=r"NeuronCore 1 \(local rank 0 \+ core_offset 1\) "
@@ -236,7 +236,7 @@ def test_local_rank_sets_the_core(monkeypatch):
     monkeypatch.delenv("LOCAL_RANK")
     assert _detect_local_rank(hosts.Hosts(3, 4, (0, 0, 2, 2))) == 1
     assert _detect_local_rank(None) is None
-    assert NKIPyBackendConfig("p", "p/rank_3", 20, 3, 4).visible_core == 3
+    assert NKIPyBackendConfig("p", rank=3, world_size=4).visible_core == 3
     monkeypatch.setenv("LOCAL_RANK", "x")
     with pytest.raises(ValueError, match="environment variable LOCAL_RANK must be an integer"):
         _detect_local_rank(None)
