@@ -119,6 +119,17 @@ struct nkrt_comm {
 /* The rank the job knows local rank `r` as (in messages). */
 static uint32_t grank(const nkrt_comm_t *c, uint32_t r) { return c->global ? c->global[r] : r; }
 
+/* "rank 3 of 4", or between hosts "rank 3 (1 of this host's 2)": who this rank
+ * is, in messages. */
+static const char *whoami(const nkrt_comm_t *c, char *buf, size_t size) {
+  if (c->global)
+    snprintf(buf, size, "rank %u (%u of this host's %u)", grank(c, c->rank), c->rank,
+             c->world_size);
+  else
+    snprintf(buf, size, "rank %u of %u", c->rank, c->world_size);
+  return buf;
+}
+
 static void futex_wait(_Atomic uint32_t *word, uint32_t expected, int64_t ns) {
   struct timespec ts = {.tv_sec = ns / 1000000000, .tv_nsec = ns % 1000000000};
   syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT, expected, &ts, NULL, 0);
@@ -267,11 +278,11 @@ static nkrt_status_t give_up(nkrt_comm_t *c, const char *what) {
   bool other = atomic_exchange(&c->hdr->failed, 1) != 0;
   futex_wake(&c->hdr->generation);
   futex_wake(&c->hdr->joined);
-  char buf[128];
+  char buf[128], me[64];
+  whoami(c, me, sizeof(me));
   if (dead_rank(c, buf, sizeof(buf)))
-    return nkrt_status_make(NKRT_FAILURE, "communicator '%s': %s; rank %u of %u stops in %s: "
-                            "the job cannot go on (restart it)", c->name, buf, grank(c, c->rank),
-                            c->world_size, what);
+    return nkrt_status_make(NKRT_FAILURE, "communicator '%s': %s; %s stops in %s: "
+                            "the job cannot go on (restart it)", c->name, buf, me, what);
   uint32_t why = atomic_load_explicit(&c->hdr->why_set, memory_order_acquire);
   if (other && why && why - 1 < c->world_size)
     return nkrt_status_make(NKRT_FAILURE, "communicator '%s': rank %u failed during %s: %.255s "
@@ -279,11 +290,11 @@ static nkrt_status_t give_up(nkrt_comm_t *c, const char *what) {
                             grank(c, c->rank));
   if (other)
     return nkrt_status_make(NKRT_TIMEOUT, "communicator '%s': another rank failed during %s "
-                            "(rank %u of %u)", c->name, what, grank(c, c->rank), c->world_size);
-  return nkrt_status_make(NKRT_TIMEOUT, "communicator '%s': rank %u of %u waited %.0f s for the "
+                            "(%s)", c->name, what, me);
+  return nkrt_status_make(NKRT_TIMEOUT, "communicator '%s': %s waited %.0f s for the "
                           "other ranks during %s (NKRT_CC_TIMEOUT); they are alive: do all ranks "
-                          "run the same collectives in the same order?", c->name,
-                          grank(c, c->rank), c->world_size, (double)c->timeout_ns / 1e9, what);
+                          "run the same collectives in the same order?", c->name, me,
+                          (double)c->timeout_ns / 1e9, what);
 }
 
 NKRT_MUST_USE_RESULT
@@ -578,11 +589,11 @@ nkrt_status_t nkrt_comm_join_local(const char *name, uint32_t rank, uint32_t wor
         uint32_t dead = find_dead(c);
         if (dead != UINT32_MAX) mark_dead(c, dead);
       }
-      char buf[128];
+      char buf[128], me[64];
       if (dead_rank(c, buf, sizeof(buf))) {
         st = nkrt_status_make(NKRT_FAILURE, "communicator '%s': %s while the ranks joined; "
-                              "rank %u of %u stops: the job cannot go on (restart it)", name,
-                              buf, rank, world_size);
+                              "%s stops: the job cannot go on (restart it)", name, buf,
+                              whoami(c, me, sizeof(me)));
       } else if (atomic_load(&c->hdr->failed) || waited > c->timeout_ns) {
         uint32_t missing = UINT32_MAX;
         for (uint32_t r = 0; r < world_size && missing == UINT32_MAX; r++)
@@ -627,10 +638,21 @@ uint32_t nkrt_comm_world_size(const nkrt_comm_t *c) {
 
 void nkrt_comm_attach_hier(nkrt_comm_t *c, struct nkrt_hier *hier) { c->hier = hier; }
 
+/* Cuts a character that snprintf's truncation left incomplete off the end of s. */
+static void utf8_trim(char *s) {
+  size_t len = strlen(s), i = len;
+  while (i > 0 && ((unsigned char)s[i - 1] & 0xC0) == 0x80) i--;
+  if (i == 0 || !((unsigned char)s[i - 1] & 0x80)) return; /* ends in ASCII */
+  unsigned char lead = (unsigned char)s[i - 1];
+  size_t need = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+  if (len - (i - 1) < need) s[i - 1] = '\0';
+}
+
 void nkrt_comm_fail(nkrt_comm_t *c, const char *why) {
   uint32_t none = 0;
   if (atomic_compare_exchange_strong(&c->hdr->why_set, &none, UINT32_MAX)) {
     snprintf(c->hdr->why, sizeof(c->hdr->why), "%s", why);
+    utf8_trim(c->hdr->why);
     atomic_store_explicit(&c->hdr->why_set, c->rank + 1, memory_order_release);
   }
   atomic_store(&c->hdr->failed, 1);
