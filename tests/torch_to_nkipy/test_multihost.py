@@ -48,7 +48,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_hosts(script: str, tmp_path, timeout_s: float = 60, wait_s: float = 420):
+def run_hosts(script: str, tmp_path, timeout_s: float = 60, wait_s: float = 420,
+              extra_env: dict | None = None):
     """Runs `script` as 2 hosts x 2 ranks; returns each host's (returncode,
     output, what its /dev/shm held when its torchrun exited)."""
     path = tmp_path / "worker.py"
@@ -59,7 +60,7 @@ def run_hosts(script: str, tmp_path, timeout_s: float = 60, wait_s: float = 420)
                         "NKRT_CC_ID", "MASTER_ADDR", "MASTER_PORT")}
     env.update(PYTHONPATH=ROOT, GLOO_SOCKET_IFNAME="lo", NKRT_CC_TIMEOUT=str(timeout_s),
                SPIKE_TORCH_FALLBACK_WARN="0", OMP_NUM_THREADS="1", RESULTS=str(tmp_path),
-               PYTHONWARNINGS="ignore")
+               PYTHONWARNINGS="ignore", **(extra_env or {}))
     procs = []
     for node in range(2):
         left = tmp_path / f"shm_left_{node}"
@@ -232,5 +233,36 @@ def test_nkipy_process_group_across_two_hosts(tmp_path):
                        enumerate(hosts))
     assert [rc for rc, _, _ in hosts] == [0, 0], report
     assert results(tmp_path) == {r: "OK" for r in range(4)}, report
+    for n, (_, _, left) in enumerate(hosts):
+        assert left == [], f"host {n}'s /dev/shm holds {left}"
+
+
+LLAMA_TP = textwrap.dedent("""
+    import os, runpy, sys
+    os.environ["NKIPY_EXAMPLE_CACHE"] = os.path.join(os.environ["RESULTS"], "cache")
+    sys.argv = ["llama_tp.py"]
+    try:
+        runpy.run_path(os.path.join(os.environ["ROOT"], "examples", "torch_to_nkipy",
+                                    "llama_tp.py"), run_name="__main__")
+    except SystemExit as e:
+        code = e.code or 0
+    else:
+        code = 0
+    rank = os.environ["RANK"]
+    open(os.path.join(os.environ["RESULTS"], f"result_{rank}"), "w").write(f"exit {code}")
+    sys.exit(code)
+""")
+
+
+def test_llama_tensor_parallel_across_two_hosts(tmp_path):
+    """examples/torch_to_nkipy/llama_tp.py over 2 hosts x 2 ranks: the DTensor-sharded
+    Llama, compiled, generates the greedy tokens of single-process eager (rank 0
+    compares and every rank exits with its verdict)."""
+    hosts = run_hosts(LLAMA_TP, tmp_path, extra_env={"ROOT": ROOT})
+    report = "\n".join(f"--- host {n} (rc {rc}):\n{out[-4000:]}" for n, (rc, out, _) in
+                       enumerate(hosts))
+    assert [rc for rc, _, _ in hosts] == [0, 0], report
+    assert results(tmp_path) == {r: "exit 0" for r in range(4)}, report
+    assert "4 ranks, tensor parallel" in hosts[0][1], report
     for n, (_, _, left) in enumerate(hosts):
         assert left == [], f"host {n}'s /dev/shm holds {left}"
