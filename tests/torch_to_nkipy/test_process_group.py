@@ -248,3 +248,68 @@ def test_integer_avg_error_is_eagers():
     with pytest.raises(RuntimeError) as eager:
         torch.ones(2, dtype=torch.int64).div_(2)
     assert str(_integer_avg_error(torch.int64)) == str(eager.value)
+
+
+_COMPILED = textwrap.dedent("""
+    import tempfile, torch
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as funcol
+    from torch_to_nkipy import init_nkipy_backend
+
+    dist.init_process_group("nkipy")
+    init_nkipy_backend(nkipy_cache=tempfile.mkdtemp())
+    r, n = dist.get_rank(), dist.get_world_size()
+    world = dist.group.WORLD
+    ref = dist.new_group(backend="gloo")
+    with torch.no_grad():
+        for dev in ("cpu", "nkipy"):
+            for root in range(n):
+                x = torch.randn(3, 2) * (r + 1)
+                got = torch.compile(lambda t: funcol.broadcast(t, root, world) + 0,
+                                    backend="nkipy", fullgraph=True)(x.to(dev))
+                want = x.clone()
+                dist.broadcast(want, src=root, group=ref)
+                assert torch.equal(got.cpu(), want), (got, want)
+                torch._dynamo.reset()
+            # uneven splits: rank i sends i + j + 1 rows to rank j (rows: the same on all ranks)
+            rows = sum(range(1, n + 1)) + n * (n - 1) // 2
+            ins = [r + j + 1 for j in range(n)]
+            ins[-1] += rows - sum(ins)
+            all_ins = [[i + j + 1 for j in range(n)] for i in range(n)]
+            for i in range(n):
+                all_ins[i][-1] += rows - sum(all_ins[i])
+            outs = [all_ins[j][r] for j in range(n)]
+            x = torch.arange(rows * 2.0).reshape(rows, 2) + 100 * r
+            got = torch.compile(lambda t: funcol.all_to_all_single(t, outs, ins, world) + 0,
+                                backend="nkipy", fullgraph=True)(x.to(dev))
+            want = torch.empty(sum(outs), 2)
+            dist.all_to_all_single(want, x, outs, ins, group=ref)
+            assert torch.equal(got.cpu(), want), (got, want)
+            torch._dynamo.reset()
+        for fn in (lambda t: funcol.all_reduce(t, "avg", world) + 0,
+                   lambda t: funcol.reduce_scatter_tensor(t, "avg", 0, world) + 0):
+            with_eager = None
+            try:
+                dist.all_reduce(torch.ones(2 * n, dtype=torch.int32), op=dist.ReduceOp.AVG,
+                                group=ref)
+            except RuntimeError as e:
+                with_eager = str(e)
+            try:
+                torch.compile(fn, backend="nkipy", fullgraph=True)(
+                    torch.ones(2 * n, dtype=torch.int32))
+                raise AssertionError("integer avg ran")
+            except RuntimeError as e:
+                assert with_eager and with_eager in str(e), (with_eager, e)
+            torch._dynamo.reset()
+    dist.barrier()
+    dist.destroy_process_group()
+    print("OK", r)
+""")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world", [2, 4])
+def test_compiled_broadcast_uneven_all_to_all_and_integer_avg(world):
+    """funcol.broadcast and all_to_all_single with unequal splits inside compiled graphs
+    equal eager gloo's; integer avg raises eager's error."""
+    _run_ranks(_COMPILED, world)
