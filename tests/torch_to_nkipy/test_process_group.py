@@ -313,3 +313,33 @@ def test_compiled_broadcast_uneven_all_to_all_and_integer_avg(world):
     """funcol.broadcast and all_to_all_single with unequal splits inside compiled graphs
     equal eager gloo's; integer avg raises eager's error."""
     _run_ranks(_COMPILED, world)
+
+
+def test_comm_collective_without_a_runtime():
+    """After spike.reset() the binding has no runtime to run on (a fresh process:
+    the reset must not disturb this one's)."""
+    script = textwrap.dedent("""
+        import spike
+        from spike import _spike
+        spike.get_spike_singleton()
+        spike.reset()
+        try:
+            _spike._comm_collective(0, 1, 0, 0, 2, 1, 1, 1)
+        except _spike.SpikeError as e:
+            assert "no live runtime for a collective" in str(e), e
+            print("OK")
+    """)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=ROOT), timeout=120)
+    assert r.returncode == 0 and "OK" in r.stdout, r.stderr[-2000:]
+
+
+def test_compiled_collective_lowerings_refuse_bad_arguments(backend):
+    """The lowerings check split sizes and the broadcast root (one rank: the job's world)."""
+    import numpy as np
+    from torch_to_nkipy.lowering import aten_numpy
+
+    with pytest.raises(ValueError, match=r"split sizes \[1, 2\] / \[1, 2\] for 1 ranks"):
+        aten_numpy.all_to_all_single(np.zeros((3, 2), np.float32), [1, 2], [1, 2], "0")
+    with pytest.raises(ValueError, match=r"broadcast from rank 1, not in its group \[0\]"):
+        aten_numpy.broadcast(np.zeros((3, 2), np.float32), 1, "0")
