@@ -1,12 +1,14 @@
 /* comm.c - collectives between the processes of a job (nkrt/comm.h).
  *
  * One POSIX shared-memory segment per communicator: a header (the world size,
- * who has joined, a barrier) and one staging slot per rank. A collective moves
- * data in chunks of a slot: every member copies its chunk into its own slot,
- * all ranks meet at a barrier, every member reads what it needs from the
- * others' slots, and all meet again before the slots are reused. Each rank
- * combines the members' data itself, in group order, so all members compute
- * the same bits.
+ * who has joined, a barrier) and one staging slot per rank, two buffers used
+ * by turns. A collective moves data in chunks of a buffer: every member
+ * copies what the others need of its chunk into its buffer, all ranks meet
+ * at a barrier, and every member reads what it needs from the others'
+ * buffers (the chunk engine below says how each kind splits the work:
+ * all_reduce is a reduce-scatter then an all-gather). Reductions run in group
+ * order, so all members compute the same bits. Buffers alternate, so a
+ * chunk needs no second barrier before its buffer is reused.
  *
  * The barrier counts arrivals and bumps a generation; waiters spin briefly
  * and then sleep on a futex of the generation (shared between processes).
@@ -39,14 +41,18 @@
 #include <unistd.h>
 
 #include "comm.h"
+#include "comm_hosts.h"
 #include "half.h"
 #include "runtime.h"
 #include "nkrt/comm.h"
 
 #define MAX_RANKS 1024
-#define SLOT_BYTES (4u << 20)
-#define HEADER_BYTES (64u << 10)
-#define SPIN_NS 50000
+#define SLOT_BYTES (4u << 20)         /* per rank: two buffers, used in turn */
+#define BUF_BYTES (SLOT_BYTES / 2)
+#define HEADER_BYTES (128u << 10)
+#define SMALL_REDUCE_BYTES (64u << 10) /* all_reduce up to this: every member reduces it all */
+#define TILE 512                       /* elements a reduction combines at a time */
+#define SPIN_NS 100000
 #define MAGIC UINT64_C(0x32636374726b6e01) /* set by rank 0 once the header is ready */
 #define LIVENESS_NS 250000000ll            /* how often a waiting rank checks its peers */
 #define PEERS_PER_CHECK 64                 /* ... and how many of them at a time */
@@ -76,11 +82,16 @@ typedef struct {
   _Atomic uint32_t joined;
   _Atomic uint32_t arrived;    /* barrier */
   _Atomic uint32_t generation; /* barrier; also the futex word */
+  _Atomic uint32_t sleepers;   /* ranks asleep on the generation (else no wake-up call) */
   _Atomic uint32_t failed;     /* a rank gave up waiting */
   _Atomic uint32_t dead;       /* 1 + a rank found dead; 0: none */
+  _Atomic uint32_t why_set;    /* 1 + the rank that wrote why[] */
+  char why[256];               /* why that rank failed the communicator (between hosts) */
   _Atomic uint8_t present[MAX_RANKS];
   peer_t peer[MAX_RANKS];
-  desc_t desc[MAX_RANKS];
+  /* by collective number parity: a rank may announce its next collective
+   * while a slower one still checks the last (one barrier per collective) */
+  desc_t desc[2][MAX_RANKS];
 } header_t;
 
 _Static_assert(sizeof(header_t) <= HEADER_BYTES, "comm header too large");
@@ -99,7 +110,14 @@ struct nkrt_comm {
   uint32_t next_check; /* the next peer find_dead() looks at */
   pthread_mutex_t mu; /* one collective at a time in this process */
   uint64_t seq;       /* collectives started (under mu) */
+  uint32_t parity;    /* the slot buffer the next chunk uses (under mu) */
+  const void *ptrs[MAX_RANKS]; /* a reduction's sources (under mu) */
+  const uint32_t *global; /* this host's ranks' global ranks (between hosts), else NULL */
+  struct nkrt_hier *hier; /* between hosts (comm_hosts.c), else NULL; owned */
 };
+
+/* The rank the job knows local rank `r` as (in messages). */
+static uint32_t grank(const nkrt_comm_t *c, uint32_t r) { return c->global ? c->global[r] : r; }
 
 static void futex_wait(_Atomic uint32_t *word, uint32_t expected, int64_t ns) {
   struct timespec ts = {.tv_sec = ns / 1000000000, .tv_nsec = ns % 1000000000};
@@ -221,8 +239,16 @@ static bool wait_change(nkrt_comm_t *c, _Atomic uint32_t *word, uint32_t value) 
         return false;
       }
     }
-    if (waited < SPIN_NS) sched_yield();
-    else futex_wait(word, value, 10000000); /* 10 ms slices: the failed flag is re-read */
+    if (waited < SPIN_NS) {
+      sched_yield();
+    } else {
+      /* the rank that moves the word wakes sleepers only when it sees one:
+       * both sides use sequentially consistent order, so either it sees this
+       * count or the kernel sees the new word */
+      atomic_fetch_add(&c->hdr->sleepers, 1);
+      futex_wait(word, value, 10000000); /* 10 ms slices: the failed flag is re-read */
+      atomic_fetch_sub(&c->hdr->sleepers, 1);
+    }
   }
   return true;
 }
@@ -231,7 +257,7 @@ static bool wait_change(nkrt_comm_t *c, _Atomic uint32_t *word, uint32_t value) 
 static const char *dead_rank(const nkrt_comm_t *c, char *buf, size_t size) {
   uint32_t dead = atomic_load(&c->hdr->dead);
   if (!dead || dead > c->world_size) return NULL;
-  snprintf(buf, size, "rank %u (pid %d) died (it exited or was killed)", dead - 1,
+  snprintf(buf, size, "rank %u (pid %d) died (it exited or was killed)", grank(c, dead - 1),
            (int)c->hdr->peer[dead - 1].pid);
   return buf;
 }
@@ -244,15 +270,20 @@ static nkrt_status_t give_up(nkrt_comm_t *c, const char *what) {
   char buf[128];
   if (dead_rank(c, buf, sizeof(buf)))
     return nkrt_status_make(NKRT_FAILURE, "communicator '%s': %s; rank %u of %u stops in %s: "
-                            "the job cannot go on (restart it)", c->name, buf, c->rank,
+                            "the job cannot go on (restart it)", c->name, buf, grank(c, c->rank),
                             c->world_size, what);
+  uint32_t why = atomic_load_explicit(&c->hdr->why_set, memory_order_acquire);
+  if (other && why && why - 1 < c->world_size)
+    return nkrt_status_make(NKRT_FAILURE, "communicator '%s': rank %u failed during %s: %.255s "
+                            "(rank %u stops too)", c->name, grank(c, why - 1), what, c->hdr->why,
+                            grank(c, c->rank));
   if (other)
     return nkrt_status_make(NKRT_TIMEOUT, "communicator '%s': another rank failed during %s "
-                            "(rank %u of %u)", c->name, what, c->rank, c->world_size);
+                            "(rank %u of %u)", c->name, what, grank(c, c->rank), c->world_size);
   return nkrt_status_make(NKRT_TIMEOUT, "communicator '%s': rank %u of %u waited %.0f s for the "
                           "other ranks during %s (NKRT_CC_TIMEOUT); they are alive: do all ranks "
-                          "run the same collectives in the same order?", c->name, c->rank,
-                          c->world_size, (double)c->timeout_ns / 1e9, what);
+                          "run the same collectives in the same order?", c->name,
+                          grank(c, c->rank), c->world_size, (double)c->timeout_ns / 1e9, what);
 }
 
 NKRT_MUST_USE_RESULT
@@ -263,8 +294,8 @@ static nkrt_status_t barrier(nkrt_comm_t *c, const char *what) {
   uint32_t gen = atomic_load_explicit(&h->generation, memory_order_acquire);
   if (atomic_fetch_add_explicit(&h->arrived, 1, memory_order_acq_rel) + 1 == c->world_size) {
     atomic_store_explicit(&h->arrived, 0, memory_order_relaxed);
-    atomic_fetch_add_explicit(&h->generation, 1, memory_order_release);
-    futex_wake(&h->generation);
+    atomic_fetch_add(&h->generation, 1);
+    if (atomic_load(&h->sleepers)) futex_wake(&h->generation);
     return NULL;
   }
   return wait_change(c, &h->generation, gen) ? NULL : give_up(c, what);
@@ -492,11 +523,21 @@ nkrt_status_t nkrt_comm_join(const char *name, uint32_t rank, uint32_t world_siz
                              int64_t timeout_ns, nkrt_comm_t **out_comm) {
   if (!out_comm) return nkrt_status_make(NKRT_INVALID, "out_comm is NULL");
   *out_comm = NULL;
+  if (world_size < 2 || world_size > MAX_RANKS)
+    return nkrt_status_make(NKRT_INVALID, "communicator world size %u is not between 2 and %u",
+                            world_size, MAX_RANKS);
+  return nkrt_comm_join_local(name, rank, world_size, timeout_ns, NULL, out_comm);
+}
+
+nkrt_status_t nkrt_comm_join_local(const char *name, uint32_t rank, uint32_t world_size,
+                                   int64_t timeout_ns, const uint32_t *global,
+                                   nkrt_comm_t **out_comm) {
+  *out_comm = NULL;
   if (!name || !valid_name(name))
     return nkrt_status_make(NKRT_INVALID, "communicator name \"%s\" must be 1 to 200 characters "
                             "of [A-Za-z0-9._-]", name ? name : "(null)");
-  if (world_size < 2 || world_size > MAX_RANKS)
-    return nkrt_status_make(NKRT_INVALID, "communicator world size %u is not between 2 and %u",
+  if (world_size < 1 || world_size > MAX_RANKS)
+    return nkrt_status_make(NKRT_INVALID, "communicator world size %u is not between 1 and %u",
                             world_size, MAX_RANKS);
   if (rank >= world_size)
     return nkrt_status_make(NKRT_INVALID, "rank %u is not below the world size %u", rank,
@@ -509,6 +550,7 @@ nkrt_status_t nkrt_comm_join(const char *name, uint32_t rank, uint32_t world_siz
   c->rank = rank;
   c->world_size = world_size;
   c->timeout_ns = timeout_ns;
+  c->global = global;
   c->next_check = (rank + 1) % world_size;
   who_am_i(&c->me);
   pthread_mutex_init(&c->mu, NULL);
@@ -545,7 +587,7 @@ nkrt_status_t nkrt_comm_join(const char *name, uint32_t rank, uint32_t world_siz
         st = nkrt_status_make(NKRT_TIMEOUT, "communicator '%s': %u of %u ranks joined within "
                               "%.0f s (rank %u is missing; NKRT_CC_TIMEOUT)", name,
                               atomic_load(&c->hdr->joined), world_size,
-                              (double)c->timeout_ns / 1e9, missing);
+                              (double)c->timeout_ns / 1e9, grank(c, missing));
       } else {
         futex_wait(&c->hdr->joined, w, 10000000);
       }
@@ -565,16 +607,37 @@ nkrt_status_t nkrt_comm_join(const char *name, uint32_t rank, uint32_t world_siz
 
 void nkrt_comm_destroy(nkrt_comm_t *c) {
   if (!c) return;
+  nkrt_hier_free(c->hier);
   if (c->hdr) munmap(c->hdr, c->map_bytes);
   pthread_mutex_destroy(&c->mu);
   free(c);
 }
 
-uint32_t nkrt_comm_rank(const nkrt_comm_t *c) { return c ? c->rank : 0; }
-uint32_t nkrt_comm_world_size(const nkrt_comm_t *c) { return c ? c->world_size : 0; }
+uint32_t nkrt_comm_rank(const nkrt_comm_t *c) {
+  return !c ? 0 : c->hier ? nkrt_hier_rank(c->hier) : c->rank;
+}
+uint32_t nkrt_comm_world_size(const nkrt_comm_t *c) {
+  return !c ? 0 : c->hier ? nkrt_hier_world_size(c->hier) : c->world_size;
+}
+
+void nkrt_comm_attach_hier(nkrt_comm_t *c, struct nkrt_hier *hier) { c->hier = hier; }
+
+void nkrt_comm_fail(nkrt_comm_t *c, const char *why) {
+  uint32_t none = 0;
+  if (atomic_compare_exchange_strong(&c->hdr->why_set, &none, UINT32_MAX)) {
+    snprintf(c->hdr->why, sizeof(c->hdr->why), "%s", why);
+    atomic_store_explicit(&c->hdr->why_set, c->rank + 1, memory_order_release);
+  }
+  atomic_store(&c->hdr->failed, 1);
+  futex_wake(&c->hdr->generation);
+  futex_wake(&c->hdr->joined);
+}
 
 nkrt_status_t nkrt_comm_barrier(nkrt_comm_t *c) {
   if (!c) return nkrt_status_make(NKRT_INVALID_HANDLE, "communicator is NULL");
+  if (c->hier) /* an empty collective over every rank of the job */
+    return nkrt_hier_collective(c->hier, NKRT_CC_ALL_REDUCE, NKRT_DTYPE_INT32, NKRT_CC_ADD, NULL,
+                                0, NULL, NULL, 0);
   pthread_mutex_lock(&c->mu);
   nkrt_status_t st = barrier(c, "a barrier");
   pthread_mutex_unlock(&c->mu);
@@ -606,22 +669,30 @@ static nkrt_status_t group_index(const nkrt_comm_t *c, const int32_t *ranks, uin
   return NULL;
 }
 
-static const char *const kind_names[] = {"all_reduce", "all_gather", "all_to_all"};
+static const char *const kind_names[] = {"all_reduce", "all_gather", "all_to_all",
+                                         "reduce_scatter", "broadcast"};
 
-static uint64_t group_hash(const int32_t *ranks, uint32_t n) {
+static const char *kind_name(uint64_t kind) { return kind < 5 ? kind_names[kind] : "?"; }
+
+static uint64_t group_hash(const int32_t *ranks, uint32_t n, uint32_t root) {
   uint64_t h = 1469598103934665603ull;
   for (uint32_t i = 0; i < n; i++) h = (h ^ (uint32_t)ranks[i]) * 1099511628211ull;
-  return h ^ n;
+  return (h ^ n) * 31 + root;
+}
+
+/* A collective's description as the ranks compare it: kind, dtype and the
+ * reduction (a broadcast's root is an index into each group: it goes with
+ * the group, checked among members only). */
+static uint64_t what_of(uint32_t kind, uint32_t dtype, uint32_t op) {
+  return (uint64_t)kind << 32 | (uint64_t)dtype << 16 | (kind == NKRT_CC_BROADCAST ? 0 : op);
 }
 
 /* Publishes what this rank is about to run (before its first barrier). */
-static void announce(nkrt_comm_t *c, uint32_t kind, uint32_t dtype, uint32_t op,
-                     int64_t count, const int32_t *ranks, uint32_t n) {
-  desc_t *d = &c->hdr->desc[c->rank];
-  atomic_store_explicit(&d->what, (uint64_t)kind << 32 | (uint64_t)dtype << 16 | op,
-                        memory_order_relaxed);
-  atomic_store_explicit(&d->count, count, memory_order_relaxed);
-  atomic_store_explicit(&d->group, group_hash(ranks, n), memory_order_relaxed);
+static void announce(nkrt_comm_t *c, uint64_t what, int64_t span, uint64_t group) {
+  desc_t *d = &c->hdr->desc[(c->seq + 1) & 1][c->rank];
+  atomic_store_explicit(&d->what, what, memory_order_relaxed);
+  atomic_store_explicit(&d->count, span, memory_order_relaxed);
+  atomic_store_explicit(&d->group, group, memory_order_relaxed);
   atomic_store_explicit(&d->seq, ++c->seq, memory_order_release);
 }
 
@@ -629,11 +700,11 @@ static void announce(nkrt_comm_t *c, uint32_t kind, uint32_t dtype, uint32_t op,
  * size, and every member of the group passed the same rank list. */
 NKRT_MUST_USE_RESULT
 static nkrt_status_t agree(nkrt_comm_t *c, const int32_t *ranks, uint32_t n) {
-  const desc_t *mine = &c->hdr->desc[c->rank];
+  const desc_t *all = c->hdr->desc[c->seq & 1], *mine = &all[c->rank];
   uint64_t what = atomic_load(&mine->what), group = atomic_load(&mine->group);
   int64_t count = atomic_load(&mine->count);
   for (uint32_t r = 0; r < c->world_size; r++) {
-    const desc_t *d = &c->hdr->desc[r];
+    const desc_t *d = &all[r];
     uint64_t rseq = atomic_load_explicit(&d->seq, memory_order_acquire);
     uint64_t rwhat = atomic_load(&d->what);
     int64_t rcount = atomic_load(&d->count);
@@ -642,207 +713,415 @@ static nkrt_status_t agree(nkrt_comm_t *c, const int32_t *ranks, uint32_t n) {
     if (rseq == c->seq && rwhat == what && rcount == count &&
         (!member || atomic_load(&d->group) == group))
       continue;
+    nkrt_status_t st = nkrt_status_make(
+        NKRT_INVALID, "communicator '%s': ranks out of step: rank %u runs collective #%" PRIu64
+        ", %s of %" PRId64 " elements (dtype %u, op %u), rank %u runs #%" PRIu64 ", %s of %" PRId64
+        " elements (dtype %u, op %u)%s; every rank must run the same collectives in the same "
+        "order", c->name, grank(c, c->rank), c->seq, kind_name(what >> 32), count,
+        (unsigned)(what >> 16 & 0xffff), (unsigned)(what & 0xffff), grank(c, r), rseq,
+        kind_name(rwhat >> 32), rcount, (unsigned)(rwhat >> 16 & 0xffff),
+        (unsigned)(rwhat & 0xffff),
+        member && rwhat == what && rcount == count ? " with another group (or root)" : "");
     atomic_store(&c->hdr->failed, 1);
     futex_wake(&c->hdr->generation);
-    return nkrt_status_make(NKRT_INVALID, "communicator '%s': ranks out of step: rank %u runs "
-                            "collective #%" PRIu64 ", %s of %" PRId64 " elements (dtype %u, op %u), "
-                            "rank %u runs #%" PRIu64 ", %s of %" PRId64 " elements (dtype %u, op "
-                            "%u)%s; every rank must run the same collectives in the same order",
-                            c->name, c->rank, c->seq, kind_names[(what >> 32) % 3], count,
-                            (unsigned)(what >> 16 & 0xffff), (unsigned)(what & 0xffff), r, rseq,
-                            kind_names[(rwhat >> 32) % 3], rcount, (unsigned)(rwhat >> 16 & 0xffff),
-                            (unsigned)(rwhat & 0xffff),
-                            member && rwhat == what && rcount == count ? " with another group" : "");
+    return st;
   }
   return NULL;
 }
 
-static uint8_t *slot(const nkrt_comm_t *c, int32_t rank) {
-  return c->slots + (size_t)rank * SLOT_BYTES;
+/* ---- reductions ------------------------------------------------------------
+ *
+ * dst[0 .. len) = op over src[0][i], src[1][i], ... in that order, a tile of
+ * TILE elements at a time: each pass over a tile is a plain loop the compiler
+ * vectorizes. float16 / bfloat16 accumulate in float32 and round once;
+ * integers wrap (computed unsigned); bool is or (add, max) / and (mul, min).
+ * dst may be one of the sources (each tile is read before it is written). */
+
+/* the reductions only: vectorized loops (the build's -O2 keeps the cheapest
+ * vectorizer model, which leaves these loops alone) */
+#pragma GCC push_options
+#pragma GCC optimize("tree-vectorize", "vect-cost-model=dynamic")
+
+static inline float f_max(float a, float b) { return a > b || a != a ? a : b; }
+static inline float f_min(float a, float b) { return a < b || a != a ? a : b; }
+
+static inline float bf16_load(uint16_t h) {
+  uint32_t bits = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
 }
 
-static float load_f(uint32_t dtype, const void *p, int64_t i) {
-  switch (dtype) {
-    case NKRT_DTYPE_FLOAT32: return ((const float *)p)[i];
-    case NKRT_DTYPE_FLOAT16: return nkrt_half_to_float(((const uint16_t *)p)[i]);
-    default: return nkrt_bf16_to_float(((const uint16_t *)p)[i]);
+static inline uint16_t bf16_store(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  if ((x & 0x7fffffff) > 0x7f800000) return (uint16_t)((x >> 16) | 0x40);
+  return (uint16_t)((x + 0x7fff + ((x >> 16) & 1)) >> 16);
+}
+
+#define F32_LOAD(v) (v)
+#define F32_STORE(v) (v)
+#define F16_LOAD(v) nkrt_half_to_float(v)
+#define F16_STORE(v) nkrt_float_to_half(v)
+
+/* float-like types: accumulate in float; the first two sources combine in
+ * one pass, the result goes to d (and d2) in one pass */
+#define F_OP(op, a, b)                                                                        \
+  ((op) == NKRT_CC_MUL ? (a) * (b) : (op) == NKRT_CC_MAX ? f_max(a, b)                        \
+   : (op) == NKRT_CC_MIN ? f_min(a, b) : (a) + (b))
+#define F_PASS(OPC, EXPR)                                                                     \
+  case OPC: for (int i = 0; i < t; i++) EXPR; break;
+#define DEF_REDUCE_F(NAME, T, LOAD, STORE)                                                    \
+  static void NAME(uint32_t op, const void *const *src, uint32_t m, void *dv, void *dv2,      \
+                   int64_t len) {                                                             \
+    T *d = dv, *d2 = dv2;                                                                     \
+    float acc[TILE];                                                                          \
+    for (int64_t i0 = 0; i0 < len; i0 += TILE) {                                              \
+      int t = len - i0 < TILE ? (int)(len - i0) : TILE;                                       \
+      const T *s0 = (const T *)src[0] + i0, *s1 = (const T *)src[m > 1] + i0;                 \
+      if (m == 1) {                                                                           \
+        for (int i = 0; i < t; i++) acc[i] = LOAD(s0[i]);                                     \
+      } else {                                                                                \
+        switch (op) {                                                                         \
+          F_PASS(NKRT_CC_MUL, acc[i] = LOAD(s0[i]) * LOAD(s1[i]))                             \
+          F_PASS(NKRT_CC_MAX, acc[i] = f_max(LOAD(s0[i]), LOAD(s1[i])))                       \
+          F_PASS(NKRT_CC_MIN, acc[i] = f_min(LOAD(s0[i]), LOAD(s1[i])))                       \
+          default: for (int i = 0; i < t; i++) acc[i] = LOAD(s0[i]) + LOAD(s1[i]); break;     \
+        }                                                                                     \
+      }                                                                                       \
+      for (uint32_t k = 2; k < m; k++) {                                                      \
+        const T *s = (const T *)src[k] + i0;                                                  \
+        switch (op) {                                                                         \
+          F_PASS(NKRT_CC_MUL, acc[i] *= LOAD(s[i]))                                           \
+          F_PASS(NKRT_CC_MAX, acc[i] = f_max(acc[i], LOAD(s[i])))                             \
+          F_PASS(NKRT_CC_MIN, acc[i] = f_min(acc[i], LOAD(s[i])))                             \
+          default: for (int i = 0; i < t; i++) acc[i] += LOAD(s[i]); break;                   \
+        }                                                                                     \
+      }                                                                                       \
+      T *o = d + i0;                                                                          \
+      if (d2) {                                                                               \
+        T *o2 = d2 + i0;                                                                      \
+        for (int i = 0; i < t; i++) o[i] = o2[i] = STORE(acc[i]);                             \
+      } else {                                                                                \
+        for (int i = 0; i < t; i++) o[i] = STORE(acc[i]);                                     \
+      }                                                                                       \
+    }                                                                                         \
   }
-}
 
-static float combine_f(uint32_t op, float a, float b) {
-  switch (op) {
-    case NKRT_CC_MUL: return a * b;
-    case NKRT_CC_MAX: return a > b || a != a ? a : b;
-    case NKRT_CC_MIN: return a < b || a != a ? a : b;
-    default: return a + b;
+DEF_REDUCE_F(reduce_f32, float, F32_LOAD, F32_STORE)
+DEF_REDUCE_F(reduce_bf16, uint16_t, bf16_load, bf16_store)
+DEF_REDUCE_F(reduce_f16, uint16_t, F16_LOAD, F16_STORE)
+
+/* integers: T, computed in the unsigned U (wrapping) for add and mul */
+#define DEF_REDUCE_I(NAME, T, U)                                                              \
+  static void NAME(uint32_t op, const void *const *src, uint32_t m, void *dv, void *dv2,      \
+                   int64_t len) {                                                             \
+    T *d = dv, *d2 = dv2;                                                                     \
+    T acc[TILE];                                                                              \
+    for (int64_t i0 = 0; i0 < len; i0 += TILE) {                                              \
+      int t = len - i0 < TILE ? (int)(len - i0) : TILE;                                       \
+      memcpy(acc, (const T *)src[0] + i0, (size_t)t * sizeof(T));                             \
+      for (uint32_t k = 1; k < m; k++) {                                                      \
+        const T *s = (const T *)src[k] + i0;                                                  \
+        switch (op) {                                                                         \
+          case NKRT_CC_MUL:                                                                   \
+            for (int i = 0; i < t; i++) acc[i] = (T)(U)((uint64_t)(U)acc[i] * (U)s[i]);       \
+            break;                                                                            \
+          case NKRT_CC_MAX: for (int i = 0; i < t; i++) acc[i] = acc[i] > s[i] ? acc[i] : s[i]; break; \
+          case NKRT_CC_MIN: for (int i = 0; i < t; i++) acc[i] = acc[i] < s[i] ? acc[i] : s[i]; break; \
+          default: for (int i = 0; i < t; i++) acc[i] = (T)(U)((U)acc[i] + (U)s[i]); break;   \
+        }                                                                                     \
+      }                                                                                       \
+      memcpy(d + i0, acc, (size_t)t * sizeof(T));                                             \
+      if (d2) memcpy(d2 + i0, acc, (size_t)t * sizeof(T));                                    \
+    }                                                                                         \
   }
-}
 
-static int64_t combine_i(uint32_t op, int64_t a, int64_t b) {
-  switch (op) {
-    /* wrapping arithmetic, as the integer dtypes do */
-    case NKRT_CC_MUL: return (int64_t)((uint64_t)a * (uint64_t)b);
-    case NKRT_CC_MAX: return a > b ? a : b;
-    case NKRT_CC_MIN: return a < b ? a : b;
-    default: return (int64_t)((uint64_t)a + (uint64_t)b);
-  }
-}
+DEF_REDUCE_I(reduce_i8, int8_t, uint8_t)
+DEF_REDUCE_I(reduce_u8, uint8_t, uint8_t)
+DEF_REDUCE_I(reduce_i16, int16_t, uint16_t)
+DEF_REDUCE_I(reduce_u16, uint16_t, uint16_t)
+DEF_REDUCE_I(reduce_i32, int32_t, uint32_t)
+DEF_REDUCE_I(reduce_u32, uint32_t, uint32_t)
+DEF_REDUCE_I(reduce_i64, int64_t, uint64_t)
 
-static int64_t load_i(uint32_t dtype, const void *p, int64_t i) {
-  switch (dtype) {
-    case NKRT_DTYPE_INT8: return ((const int8_t *)p)[i];
-    case NKRT_DTYPE_UINT8: case NKRT_DTYPE_BOOL: return ((const uint8_t *)p)[i];
-    case NKRT_DTYPE_INT16: return ((const int16_t *)p)[i];
-    case NKRT_DTYPE_UINT16: return ((const uint16_t *)p)[i];
-    case NKRT_DTYPE_INT32: return ((const int32_t *)p)[i];
-    case NKRT_DTYPE_UINT32: return ((const uint32_t *)p)[i];
-    default: return ((const int64_t *)p)[i];
-  }
-}
-
-static void store_i(uint32_t dtype, void *p, int64_t i, int64_t v) {
-  switch (dtype) {
-    case NKRT_DTYPE_INT8: ((int8_t *)p)[i] = (int8_t)v; break;
-    case NKRT_DTYPE_UINT8: ((uint8_t *)p)[i] = (uint8_t)v; break;
-    case NKRT_DTYPE_BOOL: ((uint8_t *)p)[i] = v != 0; break;
-    case NKRT_DTYPE_INT16: ((int16_t *)p)[i] = (int16_t)v; break;
-    case NKRT_DTYPE_UINT16: ((uint16_t *)p)[i] = (uint16_t)v; break;
-    case NKRT_DTYPE_INT32: ((int32_t *)p)[i] = (int32_t)v; break;
-    case NKRT_DTYPE_UINT32: ((uint32_t *)p)[i] = (uint32_t)v; break;
-    default: ((int64_t *)p)[i] = v; break;
-  }
-}
-
-/* dst[0 .. c) = op over the members' slots (each holding c elements). */
-static void reduce_slots(const nkrt_comm_t *comm, uint32_t dtype, uint32_t op,
-                         const int32_t *ranks, uint32_t n, uint8_t *dst, int64_t c) {
-  bool is_float = dtype == NKRT_DTYPE_FLOAT32 || dtype == NKRT_DTYPE_FLOAT16 ||
-                  dtype == NKRT_DTYPE_BFLOAT16;
-  if (dtype == NKRT_DTYPE_FLOAT32) {
-    float *d = (float *)dst;
-    memcpy(d, slot(comm, ranks[0]), (size_t)c * 4);
-    for (uint32_t m = 1; m < n; m++) {
-      const float *s = (const float *)slot(comm, ranks[m]);
-      for (int64_t i = 0; i < c; i++) d[i] = combine_f(op, d[i], s[i]);
+static void reduce_bool(uint32_t op, const void *const *src, uint32_t m, void *dv, void *dv2,
+                        int64_t len) {
+  uint8_t *d = dv, *d2 = dv2;
+  uint8_t acc[TILE];
+  bool all = op == NKRT_CC_MUL || op == NKRT_CC_MIN;
+  for (int64_t i0 = 0; i0 < len; i0 += TILE) {
+    int t = len - i0 < TILE ? (int)(len - i0) : TILE;
+    const uint8_t *s0 = (const uint8_t *)src[0] + i0;
+    for (int i = 0; i < t; i++) acc[i] = s0[i] != 0;
+    for (uint32_t k = 1; k < m; k++) {
+      const uint8_t *s = (const uint8_t *)src[k] + i0;
+      if (all) for (int i = 0; i < t; i++) acc[i] &= s[i] != 0;
+      else for (int i = 0; i < t; i++) acc[i] |= s[i] != 0;
     }
-    return;
-  }
-  for (int64_t i = 0; i < c; i++) {
-    if (is_float) {
-      float acc = load_f(dtype, slot(comm, ranks[0]), i);
-      for (uint32_t m = 1; m < n; m++) acc = combine_f(op, acc, load_f(dtype, slot(comm, ranks[m]), i));
-      ((uint16_t *)dst)[i] = dtype == NKRT_DTYPE_FLOAT16 ? nkrt_float_to_half(acc)
-                                                         : nkrt_float_to_bf16(acc);
-    } else {
-      int64_t acc = load_i(dtype, slot(comm, ranks[0]), i);
-      for (uint32_t m = 1; m < n; m++) {
-        int64_t v = load_i(dtype, slot(comm, ranks[m]), i);
-        acc = dtype == NKRT_DTYPE_BOOL ? (op == NKRT_CC_MUL || op == NKRT_CC_MIN ? (acc && v)
-                                                                               : (acc || v))
-                                       : combine_i(op, acc, v);
-      }
-      store_i(dtype, dst, i, acc);
-    }
+    memcpy(d + i0, acc, (size_t)t);
+    if (d2) memcpy(d2 + i0, acc, (size_t)t);
   }
 }
 
-/* One collective, moved slot-sized chunk by chunk: fill() puts this rank's
- * part of elements [off, off + k) in its slot, the ranks meet (and check they
- * run the same thing), take() reads what it needs from the members' slots,
- * and the ranks meet again before the slots are reused. */
+#pragma GCC pop_options
+
+typedef void (*reduce_fn)(uint32_t op, const void *const *src, uint32_t m, void *d, void *d2,
+                          int64_t len);
+
+static reduce_fn reducer(uint32_t dtype) {
+  switch (dtype) {
+    case NKRT_DTYPE_FLOAT32: return reduce_f32;
+    case NKRT_DTYPE_BFLOAT16: return reduce_bf16;
+    case NKRT_DTYPE_FLOAT16: return reduce_f16;
+    case NKRT_DTYPE_INT8: return reduce_i8;
+    case NKRT_DTYPE_UINT8: return reduce_u8;
+    case NKRT_DTYPE_BOOL: return reduce_bool;
+    case NKRT_DTYPE_INT16: return reduce_i16;
+    case NKRT_DTYPE_UINT16: return reduce_u16;
+    case NKRT_DTYPE_INT32: return reduce_i32;
+    case NKRT_DTYPE_UINT32: return reduce_u32;
+    case NKRT_DTYPE_INT64: return reduce_i64;
+    default: return NULL;
+  }
+}
+
+void nkrt_comm_reduce(uint32_t dtype, uint32_t op, const void *const *src, uint32_t m, void *dst,
+                      int64_t count) {
+  reducer(dtype)(op, src, m, dst, NULL, count);
+}
+
+NKRT_MUST_USE_RESULT
+static nkrt_status_t check_reduction(const char *what, uint32_t dtype, uint32_t op) {
+  if (op > NKRT_CC_MIN) return nkrt_status_make(NKRT_INVALID, "%s: unknown op %u", what, op);
+  if (nkrt_dtype_size(dtype) && !reducer(dtype))
+    return nkrt_status_make(NKRT_INVALID, "%s: dtype %u is not supported", what, dtype);
+  return NULL;
+}
+
+/* ---- the chunk engine ------------------------------------------------------
+ *
+ * A collective moves through the slots a chunk at a time. Each rank's slot
+ * holds two buffers used by turns, chunk after chunk (all ranks go through
+ * the same chunks: the chunk size depends on the kind, dtype and world size,
+ * never on the group). Writing buffer b again two chunks later is safe
+ * without a barrier of its own: every rank has passed the barrier of the
+ * chunk in between, so every reader of b is done with it.
+ *
+ *   all_reduce, large: each member copies the parts of its chunk that the
+ *     others reduce into its buffer (barrier), reduces its own 1/n part from
+ *     the members' buffers (its own from its source) in group order into its
+ *     destination and its buffer (barrier), and copies the others' reduced
+ *     parts: two barriers a chunk, every member reading about the chunk's
+ *     size once.
+ *   all_reduce, small (up to SMALL_REDUCE_BYTES): each member copies its
+ *     chunk into its buffer (barrier) and reduces the whole chunk itself.
+ *   all_gather, broadcast: copy in (barrier), copy out.
+ *   all_to_all, reduce_scatter: each member's buffer holds one block per
+ *     member (barrier); each takes (or reduces) the blocks meant for it. */
 typedef struct xfer {
   nkrt_comm_t *c;
-  uint32_t kind, dtype, op;
+  uint32_t kind, dtype, op; /* op: the reduction, or the root's index (broadcast) */
   const int32_t *ranks;
   uint32_t n, me; /* group size, the caller's index in it */
   const uint8_t *src;
   uint8_t *dst;
-  int64_t count;
+  int64_t count, span; /* elements; span >= count: the size all ranks agree on */
   size_t es;
-  void (*fill)(const struct xfer *x, int64_t off, int64_t k);
-  void (*take)(const struct xfer *x, int64_t off, int64_t k);
+  reduce_fn reduce;
 } xfer_t;
 
-static void fill_own(const xfer_t *x, int64_t off, int64_t k) {
-  memcpy(slot(x->c, (int32_t)x->c->rank), x->src + off * (int64_t)x->es, (size_t)k * x->es);
+/* memcpy, for buffers that may be NULL when there is nothing to copy */
+static inline void copy(void *d, const void *s, size_t n) {
+  if (n) memcpy(d, s, n);
 }
 
-static void take_reduced(const xfer_t *x, int64_t off, int64_t k) {
-  reduce_slots(x->c, x->dtype, x->op, x->ranks, x->n, x->dst + off * (int64_t)x->es, k);
+static uint8_t *buf_of(const nkrt_comm_t *c, int32_t rank, uint32_t b) {
+  return c->slots + (size_t)rank * SLOT_BYTES + (size_t)b * BUF_BYTES;
 }
 
-static void take_gathered(const xfer_t *x, int64_t off, int64_t k) {
-  for (uint32_t m = 0; m < x->n; m++)
-    memcpy(x->dst + ((int64_t)m * x->count + off) * (int64_t)x->es, slot(x->c, x->ranks[m]),
-           (size_t)k * x->es);
+/* Member j's part of a chunk of k elements split n ways: [*lo, *hi). Parts
+ * are whole cache lines (64 bytes) but for the last. */
+static void part_of(int64_t k, uint32_t n, uint32_t j, size_t es, int64_t *lo, int64_t *hi) {
+  int64_t line = (int64_t)(64 / es), q = (k + n - 1) / n;
+  q = (q + line - 1) / line * line;
+  *lo = (int64_t)j * q < k ? (int64_t)j * q : k;
+  *hi = (int64_t)(j + 1) * q < k ? (int64_t)(j + 1) * q : k;
 }
 
-/* all_to_all: n blocks of k elements per slot, block b for member b */
-static void fill_blocks(const xfer_t *x, int64_t off, int64_t k) {
-  uint8_t *mine = slot(x->c, (int32_t)x->c->rank);
-  for (uint32_t b = 0; b < x->n; b++)
-    memcpy(mine + (size_t)b * (size_t)k * x->es,
-           x->src + ((int64_t)b * x->count + off) * (int64_t)x->es, (size_t)k * x->es);
+#define AT(p, e) ((p) + (size_t)(e) * x->es)
+
+static void fill(const xfer_t *x, int64_t off, int64_t k, uint32_t b, bool small) {
+  nkrt_comm_t *c = x->c;
+  uint8_t *mine = buf_of(c, (int32_t)c->rank, b);
+  size_t kb = (size_t)k * x->es;
+  switch (x->kind) {
+    case NKRT_CC_ALL_REDUCE:
+      if (small) {
+        copy(mine, AT(x->src, off), kb);
+      } else { /* all but my own part: nobody else reads it */
+        int64_t lo, hi;
+        part_of(k, x->n, x->me, x->es, &lo, &hi);
+        copy(mine, AT(x->src, off), (size_t)lo * x->es);
+        copy(AT(mine, hi), AT(x->src, off + hi), (size_t)(k - hi) * x->es);
+      }
+      break;
+    case NKRT_CC_ALL_GATHER: copy(mine, AT(x->src, off), kb); break;
+    case NKRT_CC_BROADCAST:
+      if (x->me == x->op) copy(mine, AT(x->src, off), kb);
+      break;
+    default: /* all_to_all, reduce_scatter: block j for member j */
+      for (uint32_t j = 0; j < x->n; j++)
+        if (j != x->me) copy(AT(mine, (int64_t)j * k), AT(x->src, (int64_t)j * x->count + off), kb);
+      if (x->kind == NKRT_CC_ALL_TO_ALL && x->src != x->dst) /* my own block, straight */
+        copy(AT(x->dst, (int64_t)x->me * x->count + off),
+               AT(x->src, (int64_t)x->me * x->count + off), kb);
+      break;
+  }
 }
 
-static void take_blocks(const xfer_t *x, int64_t off, int64_t k) {
-  for (uint32_t m = 0; m < x->n; m++)
-    memcpy(x->dst + ((int64_t)m * x->count + off) * (int64_t)x->es,
-           slot(x->c, x->ranks[m]) + (size_t)x->me * (size_t)k * x->es, (size_t)k * x->es);
+/* After the first barrier of the chunk. */
+static void take(const xfer_t *x, int64_t off, int64_t k, uint32_t b, bool small) {
+  nkrt_comm_t *c = x->c;
+  size_t kb = (size_t)k * x->es;
+  switch (x->kind) {
+    case NKRT_CC_ALL_REDUCE:
+      if (small) {
+        for (uint32_t m = 0; m < x->n; m++) c->ptrs[m] = buf_of(c, x->ranks[m], b);
+        x->reduce(x->op, c->ptrs, x->n, AT(x->dst, off), NULL, k);
+      } else {
+        int64_t lo, hi;
+        part_of(k, x->n, x->me, x->es, &lo, &hi);
+        for (uint32_t m = 0; m < x->n; m++)
+          c->ptrs[m] = m == x->me ? AT(x->src, off + lo) : AT(buf_of(c, x->ranks[m], b), lo);
+        x->reduce(x->op, c->ptrs, x->n, AT(x->dst, off + lo),
+                  AT(buf_of(c, (int32_t)c->rank, b), lo), hi - lo);
+      }
+      break;
+    case NKRT_CC_ALL_GATHER:
+      for (uint32_t m = 0; m < x->n; m++)
+        copy(AT(x->dst, (int64_t)m * x->count + off), buf_of(c, x->ranks[m], b), kb);
+      break;
+    case NKRT_CC_BROADCAST:
+      if (x->me != x->op) copy(AT(x->dst, off), buf_of(c, x->ranks[x->op], b), kb);
+      else if (x->src != x->dst) copy(AT(x->dst, off), AT(x->src, off), kb);
+      break;
+    case NKRT_CC_ALL_TO_ALL:
+      for (uint32_t m = 0; m < x->n; m++)
+        if (m != x->me)
+          copy(AT(x->dst, (int64_t)m * x->count + off),
+                 AT(buf_of(c, x->ranks[m], b), (int64_t)x->me * k), kb);
+      break;
+    default: /* reduce_scatter */
+      for (uint32_t m = 0; m < x->n; m++)
+        c->ptrs[m] = m == x->me ? AT(x->src, (int64_t)x->me * x->count + off)
+                                : AT(buf_of(c, x->ranks[m], b), (int64_t)x->me * k);
+      x->reduce(x->op, c->ptrs, x->n, AT(x->dst, off), NULL, k);
+      break;
+  }
+}
+
+/* all_reduce, large: after the second barrier, the others' reduced parts. */
+static void gather_parts(const xfer_t *x, int64_t off, int64_t k, uint32_t b) {
+  for (uint32_t m = 0; m < x->n; m++) {
+    if (m == x->me) continue;
+    int64_t lo, hi;
+    part_of(k, x->n, m, x->es, &lo, &hi);
+    copy(AT(x->dst, off + lo), AT(buf_of(x->c, x->ranks[m], b), lo), (size_t)(hi - lo) * x->es);
+  }
 }
 
 NKRT_MUST_USE_RESULT
 static nkrt_status_t run_chunks(xfer_t *x) {
   nkrt_comm_t *c = x->c;
   if (!c) return nkrt_status_make(NKRT_INVALID_HANDLE, "communicator is NULL");
+  const char *what = kind_name(x->kind);
   NKRT_RETURN_IF_ERROR(group_index(c, x->ranks, x->n, x->dtype, x->count, &x->me));
+  if (x->kind == NKRT_CC_ALL_REDUCE || x->kind == NKRT_CC_REDUCE_SCATTER) {
+    NKRT_RETURN_IF_ERROR(check_reduction(what, x->dtype, x->op));
+    x->reduce = reducer(x->dtype);
+  }
+  if (x->kind == NKRT_CC_BROADCAST && x->op >= x->n)
+    return nkrt_status_make(NKRT_INVALID, "broadcast: root %u is not an index into its group "
+                            "of %u ranks", x->op, x->n);
+  if (x->n > 1 && (!x->src || !x->dst) && x->count > 0)
+    return nkrt_status_make(NKRT_INVALID, "%s: a NULL buffer", what);
   x->es = nkrt_dtype_size(x->dtype);
-  int64_t per_slot = (int64_t)(SLOT_BYTES / x->es);
-  /* all_to_all holds n blocks per slot; sized by the world, not the group, so
-   * ranks of groups of different sizes go through the same number of chunks
-   * (every barrier is world-wide) */
-  int64_t chunk = x->kind == NKRT_CC_ALL_TO_ALL ? per_slot / c->world_size : per_slot;
-  if (chunk < 1) return nkrt_status_make(NKRT_INVALID, "all_to_all: group too large");
-  const char *what = kind_names[x->kind];
+  int64_t chunk = (int64_t)(BUF_BYTES / x->es);
+  /* all_to_all and reduce_scatter hold n blocks per buffer; sized by the
+   * world, not the group, so every rank goes through the same chunks */
+  if (x->kind == NKRT_CC_ALL_TO_ALL || x->kind == NKRT_CC_REDUCE_SCATTER) chunk /= c->world_size;
+  if (chunk < 1) return nkrt_status_make(NKRT_INVALID, "%s: group too large", what);
+  bool small = x->kind == NKRT_CC_ALL_REDUCE &&
+               (uint64_t)x->span * x->es <= SMALL_REDUCE_BYTES;
   nkrt_status_t st = NULL;
   pthread_mutex_lock(&c->mu);
-  announce(c, x->kind, x->dtype, x->op, x->count, x->ranks, x->n);
-  for (int64_t off = 0; (off == 0 || off < x->count) && !st; off += chunk) {
+  announce(c, what_of(x->kind, x->dtype, x->op), x->span,
+           group_hash(x->ranks, x->n, x->kind == NKRT_CC_BROADCAST ? x->op : 0));
+  for (int64_t off = 0; (off == 0 || off < x->span) && !st; off += chunk) {
     int64_t k = x->count - off < chunk ? x->count - off : chunk;
-    x->fill(x, off, k);
+    if (k < 0) k = 0;
+    uint32_t b = c->parity;
+    c->parity ^= 1;
+    fill(x, off, k, b, small);
     st = barrier(c, what);
     if (!st && off == 0) st = agree(c, x->ranks, x->n);
-    if (!st) x->take(x, off, k);
-    if (!st) st = barrier(c, what);
+    if (!st) take(x, off, k, b, small);
+    if (!st && x->kind == NKRT_CC_ALL_REDUCE && !small) {
+      st = barrier(c, what);
+      if (!st) gather_parts(x, off, k, b);
+    }
   }
   pthread_mutex_unlock(&c->mu);
   return st;
 }
 
+#undef AT
+
+nkrt_status_t nkrt_comm_run_local(nkrt_comm_t *c, uint32_t kind, uint32_t dtype, uint32_t op,
+                                  const int32_t *ranks, uint32_t n, const void *src, void *dst,
+                                  int64_t count, int64_t span) {
+  xfer_t x = {.c = c, .kind = kind, .dtype = dtype, .op = op, .ranks = ranks, .n = n,
+              .src = src, .dst = dst, .count = count, .span = span > count ? span : count};
+  return run_chunks(&x);
+}
+
+/* The public collectives: over shared memory, or between hosts when the
+ * communicator was joined with hosts (comm_hosts.c). */
+static nkrt_status_t collective(nkrt_comm_t *c, uint32_t kind, uint32_t dtype, uint32_t op,
+                                const int32_t *ranks, uint32_t n, const void *src, void *dst,
+                                int64_t count) {
+  if (c && c->hier)
+    return nkrt_hier_collective(c->hier, kind, dtype, op, ranks, n, src, dst, count);
+  return nkrt_comm_run_local(c, kind, dtype, op, ranks, n, src, dst, count, count);
+}
+
 nkrt_status_t nkrt_comm_all_reduce(nkrt_comm_t *c, uint32_t dtype, uint32_t op,
                                    const int32_t *ranks, uint32_t n, const void *src, void *dst,
                                    int64_t count) {
-  if (op > NKRT_CC_MIN) return nkrt_status_make(NKRT_INVALID, "all_reduce: unknown op %u", op);
-  if (dtype == NKRT_DTYPE_FLOAT64 || dtype == NKRT_DTYPE_UINT64)
-    return nkrt_status_make(NKRT_INVALID, "all_reduce: dtype %u is not supported", dtype);
-  xfer_t x = {.c = c, .kind = NKRT_CC_ALL_REDUCE, .dtype = dtype, .op = op, .ranks = ranks,
-              .n = n, .src = src, .dst = dst, .count = count, .fill = fill_own,
-              .take = take_reduced};
-  return run_chunks(&x);
+  return collective(c, NKRT_CC_ALL_REDUCE, dtype, op, ranks, n, src, dst, count);
 }
 
 nkrt_status_t nkrt_comm_all_gather(nkrt_comm_t *c, uint32_t dtype, const int32_t *ranks,
                                    uint32_t n, const void *src, void *dst, int64_t count) {
-  xfer_t x = {.c = c, .kind = NKRT_CC_ALL_GATHER, .dtype = dtype, .ranks = ranks, .n = n,
-              .src = src, .dst = dst, .count = count, .fill = fill_own, .take = take_gathered};
-  return run_chunks(&x);
+  return collective(c, NKRT_CC_ALL_GATHER, dtype, 0, ranks, n, src, dst, count);
 }
 
 nkrt_status_t nkrt_comm_all_to_all(nkrt_comm_t *c, uint32_t dtype, const int32_t *ranks,
                                    uint32_t n, const void *src, void *dst, int64_t count) {
-  xfer_t x = {.c = c, .kind = NKRT_CC_ALL_TO_ALL, .dtype = dtype, .ranks = ranks, .n = n,
-              .src = src, .dst = dst, .count = count, .fill = fill_blocks, .take = take_blocks};
-  return run_chunks(&x);
+  return collective(c, NKRT_CC_ALL_TO_ALL, dtype, 0, ranks, n, src, dst, count);
+}
+
+nkrt_status_t nkrt_comm_reduce_scatter(nkrt_comm_t *c, uint32_t dtype, uint32_t op,
+                                       const int32_t *ranks, uint32_t n, const void *src,
+                                       void *dst, int64_t count) {
+  return collective(c, NKRT_CC_REDUCE_SCATTER, dtype, op, ranks, n, src, dst, count);
+}
+
+nkrt_status_t nkrt_comm_broadcast(nkrt_comm_t *c, uint32_t dtype, const int32_t *ranks,
+                                  uint32_t n, uint32_t root, const void *src, void *dst,
+                                  int64_t count) {
+  return collective(c, NKRT_CC_BROADCAST, dtype, root, ranks, n, src, dst, count);
 }
 
 /* ---- the runtime's communicator (env->lib->collective) -------------------- */
@@ -864,8 +1143,12 @@ nkrt_status_t nkrt_runtime_comm(nkrt_runtime_t *rt, int32_t rank, int32_t world_
                             "init_nkipy_backend draws one when torch.distributed is initialised "
                             "or torchrun's store is there; else set it, e.g. "
                             "NKRT_CC_ID=job42-$(openssl rand -hex 8), the same on every rank)");
-    else
-      st = nkrt_comm_join(id, (uint32_t)rank, (uint32_t)world_size, -1, &rt->comm);
+    else {
+      bool joined = false;
+      st = nkrt_hier_join(id, (uint32_t)rank, (uint32_t)world_size, &rt->comm, &joined);
+      if (!st && !joined)
+        st = nkrt_comm_join(id, (uint32_t)rank, (uint32_t)world_size, -1, &rt->comm);
+    }
   } else if (nkrt_comm_rank(rt->comm) != (uint32_t)rank ||
              nkrt_comm_world_size(rt->comm) != (uint32_t)world_size) {
     st = nkrt_status_make(NKRT_INVALID, "this process is rank %u of %u in its communicator; a "
@@ -891,21 +1174,14 @@ nkrt_status_t nkrt_runtime_collective(nkrt_runtime_t *rt, int32_t rank, int32_t 
         break;
       case NKRT_CC_ALL_GATHER: st = nkrt_comm_all_gather(comm, dtype, ranks, n, src, dst, count); break;
       case NKRT_CC_ALL_TO_ALL: st = nkrt_comm_all_to_all(comm, dtype, ranks, n, src, dst, count); break;
+      case NKRT_CC_REDUCE_SCATTER:
+        st = nkrt_comm_reduce_scatter(comm, dtype, reduce_op, ranks, n, src, dst, count);
+        break;
+      case NKRT_CC_BROADCAST:
+        st = nkrt_comm_broadcast(comm, dtype, ranks, n, reduce_op, src, dst, count);
+        break;
       default: st = nkrt_status_make(NKRT_INVALID, "unknown collective kind %u", kind);
     }
   }
   return st;
-}
-
-/* ---- hosts ----------------------------------------------------------------- */
-
-nkrt_status_t nkrt_comm_set_hosts(uint32_t world_size, const uint32_t *host_of,
-                                  const nkrt_comm_transport_t *transport) {
-  (void)transport;
-  if (!host_of) return NULL;
-  for (uint32_t r = 0; r < world_size; r++)
-    if (host_of[r] != host_of[0])
-      return nkrt_status_make(NKRT_INVALID, "collectives across several hosts are not "
-                              "supported by this build");
-  return NULL;
 }

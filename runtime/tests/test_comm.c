@@ -6,6 +6,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -14,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "comm_ref.h"
 #include "half.h"
 #include "nkrt/comm.h"
 #include "test.h"
@@ -218,6 +220,129 @@ TEST(comm_timeouts_and_errors) {
   CHECK(run_ranks(cc_name("lonely"), 2, 300000000, lonely_body) == 0);
   CHECK(run_ranks(cc_name("mismatch"), 2, 5000000000ll, mismatch_body) == 0);
   CHECK_ERR(nkrt_comm_barrier(NULL), NKRT_INVALID_HANDLE, "communicator is NULL");
+}
+
+/* ---- every kind, dtype and op against the reference ---------------------- */
+
+static _Atomic int64_t checked_elements;
+
+/* Checks got[0 .. count) against want; on a mismatch records the first. */
+static void same(rank_job_t *j, const char *what, uint32_t d, const void *got, const void *want,
+                 int64_t count) {
+  size_t es = nkrt_dtype_size(d);
+  atomic_fetch_add(&checked_elements, count);
+  if (!memcmp(got, want, (size_t)count * es)) return;
+  int64_t i = 0;
+  while (!memcmp((const char *)got + i * (int64_t)es, (const char *)want + i * (int64_t)es, es)) i++;
+  j->failures++;
+  snprintf(j->error, sizeof(j->error), "%s dtype %u: element %lld of %lld is %lld, not %lld",
+           what, d, (long long)i, (long long)count, (long long)ref_load(d, got, i),
+           (long long)ref_load(d, want, i));
+}
+
+/* The groups of the kinds tests: all three ranks, or {2, 0} (out of order)
+ * and {1} alone. */
+static const int32_t *kinds_group(uint32_t rank, int split, uint32_t *n) {
+  static const int32_t all[3] = {0, 1, 2}, pair[2] = {2, 0}, alone[1] = {1};
+  if (!split) return *n = 3, all;
+  if (rank == 1) return *n = 1, alone;
+  return *n = 2, pair;
+}
+
+static void kinds_body(rank_job_t *j, nkrt_comm_t *c) {
+  /* sizes: one element, odd, past the small all_reduce, past a buffer */
+  static const int64_t counts[] = {1, 37, 20011, 700001};
+  uint32_t salt = 0;
+  size_t cap = 8 * 700001 * 3;
+  char *src = malloc(cap), *dst = malloc(cap), *want = malloc(cap);
+  for (int di = 0; di < REF_NDTYPES; di++) {
+    uint32_t d = ref_dtypes[di];
+    size_t es = nkrt_dtype_size(d);
+    for (int ci = 0; ci < 4; ci++) {
+      int64_t count = counts[ci];
+      if (ci == 3 && d != NKRT_DTYPE_FLOAT32 && d != NKRT_DTYPE_INT8) continue;
+      for (uint32_t op = 0; op < 4; op++) {
+        if (ci >= 2 && op != (uint32_t)di % 4) continue; /* big ones: one op per dtype */
+        int split = (int)(op + (uint32_t)ci) % 2, inplace = (int)(op / 2 + (uint32_t)di) % 2;
+        uint32_t n;
+        const int32_t *g = kinds_group(j->rank, split, &n);
+        salt++;
+        /* all_reduce */
+        ref_fill(d, src, j->rank, 0, count, salt);
+        for (int64_t i = 0; i < count; i++) ref_reduce(d, op, g, n, i, salt, want, i);
+        char *out = inplace ? src : dst;
+        if (ok(j, nkrt_comm_all_reduce(c, d, op, g, n, src, out, count)))
+          same(j, "all_reduce", d, out, want, count);
+        /* reduce_scatter: n blocks of count/4 + 1 */
+        int64_t k = count / 4 + 1;
+        salt++;
+        ref_fill(d, src, j->rank, 0, k * n, salt);
+        uint32_t me = 0;
+        while ((uint32_t)g[me] != j->rank) me++;
+        for (int64_t i = 0; i < k; i++) ref_reduce(d, op, g, n, me * k + i, salt, want, i);
+        out = inplace ? src : dst;
+        if (ok(j, nkrt_comm_reduce_scatter(c, d, op, g, n, src, out, k)))
+          same(j, "reduce_scatter", d, out, want, k);
+      }
+      /* broadcast from each member (once per size) */
+      uint32_t n;
+      const int32_t *g = kinds_group(j->rank, ci % 2, &n);
+      for (uint32_t root = 0; root < 3; root++) {
+        uint32_t rt = root % n;
+        salt++;
+        ref_fill(d, src, j->rank, 0, count, salt);
+        ref_fill(d, want, (uint32_t)g[rt], 0, count, salt);
+        char *out = root == 1 ? src : dst;
+        memset(dst, 0x5a, (size_t)count * es);
+        if (ok(j, nkrt_comm_broadcast(c, d, g, n, rt, src, out, count)))
+          same(j, "broadcast", d, out, want, count);
+      }
+    }
+  }
+  /* refusals */
+  int32_t all[3] = {0, 1, 2};
+  CHECK_ERR(nkrt_comm_broadcast(c, NKRT_DTYPE_FLOAT32, all, 3, 3, src, dst, 1), NKRT_INVALID,
+            "broadcast: root 3 is not an index into its group of 3 ranks");
+  CHECK_ERR(nkrt_comm_reduce_scatter(c, NKRT_DTYPE_FLOAT32, 7, all, 3, src, dst, 1), NKRT_INVALID,
+            "reduce_scatter: unknown op 7");
+  CHECK_ERR(nkrt_comm_reduce_scatter(c, NKRT_DTYPE_FLOAT64, 0, all, 3, src, dst, 1), NKRT_INVALID,
+            "is not supported");
+  CHECK_ERR(nkrt_comm_all_reduce(c, NKRT_DTYPE_UINT64, 0, all, 3, src, dst, 1), NKRT_INVALID,
+            "is not supported");
+  CHECK_ERR(nkrt_comm_broadcast(c, NKRT_DTYPE_FLOAT32, all, 3, 0, src, NULL, 4), NKRT_INVALID,
+            "broadcast: a NULL buffer");
+  ok(j, nkrt_comm_barrier(c));
+  free(src), free(dst), free(want);
+}
+
+TEST(comm_kinds_dtypes_groups) {
+  CHECK(run_ranks(cc_name("kinds"), 3, 120000000000ll, kinds_body) == 0);
+  printf("  %lld elements checked\n", (long long)atomic_load(&checked_elements));
+  CHECK(atomic_load(&checked_elements) > 10000000);
+}
+
+/* Ranks that disagree on a broadcast's root, or run reduce_scatter against
+ * an all_reduce, are out of step. */
+static void kinds_mismatch_body(rank_job_t *j, nkrt_comm_t *c) {
+  int32_t all[2] = {0, 1};
+  float x[4] = {0}, y[4];
+  CHECK_ERR(nkrt_comm_broadcast(c, NKRT_DTYPE_FLOAT32, all, 2, j->rank, x, y, 2), NKRT_INVALID,
+            "with another group (or root)");
+}
+
+static void kinds_mismatch2_body(rank_job_t *j, nkrt_comm_t *c) {
+  int32_t all[2] = {0, 1};
+  float x[4] = {0}, y[4];
+  nkrt_status_t st = j->rank == 0
+                         ? nkrt_comm_reduce_scatter(c, NKRT_DTYPE_FLOAT32, 0, all, 2, x, y, 2)
+                         : nkrt_comm_all_reduce(c, NKRT_DTYPE_FLOAT32, 0, all, 2, x, y, 2);
+  CHECK_ERR(st, NKRT_INVALID, j->rank == 0 ? "rank 1 runs #1, all_reduce of 2 elements"
+                                           : "rank 0 runs #1, reduce_scatter of 2 elements");
+}
+
+TEST(comm_kinds_out_of_step) {
+  CHECK(run_ranks(cc_name("kmis"), 2, 5000000000ll, kinds_mismatch_body) == 0);
+  CHECK(run_ranks(cc_name("kmis2"), 2, 5000000000ll, kinds_mismatch2_body) == 0);
 }
 
 /* ---- trust: the segment, its owner, dead peers, the timeout ------------- */
@@ -450,6 +575,23 @@ static int kernel_rank(uint32_t rank, uint32_t world) {
   if (!st) st = nkrt_execute_at(m, addrs);
   if (!st) st = nkrt_tensor_read(dst, all, 0, sizeof(all));
   if (!st) bad += all[0] != 0 || all[1] != 7 || all[2] != 1 || all[3] != 7;
+  /* reduce_scatter add of 2 blocks of 2 int32 */
+  params[0] = NKRT_CC_REDUCE_SCATTER, params[1] = NKRT_DTYPE_INT32, params[4] = 2;
+  int32_t blocks[4] = {(int32_t)rank, 1, 10 * (int32_t)rank, 2}, mine_sum[2];
+  if (!st) st = nkrt_tensor_write(p, params, 0, sizeof(params));
+  if (!st) st = nkrt_tensor_write(src, blocks, 0, sizeof(blocks));
+  if (!st) st = nkrt_execute_at(m, addrs);
+  if (!st) st = nkrt_tensor_read(dst, mine_sum, 0, sizeof(mine_sum));
+  if (!st) bad += rank == 0 ? mine_sum[0] != 1 || mine_sum[1] != 2
+                            : mine_sum[0] != 10 || mine_sum[1] != 4;
+  /* broadcast of 3 floats from member 1 (its index travels in reduce_op) */
+  params[0] = NKRT_CC_BROADCAST, params[1] = NKRT_DTYPE_FLOAT32, params[2] = 1, params[4] = 3;
+  float b[3] = {(float)rank + 1, 10 * ((float)rank + 1), 100 * ((float)rank + 1)}, bo[3];
+  if (!st) st = nkrt_tensor_write(p, params, 0, sizeof(params));
+  if (!st) st = nkrt_tensor_write(src, b, 0, sizeof(b));
+  if (!st) st = nkrt_execute_at(m, addrs);
+  if (!st) st = nkrt_tensor_read(dst, bo, 0, sizeof(bo));
+  if (!st) bad += bo[0] != 2 || bo[1] != 20 || bo[2] != 200;
   if (st) {
     fprintf(stdout, "  rank %u: %s\n", rank, nkrt_status_message(st));
     nkrt_status_free(st);

@@ -14,9 +14,8 @@ from .ctext import (_NKRT_DTYPE, CodegenError, c_literal, compute_type, load_exp
                     store_expr)
 from .maps import Buffer, access_of, contiguous_strides, identity_map
 
-#: The runtime's collective each collective op calls (reduce_scatter is an
-#: all-reduce followed by taking this rank's part).
-COLLECTIVE_KIND_C = {"all_reduce": "NKRT_CC_ALL_REDUCE", "reduce_scatter": "NKRT_CC_ALL_REDUCE",
+#: The runtime's collective each collective op calls.
+COLLECTIVE_KIND_C = {"all_reduce": "NKRT_CC_ALL_REDUCE", "reduce_scatter": "NKRT_CC_REDUCE_SCATTER",
                      "all_gather": "NKRT_CC_ALL_GATHER", "all_to_all": "NKRT_CC_ALL_TO_ALL"}
 #: A collective's reduce_op attribute -> the runtime's reduction.
 COLLECTIVE_REDUCE_C = {"add": "NKRT_CC_ADD", "multiply": "NKRT_CC_MUL", "maximum": "NKRT_CC_MAX",
@@ -276,14 +275,21 @@ class Structured:
                           f"        memcpy({dst} + (o * {size * sa} + g * {sa}) * {inner}, "
                           f"kc.{tmp.name} + (g * {outer} + o) * {sa * inner}, {sa * inner * es});"]
         elif op == "reduce_scatter":
+            # the runtime's reduce_scatter takes one block per member, each
+            # contiguous: along the first axis they already are
             ax = n.attrs["axis"]
-            tmp = self._scratch(v.dtype, tuple(x.shape))
-            lines.append(call(src, f"kc.{tmp.name}", x.size))
             outer, inner = blocks(ax, x.shape)
             part = v.shape[ax]
-            lines += [f"    for (int64_t o = 0; o < {outer}; o++)",
-                      f"      memcpy({dst} + o * {part * inner}, kc.{tmp.name} + (o * "
-                      f"{x.shape[ax]} + me * {part}) * {inner}, {part * inner * es});"]
+            if outer == 1:
+                lines.append(call(src, dst, v.size))
+            else:
+                send = self._scratch(v.dtype, (size,) + tuple(v.shape))
+                lines += [f"    for (int64_t g = 0; g < {size}; g++)",
+                          f"      for (int64_t o = 0; o < {outer}; o++)",
+                          f"        memcpy(kc.{send.name} + (g * {outer} + o) * {part * inner}, "
+                          f"{src} + (o * {x.shape[ax]} + g * {part}) * {inner}, "
+                          f"{part * inner * es});"]
+                lines.append(call(f"kc.{send.name}", dst, v.size))
         else:  # all_to_all
             sa, ca = n.attrs["split_axis"], n.attrs["concat_axis"]
             block = list(x.shape)
