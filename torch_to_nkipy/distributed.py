@@ -50,6 +50,7 @@ class _Work(dist._Work):
         self._on_done = on_done
         self._keep = keep                     # host copies the transfer reads or writes
         self._lock = threading.Lock()
+        self._wait_lock = threading.Lock()
         self._waiter: Optional[threading.Thread] = None
         self._future: torch.futures.Future = torch.futures.Future()
         if inner is None:
@@ -76,27 +77,28 @@ class _Work(dist._Work):
             self._future.wait()             # raises the transfer's error, if any
 
     def wait(self, timeout: timedelta = timedelta(0)) -> bool:  # noqa: B008
-        if self._inner is not None and not self._future.done():
-            try:
-                if timeout == timedelta(0):
-                    self._inner.wait()
-                else:
-                    self._inner.wait(timeout)
-            except BaseException as e:  # noqa: BLE001
-                self._settle(e)
-                raise
-            self._settle(None)
+        # one caller at a time waits on the transfer (gloo's must be waited once);
+        # the others find it settled
+        with self._wait_lock:
+            if self._inner is not None and not self._future.done():
+                try:
+                    if timeout == timedelta(0):
+                        self._inner.wait()
+                    else:
+                        self._inner.wait(timeout)
+                except BaseException as e:  # noqa: BLE001
+                    self._settle(e)
+                    raise
+                self._settle(None)
         self._raise_if_failed()
         return True
 
     def is_completed(self) -> bool:
-        if self._future.done():
-            return True
-        if self._inner.is_completed():
-            self._settle(None if self._inner.is_success() else
-                         RuntimeError(f"point-to-point transfer failed: {self._inner.exception()}"))
-            return True
-        return False
+        """Whether the operation (and a receive's write-back) is done. gloo's
+        transfers say so only to a waiter, so the first poll starts one (a thread)."""
+        if not self._future.done():
+            self._start_waiter()
+        return self._future.done()
 
     def is_success(self) -> bool:
         if not self.is_completed():
@@ -119,12 +121,15 @@ class _Work(dist._Work):
     def get_future(self) -> torch.futures.Future:
         """A future completed (with the result, or the transfer's error) when the
         operation is, without anyone calling wait: a helper thread waits for it."""
+        self._start_waiter()
+        return self._future
+
+    def _start_waiter(self) -> None:
         with self._lock:
             if not self._future.done() and self._waiter is None:
                 self._waiter = threading.Thread(target=self._wait_quietly, daemon=True,
                                                 name="nkipy-pg-work")
                 self._waiter.start()
-        return self._future
 
     def _wait_quietly(self) -> None:
         try:

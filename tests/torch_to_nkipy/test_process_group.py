@@ -34,7 +34,13 @@ def _run_ranks(script: str, world: int) -> None:
                    SPIKE_TORCH_FALLBACK_WARN="0")
         procs.append(subprocess.Popen([sys.executable, "-W", "ignore", "-c", script], env=env,
                                       text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
-    outs = [p.communicate(timeout=600) for p in procs]
+    try:
+        outs = [p.communicate(timeout=600) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
     report = "\n".join(f"rank {r}: {out[-1500:]}{err[-3000:]}" for r, (out, err) in enumerate(outs))
     for rank, (p, (out, _)) in enumerate(zip(procs, outs)):
         assert p.returncode == 0 and f"OK {rank}" in out, report
@@ -179,7 +185,7 @@ def test_collectives_equal_gloo_four_ranks():
 
 
 _RING = textwrap.dedent("""
-    import torch
+    import time, torch
     import torch.distributed as dist
     import torch_to_nkipy
 
@@ -207,7 +213,15 @@ _RING = textwrap.dedent("""
         fut = wr.get_future()
         dist.isend(torch.full((3,), 7.0 + r, device=dev), nxt).wait()
         fut.wait()
-        assert wr.is_completed() and got3.cpu().tolist() == [7.0 + prv] * 3, got3
+        assert wr.wait() and wr.is_completed() and got3.cpu().tolist() == [7.0 + prv] * 3, got3
+        # polling is_completed: a receive is written back once it says so
+        got5 = torch.zeros(4, device=dev)
+        wr = dist.irecv(got5, prv)
+        ws = dist.isend(torch.full((4,), 3.0 + r, device=dev), nxt)
+        while not wr.is_completed():
+            time.sleep(0.001)
+        assert got5.cpu().tolist() == [3.0 + prv] * 4 and wr.exception() is None, got5
+        ws.wait()
         # blocking send/recv of nkipy and CPU tensors
         if r == 0:
             dist.send(torch.tensor([5.0], device=dev), dst=1)
