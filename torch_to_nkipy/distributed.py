@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import threading
 from datetime import timedelta
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, Callable, List, Optional
 
 import torch
 import torch.distributed as dist
