@@ -140,29 +140,32 @@ def _agree_through_torchrun_store() -> Optional[str]:
     try:
         store = dist.TCPStore(addr, int(port), is_master=False,
                               timeout=timedelta(seconds=_STORE_TIMEOUT_S))
-        got = store.compare_set(key, "", secrets.token_hex(16))   # the first rank's draw wins
+        mine = secrets.token_hex(16)
+        got = store.compare_set(key, "", mine)          # the first rank's draw wins
     except Exception as e:  # noqa: BLE001  (any failure to reach it: no store)
         log.warning("cannot reach torchrun's store at %s:%s to agree on the communicator "
                     "name: %s", addr, port, e)
         return None
-    return _drawn_name(got, key, f"torchrun's store at {addr}:{port}")
-
-
-def _drawn_name(got: Any, key: str, where: str) -> str:
-    """The communicator name from the draw a store holds under ``key`` (32 hex digits)."""
     token = got.decode() if isinstance(got, bytes) else str(got)
     if len(token) != 32 or any(ch not in "0123456789abcdef" for ch in token):
-        raise RuntimeError(f"{where} holds {token!r} under {key!r}, not a communicator name "
-                           "drawn by a rank of this job")
+        raise RuntimeError(f"torchrun's store at {addr}:{port} holds {token!r} under {key!r}, "
+                           "not a communicator name drawn by a rank of this job")
     return f"job-{token}"
 
 
-def _agree_in_store(store: Any, key: str, where: str) -> str:
-    """A random name agreed through a ``torch.distributed`` store: the first rank
-    to ask stores its draw under ``key``, the others read it."""
+def _agree_in_store(store: Any) -> str:
+    """A random name agreed through a process group's store (the group is being
+    created; torch.distributed is not initialised yet): the first rank to ask
+    stores its draw, the others read it."""
     import secrets
 
-    return _drawn_name(store.compare_set(key, "", secrets.token_hex(16)), key, where)
+    key = "nkipy/cc_id"
+    got = store.compare_set(key, "", secrets.token_hex(16))   # the first rank's draw wins
+    token = got.decode() if isinstance(got, bytes) else str(got)
+    if len(token) != 32 or any(ch not in "0123456789abcdef" for ch in token):
+        raise RuntimeError(f"the process group's store holds {token!r} under {key!r}, not a "
+                           "communicator name drawn by a rank of this job")
+    return f"job-{token}"
 
 
 def _communicator_id(world_size: int, store: Any = None) -> Optional[str]:
@@ -173,15 +176,15 @@ def _communicator_id(world_size: int, store: Any = None) -> Optional[str]:
     is initialised (rank 0 draws it, every rank calls this, as every rank calls
     ``init_nkipy_backend``), else through torchrun's store (the agent's, what
     ``init_process_group`` would use). A process group being created passes its
-    ``store`` (torch.distributed is not initialised yet): agreed there. Else
-    None: no name is derived from the environment (it would be guessable), and
-    kernels with collectives then fail saying NKRT_CC_ID is missing."""
+    ``store``: agreed there. Else None: no name is derived from the environment
+    (it would be guessable), and kernels with collectives then fail saying
+    NKRT_CC_ID is missing."""
     if world_size < 2 or os.environ.get("NKRT_CC_ID"):
         return os.environ.get("NKRT_CC_ID")
     import torch.distributed as dist
 
     if store is not None:
-        cc_id: Optional[str] = _agree_in_store(store, "nkipy/cc_id", "the process group's store")
+        cc_id: Optional[str] = _agree_in_store(store)
     elif dist.is_available() and dist.is_initialized():
         import secrets
 
