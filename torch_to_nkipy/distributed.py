@@ -250,9 +250,9 @@ class NkipyProcessGroup(dist.ProcessGroup):
         super().__init__(rank, size)
         self._group_name = group_name
         self._group_desc = ""
+        self._comm = _Communicator.for_group(store, rank, size)
         self._gloo = dist.ProcessGroupGloo(dist.PrefixStore("nkipy/gloo", store), rank, size,
                                            timeout)
-        self._comm = _Communicator.for_group(store, rank, size)
 
     def getBackendName(self) -> str:  # noqa: N802  (c10d's name)
         return BACKEND
