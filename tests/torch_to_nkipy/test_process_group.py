@@ -359,3 +359,22 @@ def test_compiled_collective_lowerings_refuse_bad_arguments(backend):
         aten_numpy.all_to_all_single(np.zeros((3, 2), np.float32), [1, 2], [1, 2], "0")
     with pytest.raises(ValueError, match=r"broadcast from rank 1, not in its group \[0\]"):
         aten_numpy.broadcast(np.zeros((3, 2), np.float32), 1, "0")
+
+
+def test_communicator_name_agreed_in_the_store(monkeypatch):
+    """The first draw in the group's store wins; anything else there is refused."""
+    import torch.distributed as dist
+    from torch_to_nkipy.config import _communicator_id
+
+    monkeypatch.setenv("NKRT_CC_ID", "")      # restored (or removed) afterwards
+    monkeypatch.delenv("NKRT_CC_ID")
+    store = dist.HashStore()
+    first = _communicator_id(2, store)
+    monkeypatch.delenv("NKRT_CC_ID")
+    assert first.startswith("job-") and len(first) == 36 and _communicator_id(2, store) == first
+    monkeypatch.delenv("NKRT_CC_ID")
+    bad = dist.HashStore()
+    bad.set("nkipy/cc_id", "guessable")
+    with pytest.raises(RuntimeError, match="the process group's store holds 'guessable' under "
+                                           "'nkipy/cc_id', not a communicator name"):
+        _communicator_id(2, bad)
