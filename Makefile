@@ -207,6 +207,7 @@ bench: venv $(VENV)/.bench-deps $(BUILD)/bench_nkrt $(NEFFS)
 	$(PY) bench/bench_spike_torch.py
 	$(PY) bench/bench_torch_compile.py
 	$(PY) bench/bench_spiky.py
+	$(PY) bench/bench_collectives.py
 
 $(BUILD)/bench_nkrt: $(RT_SRC) $(RT_HDR) bench/bench_nkrt.c
 	@mkdir -p $(BUILD)

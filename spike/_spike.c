@@ -15,6 +15,7 @@
  *   _spike_copy.c     Spike's device copies, memset and 2-D copies
  *   _spike_exec.c     Spike's executions, benchmark, ExecutionEvent
  *   _spike_capi.c     the C function table of include/spike_capi.h
+ *   _spike_comm.c     the runtime's communicator for eager collectives
  */
 #include "_spike_internal.h"
 
@@ -121,6 +122,13 @@ static PyMethodDef module_methods[] = {
     {"ensure_usable", module_ensure_usable, METH_O,
      "ensure_usable(obj) -> None\n\nRaises SpikeError if the NrtTensor is freed, the NrtModel "
      "unloaded, or their runtime closed; needs no Spike instance."},
+    {"_comm_collective", (PyCFunction)(void (*)(void))spike_module_comm_collective,
+     METH_VARARGS | METH_KEYWORDS,
+     "_comm_collective(kind, dtype, reduce_op, rank, world_size, src, dst, count) -> None\n\n"
+     "One collective over every rank of the job on the runtime's communicator (joined "
+     "under $NKRT_CC_ID as rank of world_size if need be), on the memory at the addresses "
+     "src and dst (trusted: the caller's buffers). Private to torch_to_nkipy's process "
+     "group."},
     {"_nkrt_capi", spike_module_nkrt_capi, METH_NOARGS,
      "_nkrt_capi() -> capsule\n\nThe C function table of spike_capi.h (capsule name "
      "'" SPIKE_CAPI_CAPSULE "'), for native modules that share this process's runtime."},

@@ -217,4 +217,13 @@ int spike_model_execute_at(PyObject *model_obj, void *const *addresses, uint32_t
 /* spike._spike._nkrt_capi(): the capsule holding the C function table. */
 PyObject *spike_module_nkrt_capi(PyObject *module, PyObject *unused);
 
+/* ------------------------------------------------------------------------ */
+/* The runtime's communicator for eager collectives (_spike_comm.c)         */
+/* ------------------------------------------------------------------------ */
+
+/* spike._spike._comm_collective(kind, dtype, reduce_op, rank, world_size,
+ * src, dst, count): one collective over the whole job (nkrt_runtime_collective)
+ * on the live runtime, after its queued work, without the GIL. */
+PyObject *spike_module_comm_collective(PyObject *module, PyObject *args, PyObject *kwds);
+
 #endif /* SPIKE_INTERNAL_H */

@@ -166,26 +166,44 @@ def _agree_through_torchrun_store() -> Optional[str]:
     return f"job-{token}"
 
 
-def _communicator_id(world_size: int) -> Optional[str]:
+def _agree_in_store(store: Any) -> str:
+    """A random name agreed through a process group's store (the group is being
+    created; torch.distributed is not initialised yet): the first rank to ask
+    stores its draw, the others read it."""
+    import secrets
+
+    key = "nkipy/cc_id"
+    got = store.compare_set(key, "", secrets.token_hex(16))   # the first rank's draw wins
+    token = got.decode() if isinstance(got, bytes) else str(got)
+    if len(token) != 32 or any(ch not in "0123456789abcdef" for ch in token):
+        raise RuntimeError(f"the process group's store holds {token!r} under {key!r}, not a "
+                           "communicator name drawn by a rank of this job")
+    return f"job-{token}"
+
+
+def _communicator_id(world_size: int, store: Any = None) -> Optional[str]:
     """The name every rank's runtime joins for collectives inside compiled graphs
     (``$NKRT_CC_ID``, docs/runtime.md). Kept if set. Else a random name no other
     user can guess (another user who knows it could make the segment first and
     deny the job its collectives): agreed through ``torch.distributed`` when it
     is initialised (rank 0 draws it, every rank calls this, as every rank calls
     ``init_nkipy_backend``), else through torchrun's store (the agent's, what
-    ``init_process_group`` would use). Else None: no name is derived from the
-    environment (it would be guessable), and kernels with collectives then fail
-    saying NKRT_CC_ID is missing."""
+    ``init_process_group`` would use). A process group being created passes its
+    ``store``: agreed there. Else None: no name is derived from the environment
+    (it would be guessable), and kernels with collectives then fail saying
+    NKRT_CC_ID is missing."""
     if world_size < 2 or os.environ.get("NKRT_CC_ID"):
         return os.environ.get("NKRT_CC_ID")
     import torch.distributed as dist
 
-    if dist.is_available() and dist.is_initialized():
+    if store is not None:
+        cc_id: Optional[str] = _agree_in_store(store)
+    elif dist.is_available() and dist.is_initialized():
         import secrets
 
         box = [secrets.token_hex(16) if dist.get_rank() == 0 else None]
         dist.broadcast_object_list(box, src=0)
-        cc_id: Optional[str] = f"torch-{box[0]}"
+        cc_id = f"torch-{box[0]}"
     else:
         cc_id = _agree_through_torchrun_store()
     if cc_id is None:
