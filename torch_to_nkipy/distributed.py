@@ -378,6 +378,16 @@ class NkipyProcessGroup(dist.ProcessGroup):
 
     all_gather_single = _allgather_base     # the names newer torch calls
 
+    def all_gather_single_coalesced(self, outputs: List[torch.Tensor],
+                                    inputs: List[torch.Tensor], opts: Any = None) -> dist._Work:
+        """One all_gather per (output, input) pair: eager functional collectives
+        (``funcol.all_gather_tensor`` and DTensor's Shard->Replicate) come here."""
+        for output, input in zip(outputs, inputs):  # noqa: A001
+            self._allgather_base(output, input, opts).wait()
+        return _done(outputs)
+
+    allgather_into_tensor_coalesced = all_gather_single_coalesced
+
     def _scatter_reduced(self, output: torch.Tensor, input: torch.Tensor,  # noqa: A002
                          reduce_op: Any) -> bool:
         """Block ``rank`` of the reduction of ``input`` (``size`` blocks) into ``output``,
@@ -417,6 +427,25 @@ class NkipyProcessGroup(dist.ProcessGroup):
         return self._staged(self._gloo._reduce_scatter_base, output, input, opts)
 
     reduce_scatter_single = _reduce_scatter_base
+
+    def reduce_scatter_single_coalesced(self, outputs: List[torch.Tensor],
+                                        inputs: List[torch.Tensor],
+                                        opts: Any = None) -> dist._Work:
+        """One reduce_scatter per pair (eager ``funcol.reduce_scatter_tensor``)."""
+        for output, input in zip(outputs, inputs):  # noqa: A001
+            self._reduce_scatter_base(output, input, opts).wait()
+        return _done(outputs)
+
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
+
+    def allreduce_coalesced(self, tensors: List[torch.Tensor], opts: Any = None) -> dist._Work:
+        """One all_reduce per tensor (eager ``funcol.all_reduce_coalesced``)."""
+        one = dist.AllreduceOptions()
+        if opts is not None:
+            one.reduceOp = opts.reduceOp
+        for t in tensors:
+            self.allreduce([t], one).wait()
+        return _done(tensors)
 
     def alltoall_base(self, output: torch.Tensor, input: torch.Tensor,  # noqa: A002
                       output_split_sizes: List[int], input_split_sizes: List[int],

@@ -378,3 +378,55 @@ def test_communicator_name_agreed_in_the_store(monkeypatch):
     with pytest.raises(RuntimeError, match="the process group's store holds 'guessable' under "
                                            "'nkipy/cc_id', not a communicator name"):
         _communicator_id(2, bad)
+
+
+_FUNCOL_EAGER = textwrap.dedent("""
+    import torch
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as funcol
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+    import torch_to_nkipy
+
+    dist.init_process_group("nkipy")
+    r, n = dist.get_rank(), dist.get_world_size()
+    world = dist.group.WORLD
+    xs = [torch.arange(8.0) * (q + 1) - q for q in range(n)]
+    total = sum(xs)
+    for dev in ("cpu", "nkipy"):
+        x = xs[r].to(dev)
+        got = {
+            "all_reduce": funcol.all_reduce(x, "sum", world),
+            "all_gather_tensor": funcol.all_gather_tensor(x, 0, world),
+            "reduce_scatter_tensor": funcol.reduce_scatter_tensor(x, "sum", 0, world),
+            "all_reduce_coalesced": funcol.all_reduce_coalesced([x, 2 * x], "max", world)[1],
+            "all_gather_into_tensor_coalesced":
+                funcol.all_gather_into_tensor_coalesced([x], world)[0],
+            "reduce_scatter_tensor_coalesced":
+                funcol.reduce_scatter_tensor_coalesced([x], "sum", [0], world)[0],
+        }
+        want = {
+            "all_reduce": total, "all_gather_tensor": torch.cat(xs),
+            "reduce_scatter_tensor": total.chunk(n)[r],
+            "all_reduce_coalesced": torch.stack(xs).amax(0) * 2,
+            "all_gather_into_tensor_coalesced": torch.cat(xs),
+            "reduce_scatter_tensor_coalesced": total.chunk(n)[r],
+        }
+        for name, g in got.items():
+            g = funcol.wait_tensor(g) if isinstance(g, torch.Tensor) else g
+            assert g.device.type == dev and torch.equal(g.cpu(), want[name]), (name, dev, g)
+    # DTensor's eager Shard -> Replicate goes through the functional all_gather
+    mesh = init_device_mesh("nkipy", (n,))
+    full = torch.arange(4.0 * n).reshape(n, 4)
+    d = distribute_tensor(full.to("nkipy"), mesh, [Shard(0)])
+    assert torch.equal(d.full_tensor().cpu(), full), d.full_tensor()
+    dist.destroy_process_group()
+    print("OK", r)
+""")
+
+
+def test_eager_functional_collectives_and_dtensor_gather():
+    """Eager functional collectives (what DTensor calls) on the "nkipy" group, on CPU and
+    nkipy tensors: all_reduce, all_gather, reduce_scatter and their coalesced forms
+    give the exact results; a Shard(0) DTensor's full_tensor() gathers it."""
+    _run_ranks(_FUNCOL_EAGER, 2)
