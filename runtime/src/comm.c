@@ -768,8 +768,10 @@ static nkrt_status_t agree(nkrt_comm_t *c, const int32_t *ranks, uint32_t n) {
  * vectorizer model, which leaves these loops alone; no-trapping-math lets
  * the float16 conversions' selects vectorize: nothing reads the FP exception
  * flags, and the results are the same) */
+#if defined(__GNUC__) && !defined(__clang__) /* clang vectorizes these at -O2 as it is */
 #pragma GCC push_options
 #pragma GCC optimize("tree-vectorize", "vect-cost-model=dynamic", "no-trapping-math")
+#endif
 
 /* x86-64-v3 (AVX2) where the CPU has it (x86-64 builds default to SSE2, which has no
  * widening loads or packing for the 16-bit floats) */
@@ -972,7 +974,9 @@ static void reduce_bool(uint32_t op, const void *const *src, uint32_t m, void *d
   }
 }
 
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC pop_options
+#endif
 
 typedef void (*reduce_fn)(uint32_t op, const void *const *src, uint32_t m, void *d, void *d2,
                           int64_t len);
