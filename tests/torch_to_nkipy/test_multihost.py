@@ -90,6 +90,22 @@ def results(tmp_path):
     return {int(p.name.split("_")[1]): p.read_text() for p in tmp_path.glob("result_*")}
 
 
+def _report(hosts) -> str:
+    return "\n".join(f"--- host {n} (rc {rc}):\n{out[-4000:]}" for n, (rc, out, _) in
+                     enumerate(hosts))
+
+
+def assert_all_ranks(hosts, tmp_path, result: str = "OK") -> str:
+    """Both hosts exited 0, every rank wrote `result`, and neither host's /dev/shm
+    keeps anything; returns the hosts' report."""
+    report = _report(hosts)
+    assert [rc for rc, _, _ in hosts] == [0, 0], report
+    assert results(tmp_path) == {r: result for r in range(4)}, report
+    for n, (_, _, left) in enumerate(hosts):
+        assert left == [], f"host {n}'s /dev/shm holds {left}"
+    return report
+
+
 COLLECTIVES = textwrap.dedent("""
     import os, torch
     import torch.distributed as dist
@@ -136,12 +152,7 @@ def test_collectives_across_two_hosts(tmp_path):
     result (float32 and int32); the second host's ranks 2 and 3 use cores 0
     and 1 (LOCAL_RANK); nothing is left in either host's /dev/shm."""
     hosts = run_hosts(COLLECTIVES, tmp_path)
-    report = "\n".join(f"--- host {n} (rc {rc}):\n{out[-4000:]}" for n, (rc, out, _) in
-                       enumerate(hosts))
-    assert [rc for rc, _, _ in hosts] == [0, 0], report
-    assert results(tmp_path) == {r: "OK" for r in range(4)}, report
-    for n, (_, _, left) in enumerate(hosts):
-        assert left == [], f"host {n}'s /dev/shm holds {left}"
+    assert_all_ranks(hosts, tmp_path)
 
 
 KILLED = textwrap.dedent("""
@@ -185,8 +196,7 @@ def test_peer_killed_across_hosts(tmp_path):
     /dev/shm keeps anything."""
     hosts = run_hosts(KILLED, tmp_path, timeout_s=60)
     got = results(tmp_path)
-    report = "\n".join(f"--- host {n} (rc {rc}):\n{out[-4000:]}" for n, (rc, out, _) in
-                       enumerate(hosts)) + f"\nresults: {got}"
+    report = _report(hosts) + f"\nresults: {got}"
     assert all(rc != 0 for rc, _, _ in hosts), report
     for r in (0, 1):
         assert r in got and "rank 2" in got[r], report
@@ -229,12 +239,7 @@ def test_nkipy_process_group_across_two_hosts(tmp_path):
     (init_nkipy_backend then finds them done); compiled collectives on nkipy
     tensors cross the hosts."""
     hosts = run_hosts(NKIPY_GROUP, tmp_path)
-    report = "\n".join(f"--- host {n} (rc {rc}):\n{out[-4000:]}" for n, (rc, out, _) in
-                       enumerate(hosts))
-    assert [rc for rc, _, _ in hosts] == [0, 0], report
-    assert results(tmp_path) == {r: "OK" for r in range(4)}, report
-    for n, (_, _, left) in enumerate(hosts):
-        assert left == [], f"host {n}'s /dev/shm holds {left}"
+    assert_all_ranks(hosts, tmp_path)
 
 
 LLAMA_TP = textwrap.dedent("""
@@ -259,10 +264,5 @@ def test_llama_tensor_parallel_across_two_hosts(tmp_path):
     Llama, compiled, generates the greedy tokens of single-process eager (rank 0
     compares and every rank exits with its verdict)."""
     hosts = run_hosts(LLAMA_TP, tmp_path, extra_env={"ROOT": ROOT})
-    report = "\n".join(f"--- host {n} (rc {rc}):\n{out[-4000:]}" for n, (rc, out, _) in
-                       enumerate(hosts))
-    assert [rc for rc, _, _ in hosts] == [0, 0], report
-    assert results(tmp_path) == {r: "exit 0" for r in range(4)}, report
+    report = assert_all_ranks(hosts, tmp_path, "exit 0")
     assert "4 ranks, tensor parallel" in hosts[0][1], report
-    for n, (_, _, left) in enumerate(hosts):
-        assert left == [], f"host {n}'s /dev/shm holds {left}"
