@@ -80,7 +80,7 @@ $(BUILD)/nkrt_tests_san: $(RT_SRC) $(TEST_SRC) $(RT_HDR) runtime/tests/test.h
 	@mkdir -p $(BUILD)
 	$(CC) $(CFLAGS_SAN) $(RT_SRC) $(TEST_SRC) -o $@ $(LDLIBS)
 
-test-c: $(BUILD)/nkrt_tests $(NEFFS) | $(VENV)/.mkl
+test-c: $(BUILD)/nkrt_tests $(BUILD)/bench_comm $(NEFFS) | $(VENV)/.mkl
 	$(GEMM_ENV) NKRT_TEST_NEFF_DIR=$(BUILD)/neff $(BUILD)/nkrt_tests
 
 sanitize: $(BUILD)/nkrt_tests_san $(NEFFS) | $(VENV)/.mkl
@@ -212,6 +212,11 @@ bench: venv $(VENV)/.bench-deps $(BUILD)/bench_nkrt $(NEFFS)
 $(BUILD)/bench_nkrt: $(RT_SRC) $(RT_HDR) bench/bench_nkrt.c
 	@mkdir -p $(BUILD)
 	$(CC) $(CFLAGS_OPT) $(RT_SRC) bench/bench_nkrt.c -o $@ $(LDLIBS)
+
+# the shared-memory collectives alone (docs/distributed.md); built by test-c so it keeps compiling
+$(BUILD)/bench_comm: $(RT_SRC) $(RT_HDR) bench/bench_comm.c
+	@mkdir -p $(BUILD)
+	$(CC) $(CFLAGS_OPT) $(RT_SRC) bench/bench_comm.c -o $@ $(LDLIBS)
 
 clean:
 	rm -rf $(BUILD) spike/*.so $(SPIKE_TORCH_SO) $(VENV)/.built
