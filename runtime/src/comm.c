@@ -672,28 +672,33 @@ nkrt_status_t nkrt_comm_barrier(nkrt_comm_t *c) {
 }
 
 /* The caller's index in the group, after checking the group. */
-NKRT_MUST_USE_RESULT
-static nkrt_status_t group_index(const nkrt_comm_t *c, const int32_t *ranks, uint32_t n,
-                                 uint32_t dtype, int64_t count, uint32_t *out_index) {
+nkrt_status_t nkrt_comm_check_group(const int32_t *ranks, uint32_t n, uint32_t world_size,
+                                    uint32_t rank, uint32_t *out_index) {
   if (!ranks || n == 0) return nkrt_status_make(NKRT_INVALID, "collective: empty rank group");
-  if (count < 0) return nkrt_status_make(NKRT_INVALID, "collective: negative count");
-  if (nkrt_dtype_size(dtype) == 0)
-    return nkrt_status_make(NKRT_INVALID, "collective: unknown dtype %u", dtype);
   uint32_t index = UINT32_MAX;
   for (uint32_t i = 0; i < n; i++) {
-    if (ranks[i] < 0 || (uint32_t)ranks[i] >= c->world_size)
+    if (ranks[i] < 0 || (uint32_t)ranks[i] >= world_size)
       return nkrt_status_make(NKRT_INVALID, "collective: rank %d of its group is outside the "
-                              "job's %u ranks", ranks[i], c->world_size);
+                              "job's %u ranks", ranks[i], world_size);
     for (uint32_t j = 0; j < i; j++)
       if (ranks[j] == ranks[i])
         return nkrt_status_make(NKRT_INVALID, "collective: rank %d is twice in its group",
                                 ranks[i]);
-    if ((uint32_t)ranks[i] == c->rank) index = i;
+    if ((uint32_t)ranks[i] == rank) index = i;
   }
   if (index == UINT32_MAX)
-    return nkrt_status_make(NKRT_INVALID, "collective: rank %u is not in its own group", c->rank);
+    return nkrt_status_make(NKRT_INVALID, "collective: rank %u is not in its own group", rank);
   *out_index = index;
   return NULL;
+}
+
+NKRT_MUST_USE_RESULT
+static nkrt_status_t group_index(const nkrt_comm_t *c, const int32_t *ranks, uint32_t n,
+                                 uint32_t dtype, int64_t count, uint32_t *out_index) {
+  if (count < 0) return nkrt_status_make(NKRT_INVALID, "collective: negative count");
+  if (nkrt_dtype_size(dtype) == 0)
+    return nkrt_status_make(NKRT_INVALID, "collective: unknown dtype %u", dtype);
+  return nkrt_comm_check_group(ranks, n, c->world_size, c->rank, out_index);
 }
 
 static const char *const kind_names[] = {"all_reduce", "all_gather", "all_to_all",

@@ -48,6 +48,11 @@ void nkrt_comm_fail(struct nkrt_comm *c, const char *why);
  * of them); the reductions of nkrt_comm_all_reduce. */
 void nkrt_comm_reduce(uint32_t dtype, uint32_t op, const void *const *src, uint32_t m, void *dst,
                       int64_t count);
+/* Checks a group: ranks[0 .. n) non-empty, each in [0, world_size), none
+ * twice, `rank` among them (its index into *out_index). */
+NKRT_MUST_USE_RESULT
+nkrt_status_t nkrt_comm_check_group(const int32_t *ranks, uint32_t n, uint32_t world_size,
+                                    uint32_t rank, uint32_t *out_index);
 /* Gives the communicator its between-hosts part (owned from then on). */
 void nkrt_comm_attach_hier(struct nkrt_comm *c, struct nkrt_hier *hier);
 

@@ -211,7 +211,7 @@ NKRT_MUST_USE_RESULT
 static nkrt_status_t make_plan(const struct nkrt_hier *h, const int32_t *ranks, uint32_t n,
                                plan_t *p) {
   memset(p, 0, sizeof(*p));
-  if (!ranks || n == 0) return nkrt_status_make(NKRT_INVALID, "collective: empty rank group");
+  NKRT_RETURN_IF_ERROR(nkrt_comm_check_group(ranks, n, h->world_size, h->rank, &p->me));
   uint32_t *block = malloc(((size_t)n * 5 + 1) * sizeof(uint32_t));
   p->lranks = malloc((size_t)n * sizeof(int32_t) + 1);
   if (!block || !p->lranks) {
@@ -222,23 +222,13 @@ static nkrt_status_t make_plan(const struct nkrt_hier *h, const int32_t *ranks, 
   uint32_t *host_id = block + 3 * n + 1; /* host k's lowest rank */
   p->members = block + 4 * n + 1;
   const uint32_t *host_of = h->hosts->host_of;
-  p->ranks = ranks, p->n = n, p->me = UINT32_MAX;
+  p->ranks = ranks, p->n = n;
   for (uint32_t i = 0; i < n; i++) {
-    if (ranks[i] < 0 || (uint32_t)ranks[i] >= h->world_size)
-      return nkrt_status_make(NKRT_INVALID, "collective: rank %d of its group is outside the "
-                              "job's %u ranks", ranks[i], h->world_size);
-    for (uint32_t j = 0; j < i; j++)
-      if (ranks[j] == ranks[i])
-        return nkrt_status_make(NKRT_INVALID, "collective: rank %d is twice in its group",
-                                ranks[i]);
-    if ((uint32_t)ranks[i] == h->rank) p->me = i;
     uint32_t host = host_of[ranks[i]], k = 0;
     while (k < p->nh && host_id[k] != host) k++;
     if (k == p->nh) host_id[p->nh++] = host;
     p->hpos[i] = k;
   }
-  if (p->me == UINT32_MAX)
-    return nkrt_status_make(NKRT_INVALID, "collective: rank %u is not in its own group", h->rank);
   /* members by host (a counting sort keeps group order within a host) */
   memset(p->hstart, 0, (p->nh + 1) * sizeof(uint32_t));
   for (uint32_t i = 0; i < n; i++) p->hstart[p->hpos[i] + 1]++;
