@@ -91,11 +91,36 @@ def _conv_nd_cpu(x: np.ndarray, w: np.ndarray, bias: Any, stride: tuple, pads: t
     return out.astype(out_dt)
 
 
+def _conv_cpu(nsp: int, input: Any, weight: Any, bias: Any, stride: Any, padding: Any,
+              dilation: Any, groups: int) -> np.ndarray:
+    """The CPU version of conv<nsp>d on NumPy arrays."""
+    x, w = np.asarray(input), np.asarray(weight)
+    st, dl = _tuple(stride, nsp, "stride"), _tuple(dilation, nsp, "dilation")
+    return _conv_nd_cpu(x, w, bias, st, _padding(padding, nsp, w.shape[2:], dl, st), dl, groups)
+
+
 def _conv2d_cpu(input: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0,
                 dilation: Any = 1, groups: int = 1, **kw: Any) -> np.ndarray:
-    x, w = np.asarray(input), np.asarray(weight)
-    st, dl = _tuple(stride, 2, "stride"), _tuple(dilation, 2, "dilation")
-    return _conv_nd_cpu(x, w, bias, st, _padding(padding, 2, w.shape[2:], dl, st), dl, groups)
+    return _conv_cpu(2, input, weight, bias, stride, padding, dilation, groups)
+
+
+def _traced_conv_args(nsp: int, input: Any, weight: Any, bias: Any, stride: Any, padding: Any,
+                      dilation: Any, groups: int) -> tuple:
+    """What a traced conv<nsp>d works from: (dtype, x, w, b or None, stride, pads,
+    dilation, output shape), every argument checked."""
+    dt = result_dtype(input, weight) if bias is None else result_dtype(input, weight, bias)
+    x, w = to_value(input, dt), to_value(weight, dt)
+    st, dl = _tuple(stride, nsp, "stride"), _tuple(dilation, nsp, "dilation")
+    if any(s < 1 for s in st) or any(d < 1 for d in dl):
+        raise ValueError(f"conv{nsp}d stride and dilation must be positive")
+    pads = _padding(padding, nsp, w.shape[2:], dl, st)
+    shape = _conv_shape(x.shape, w.shape, int(groups), st, pads, dl)
+    b = None
+    if bias is not None:
+        b = to_value(bias, dt)
+        if b.shape != (w.shape[0],):
+            raise ValueError(f"conv{nsp}d bias must have shape ({w.shape[0]},), got {b.shape}")
+    return dt, x, w, b, st, pads, dl, shape
 
 
 @nkipy_op(cpu=_conv2d_cpu)
@@ -104,28 +129,16 @@ def conv2d(input: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: 
     """2-D convolution (cross-correlation, like PyTorch): input NCHW, weight OIHW
     (I = C / groups), optional bias (O,). padding: int, (ph, pw),
     ((top, bottom), (left, right)), 'valid' or 'same'."""
-    dt = result_dtype(input, weight) if bias is None else result_dtype(input, weight, bias)
-    x, w = to_value(input, dt), to_value(weight, dt)
-    st, dl = _tuple(stride, 2, "stride"), _tuple(dilation, 2, "dilation")
-    if any(s < 1 for s in st) or any(d < 1 for d in dl):
-        raise ValueError("conv2d stride and dilation must be positive")
-    pads = _padding(padding, 2, w.shape[2:], dl, st)
-    shape = _conv_shape(x.shape, w.shape, int(groups), st, pads, dl)
-    ins = [x, w]
-    if bias is not None:
-        b = to_value(bias, dt)
-        if b.shape != (w.shape[0],):
-            raise ValueError(f"conv2d bias must have shape ({w.shape[0]},), got {b.shape}")
-        ins.append(b)
+    dt, x, w, b, st, pads, dl, shape = _traced_conv_args(2, input, weight, bias, stride,
+                                                         padding, dilation, groups)
+    ins = [x, w] if b is None else [x, w, b]
     return wrap(B.emit1("conv2d", ins, {"stride": st, "padding": pads, "dilation": dl,
                                         "groups": int(groups)}, shape, dt))
 
 
 def _conv3d_cpu(input: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0,
                 dilation: Any = 1, groups: int = 1, **kw: Any) -> np.ndarray:
-    x, w = np.asarray(input), np.asarray(weight)
-    st, dl = _tuple(stride, 3, "stride"), _tuple(dilation, 3, "dilation")
-    return _conv_nd_cpu(x, w, bias, st, _padding(padding, 3, w.shape[2:], dl, st), dl, groups)
+    return _conv_cpu(3, input, weight, bias, stride, padding, dilation, groups)
 
 
 @nkipy_op(cpu=_conv3d_cpu)
@@ -138,17 +151,8 @@ def conv3d(input: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: 
     Traced as one ``conv2d`` per depth tap of the kernel, the output depths
     folded into the batch, the taps summed in float32 (as the CPU version
     accumulates) and the sum cast to the result dtype."""
-    dt = result_dtype(input, weight) if bias is None else result_dtype(input, weight, bias)
-    x, w = to_value(input, dt), to_value(weight, dt)
-    st, dl = _tuple(stride, 3, "stride"), _tuple(dilation, 3, "dilation")
-    if any(s < 1 for s in st) or any(d < 1 for d in dl):
-        raise ValueError("conv3d stride and dilation must be positive")
-    pads = _padding(padding, 3, w.shape[2:], dl, st)
-    shape = _conv_shape(x.shape, w.shape, int(groups), st, pads, dl)
-    if bias is not None:
-        b = to_value(bias, dt)
-        if b.shape != (w.shape[0],):
-            raise ValueError(f"conv3d bias must have shape ({w.shape[0]},), got {b.shape}")
+    dt, x, w, b, st, pads, dl, shape = _traced_conv_args(3, input, weight, bias, stride,
+                                                         padding, dilation, groups)
     acc = np.dtype(np.float32) if dt.kind == "f" or dt == _dt.bfloat16 else dt
     n, c, depth = x.shape[:3]
     o, kd = w.shape[0], w.shape[2]
