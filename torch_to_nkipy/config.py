@@ -146,23 +146,34 @@ def _agree_through_torchrun_store() -> Optional[str]:
     addr, port = env.get("MASTER_ADDR", ""), env.get("MASTER_PORT", "")
     if env.get("TORCHELASTIC_USE_AGENT_STORE") != "True" or not addr or not port.isdigit():
         return None
-    import secrets
-
     from .hosts import torchrun_store
 
     try:
         store, run = torchrun_store(_STORE_TIMEOUT_S)
         key = f"nkipy/cc_id/{run}"
-        mine = secrets.token_hex(16)
-        got = store.compare_set(key, "", mine)          # the first rank's draw wins
+        got = _draw_in(store, key)
     except Exception as e:  # noqa: BLE001  (any failure to reach it: no store)
         log.warning("cannot reach torchrun's store at %s:%s to agree on the communicator "
                     "name: %s", addr, port, e)
         return None
+    return _drawn_name(got, f"torchrun's store at {addr}:{port}", key)
+
+
+def _draw_in(store: Any, key: str) -> Any:
+    """Offers a fresh random draw under `key`: the first rank's draw wins, and
+    every rank gets that one back (the raw value, checked by _drawn_name)."""
+    import secrets
+
+    return store.compare_set(key, "", secrets.token_hex(16))
+
+
+def _drawn_name(got: Any, where: str, key: str) -> str:
+    """The communicator name of a draw read back from `where`, refused unless it
+    is one (32 lowercase hex digits)."""
     token = got.decode() if isinstance(got, bytes) else str(got)
     if len(token) != 32 or any(ch not in "0123456789abcdef" for ch in token):
-        raise RuntimeError(f"torchrun's store at {addr}:{port} holds {token!r} under {key!r}, "
-                           "not a communicator name drawn by a rank of this job")
+        raise RuntimeError(f"{where} holds {token!r} under {key!r}, not a communicator name "
+                           "drawn by a rank of this job")
     return f"job-{token}"
 
 
@@ -170,15 +181,8 @@ def _agree_in_store(store: Any) -> str:
     """A random name agreed through a process group's store (the group is being
     created; torch.distributed is not initialised yet): the first rank to ask
     stores its draw, the others read it."""
-    import secrets
-
     key = "nkipy/cc_id"
-    got = store.compare_set(key, "", secrets.token_hex(16))   # the first rank's draw wins
-    token = got.decode() if isinstance(got, bytes) else str(got)
-    if len(token) != 32 or any(ch not in "0123456789abcdef" for ch in token):
-        raise RuntimeError(f"the process group's store holds {token!r} under {key!r}, not a "
-                           "communicator name drawn by a rank of this job")
-    return f"job-{token}"
+    return _drawn_name(_draw_in(store, key), "the process group's store", key)
 
 
 def _communicator_id(world_size: int, store: Any = None) -> Optional[str]:
