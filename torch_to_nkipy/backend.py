@@ -26,8 +26,8 @@ from .dynamic import dynamic_signature
 from .executor import PadCall
 from .kernel import DEFAULT_OPTIONS
 from .options import ExecOptions, resolve_options
-from .lowering.codegen import is_supported_node
-from .lowering.registry import target_name
+from .lowering import is_supported_node
+from .lowering import target_name
 
 log = logging.getLogger("torch_to_nkipy")
 

@@ -26,7 +26,7 @@ import sympy
 import torch
 import torch.fx
 
-from .lowering.registry import target_name
+from .lowering import target_name
 
 # ---------------------------------------------------------------------------
 # symbolic sizes

@@ -37,7 +37,7 @@ from . import device
 from .config import on_reset
 from .executor import Executor, PadCall
 from .options import ExecOptions
-from .lowering.codegen import GeneratedSource, generate_source, side_by_side
+from .lowering import GeneratedSource, generate_source, side_by_side
 
 log = logging.getLogger("torch_to_nkipy")
 

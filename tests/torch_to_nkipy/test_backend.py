@@ -558,7 +558,7 @@ def test_communicator_id_through_torchrun_store(monkeypatch):
 
 
 def test_collective_reduce_ops_refused_by_name():
-    from torch_to_nkipy.lowering.aten_numpy import _reduce_op
+    from torch_to_nkipy.lowering.collectives import _reduce_op
 
     assert _reduce_op("SUM") == "sum" and _reduce_op("avg") == "avg"
     with pytest.raises(NotImplementedError, match="reduce_op 'band' is not supported "

@@ -353,7 +353,7 @@ def test_comm_collective_without_a_runtime():
 def test_compiled_collective_lowerings_refuse_bad_arguments(backend):
     """The lowerings check split sizes and the broadcast root (one rank: the job's world)."""
     import numpy as np
-    from torch_to_nkipy.lowering import aten_numpy
+    from torch_to_nkipy.lowering import collectives as aten_numpy
 
     with pytest.raises(ValueError, match=r"split sizes \[1, 2\] / \[1, 2\] for 1 ranks"):
         aten_numpy.all_to_all_single(np.zeros((3, 2), np.float32), [1, 2], [1, 2], "0")
