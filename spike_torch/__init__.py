@@ -93,6 +93,16 @@ synchronize = device_module.synchronize
 memory_stats = device_module.memory_stats
 
 
+def op_stats() -> Dict[str, int]:
+    """Where eager operators on the nkipy device ran, counted since import:
+    ``device_calls`` (a device kernel computed the result), ``cpu_fallback_calls``
+    (copied to the host, run by PyTorch's CPU kernel, copied back) and
+    ``compiles`` (device kernels compiled for new signatures)."""
+    return {"device_calls": _eager.stats["device_calls"],
+            "cpu_fallback_calls": _eager.stats["host_calls"] + int(_C.lib.spike_torch_fallback_calls()),
+            "compiles": _eager.stats["compiles"]}
+
+
 def empty_cache() -> None:
     """Returns the caching allocator's unused blocks to the runtime."""
     device_module.empty_cache()
@@ -231,4 +241,5 @@ __all__ = [
     "device_count", "current_device", "set_device", "is_available", "synchronize",
     "empty_cache", "get_cached_blocks", "get_nrt_tensor", "get_tensor_info", "configure",
     "reset", "memory_stats", "memory_pool_stats", "trim_memory_pool", "DEVICE_NAME",
+    "op_stats",
 ]

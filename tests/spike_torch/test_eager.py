@@ -127,3 +127,21 @@ def test_second_core(eager):
     r = (d * d).exp()
     assert r.device == torch.device("nkipy:1")
     torch.testing.assert_close(r.cpu(), (x * x).exp())
+
+
+def test_op_stats_counts_device_kernels_and_cpu_fallbacks(eager):
+    """spike_torch.op_stats() moves by one device call for a native kernel and by
+    one fallback call for an op that runs on the CPU."""
+    import spike_torch
+
+    x = torch.randn(8).nkipy()
+    torch.exp(x)   # compiled once before counting
+    before = spike_torch.op_stats()
+    torch.exp(x)
+    mid = spike_torch.op_stats()
+    assert mid["device_calls"] == before["device_calls"] + 1
+    assert mid["cpu_fallback_calls"] == before["cpu_fallback_calls"]
+    torch.ops.aten.erfinv(x)   # no device kernel: the CPU runs it
+    after = spike_torch.op_stats()
+    assert after["cpu_fallback_calls"] == mid["cpu_fallback_calls"] + 1
+    assert set(after) == {"device_calls", "cpu_fallback_calls", "compiles"}
