@@ -111,6 +111,14 @@ static nkrt_status_t capi_core_count(uint32_t *out_count) {
   return nkrt_visible_core_count(out_count);
 }
 
+static int capi_host_addressable(uint64_t generation) {
+  nkrt_runtime_t *runtime = capi_enter(generation);
+  if (!runtime) return 0;
+  int yes = nkrt_runtime_host_addressable(runtime);
+  capi_leave();
+  return yes;
+}
+
 static nkrt_status_t capi_tensor_allocate(uint64_t generation, uint32_t core, uint64_t size,
                                           const char *name, nkrt_tensor_t **out_tensor) {
   nkrt_runtime_t *runtime = capi_enter(generation);
@@ -231,6 +239,8 @@ static const spike_capi_t g_capi = {
     .tensor_retain = capi_tensor_retain,
     .comm_set_hosts = nkrt_comm_set_hosts,
     .status_make = capi_status_make,
+    .model_execute_host = spike_model_execute_host,
+    .host_addressable = capi_host_addressable,
 };
 
 PyObject *spike_module_nkrt_capi(PyObject *module, PyObject *unused) {

@@ -2,7 +2,8 @@
  *
  * Spike.execute, execute_at, execute_staged and benchmark, which run a model
  * without the GIL on name-keyed tensor sets (exec_begin .. exec_done) or on
- * device addresses (spike_model_execute_at, also behind the C API); and
+ * device addresses (spike_model_execute_at, also behind the C API, as is
+ * spike_model_execute_host over host buffers); and
  * Spike.execute_async with the ExecutionEvent it returns.
  */
 #include "_spike_internal.h"
@@ -219,7 +220,8 @@ PyObject *spike_execute(SpikeObject *self, PyObject *args, PyObject *kwds) {
  * an exception: SpikeError (unloaded model, closed runtime), ValueError (a
  * wrong count), NrtError (what nkrt refused). Shared by Spike.execute_at and
  * the C API (spike_torch's per-call path). */
-int spike_model_execute_at(PyObject *model_obj, void *const *addresses, uint32_t count) {
+static int model_execute_by_address(PyObject *model_obj, void *const *addresses, uint32_t count,
+                                    bool host) {
   NrtModelObject *model;
   if (spike_model_arg(model_obj, &model) < 0) return -1;
   uint32_t expected = nkrt_model_input_count(model->model) +
@@ -236,7 +238,7 @@ int spike_model_execute_at(PyObject *model_obj, void *const *addresses, uint32_t
   model->busy++;
   nkrt_status_t st;
   Py_BEGIN_ALLOW_THREADS
-  st = nkrt_execute_at(handle, addresses);
+  st = host ? nkrt_execute_host(handle, addresses) : nkrt_execute_at(handle, addresses);
   spike_ctx_leave(ctx);
   Py_END_ALLOW_THREADS
   if (--model->busy == 0 && model->unload_pending) spike_model_release(model);
@@ -245,6 +247,17 @@ int spike_model_execute_at(PyObject *model_obj, void *const *addresses, uint32_t
     return -1;
   }
   return 0;
+}
+
+int spike_model_execute_at(PyObject *model_obj, void *const *addresses, uint32_t count) {
+  return model_execute_by_address(model_obj, addresses, count, false);
+}
+
+/* spike_model_execute_at over host buffers (nkrt_execute_host): the C API's
+ * path for CPU tensors handed to a compiled kernel. No Python binding: the
+ * addresses must come from native code that owns the buffers. */
+int spike_model_execute_host(PyObject *model_obj, void *const *addresses, uint32_t count) {
+  return model_execute_by_address(model_obj, addresses, count, true);
 }
 
 PyObject *spike_execute_at(SpikeObject *self, PyObject *args, PyObject *kwds) {

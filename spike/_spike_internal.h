@@ -209,6 +209,7 @@ PyObject *spike_benchmark(SpikeObject *self, PyObject *args, PyObject *kwds);
  * `count` addresses, its inputs then its outputs. 0, or -1 with an exception.
  * Shared by Spike.execute_at and the C API. */
 int spike_model_execute_at(PyObject *model_obj, void *const *addresses, uint32_t count);
+int spike_model_execute_host(PyObject *model_obj, void *const *addresses, uint32_t count);
 
 /* ------------------------------------------------------------------------ */
 /* The exported C API (_spike_capi.c)                                       */

@@ -203,31 +203,38 @@ class Executor:
         return ins, tuple(outs), k.device_kernel.model_ref
 
     def _cpu_call(self) -> Any:
-        """The native staged call for CPU tensors (``kernel_calls`` with the
-        persistent device buffers it writes into and reads from; made on first use,
-        so kernels only ever called on nkipy tensors allocate no buffers)."""
+        """The native call for CPU tensors (``kernel_calls``), made on first use:
+        where the runtime's kernels address host memory (the CPU driver), the
+        kernel reads the CPU inputs where they lie and writes fresh CPU outputs,
+        no copies; otherwise it stages them through persistent device buffers
+        (so kernels only ever called on nkipy tensors allocate no buffers)."""
         call = self.__dict__.get("_cpu_call_made")
         if call is None:
             ins, outs, model = self._plan
+            inputs = [(i, shape, dt) for i, _, shape, _, dt in ins]
+            outputs = [(shape, dt) for _, shape, dt in outs]
+            results = [("output", j) for j in range(len(outs))]
+            if kernel_calls.host_addressable():
+                call = self._cpu_call_made = kernel_calls.kernel_call(
+                    model, self.core, inputs, outputs, results, "host")
+                return call
             bufs = self.sets[0]
             if bufs.outputs is None:
                 bufs.outputs = dict(zip([n for n, _, _ in self.out_specs],
                                         self.k.device_kernel.allocate_output_tensors()))
-            inputs = [(i, shape, dt) for i, _, shape, _, dt in ins]
             in_addrs = [bufs.buffer(p, shape, np_dt).tensor_ref.va
                         for _, p, shape, np_dt, _ in ins]
-            outputs = [(shape, dt) for _, shape, dt in outs]
             out_addrs = [bufs.outputs[name].tensor_ref.va for name, _, _ in outs]
-            results = [("output", j) for j in range(len(outs))]
             call = self._cpu_call_made = kernel_calls.kernel_call(
                 model, self.core, inputs, outputs, results, (in_addrs, out_addrs))
         return call
 
     def _run_fast(self, args: Sequence[Any], plan: Tuple[Any, ...]) -> Optional[List[Any]]:
-        """The common call on CPU tensors, in one native call: each input written
-        into a persistent device buffer (only the blocks that differ, without the
-        GIL), the kernel, each output read into a fresh CPU tensor (None: an input
-        is not what the kernel was built for)."""
+        """The common call on CPU tensors, in one native call (see ``_cpu_call``):
+        the kernel on the CPU tensors themselves, or through persistent device
+        buffers (only the blocks that differ written, without the GIL), each
+        output a fresh CPU tensor (None: an input is not what the kernel was
+        built for)."""
         if self.sets[0].event is not None or self.sets[1].event is not None:
             return None
         call = self._cpu_call()

@@ -202,3 +202,11 @@ void nkrt_arena_reset_peak_locked(nkrt_arena_t *arena) {
   arena->peak_allocated = arena->allocated;
   arena->peak_reserved = extent(arena);
 }
+
+bool nkrt_arena_overlaps(nkrt_arena_t *arena, uintptr_t lo, uintptr_t hi) {
+  pthread_mutex_lock(&arena->mu); /* its memory is reserved lazily */
+  uintptr_t base = (uintptr_t)arena->base;
+  bool yes = arena->base && lo < base + arena->capacity && base < hi;
+  pthread_mutex_unlock(&arena->mu);
+  return yes;
+}

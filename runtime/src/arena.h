@@ -46,5 +46,7 @@ void nkrt_arena_free_locked(nkrt_arena_t *arena, nkrt_block_t *block);
 nkrt_block_t *nkrt_arena_find_locked(nkrt_arena_t *arena, const void *address);
 void nkrt_arena_stats_locked(const nkrt_arena_t *arena, nkrt_memory_stats_t *out);
 void nkrt_arena_reset_peak_locked(nkrt_arena_t *arena);
+/* Whether [lo, hi) overlaps the arena's memory (takes arena->mu). */
+bool nkrt_arena_overlaps(nkrt_arena_t *arena, uintptr_t lo, uintptr_t hi);
 
 #endif /* NKRT_ARENA_H */

@@ -19,6 +19,10 @@ typedef struct nkrt_driver {
   void (*image_unload)(void *image);
   /* Copies between host and device memory (both host-visible here). */
   void (*copy)(void *dst, const void *src, uint64_t size);
+  /* Whether kernels run where host memory is directly addressable, so that
+   * nkrt_execute_host may hand them host addresses (true for the CPU driver;
+   * a discrete accelerator's driver sets false). */
+  bool host_addressable;
 } nkrt_driver_t;
 
 extern const nkrt_driver_t nkrt_cpu_driver;

@@ -134,4 +134,5 @@ const nkrt_driver_t nkrt_cpu_driver = {
     .image_symbol = cpu_image_symbol,
     .image_unload = cpu_image_unload,
     .copy = cpu_copy,
+    .host_addressable = true,
 };

@@ -191,6 +191,53 @@ static nkrt_status_t bind_at(const nkrt_model_t *m, void *const *addresses,
   return st;
 }
 
+/* Binds host buffers (nkrt_execute_host): nothing is retained (slots stay
+ * NULL); each address is checked for NULL, alignment and not lying in the
+ * device memory of any core. */
+NKRT_MUST_USE_RESULT
+static nkrt_status_t bind_host(const nkrt_model_t *m, void *const *addresses, void **ptrs,
+                               nkrt_range_t *ranges) {
+  const nkrt_neff_desc_t *d = m->desc;
+  const nkrt_runtime_t *rt = m->runtime;
+  uint32_t n = d->num_inputs + d->num_outputs;
+  for (uint32_t i = 0; i < n; i++) {
+    bool is_in = i < d->num_inputs;
+    const nkrt_neff_tensor_t *info = is_in ? &d->inputs[i] : &d->outputs[i - d->num_inputs];
+    const char *kind = is_in ? "input" : "output";
+    if (info->size == 0) {
+      uintptr_t lo = (uintptr_t)empty_tensor_address;
+      ptrs[i] = (void *)lo;
+      ranges[i] = (nkrt_range_t){lo, lo};
+      continue;
+    }
+    uint8_t *p = addresses[i];
+    if (!p && !is_in && info->alias_input >= 0) p = ptrs[info->alias_input];
+    if (!p)
+      return nkrt_status_make(NKRT_EXEC_BAD_INPUT, "missing %s tensor '%s' for model '%s': its "
+                              "address is NULL", kind, info->name, m->name);
+    uint32_t elem = nkrt_dtype_size(info->dtype);
+    if (elem > 1 && (uintptr_t)p % elem)
+      return nkrt_status_make(NKRT_EXEC_BAD_INPUT, "%s '%s' of model '%s': host address %p is not "
+                              "aligned to its %u-byte elements", kind, info->name, m->name,
+                              (void *)p, elem);
+    uintptr_t lo = (uintptr_t)p, hi = lo + (uintptr_t)info->size;
+    if (hi < lo)
+      return nkrt_status_make(NKRT_EXEC_BAD_INPUT, "%s '%s' of model '%s': %" PRIu64 " bytes at "
+                              "%p wrap the address space", kind, info->name, m->name, info->size,
+                              (void *)p);
+    for (uint32_t c = 0; c < rt->core_count; c++) {
+      if (nkrt_arena_overlaps(&rt->cores[c].arena, lo, hi))
+        return nkrt_status_make(NKRT_EXEC_BAD_INPUT, "%s '%s' of model '%s': %p is device "
+                                "memory of core %u, not host memory (device tensors are "
+                                "bound with nkrt_execute_at)", kind, info->name, m->name,
+                                (void *)p, c);
+    }
+    ptrs[i] = p;
+    ranges[i] = (nkrt_range_t){lo, hi};
+  }
+  return NULL;
+}
+
 /* Stack arrays for up to 32 tensors, heap beyond (a model with its weights as
  * inputs): what an execution binds, before it runs or is queued. */
 typedef struct {
@@ -282,6 +329,29 @@ nkrt_status_t nkrt_execute(nkrt_model_t *m, const nkrt_tensor_set_t *in,
   uint32_t n = m->desc->num_inputs + m->desc->num_outputs;
   exec_arrays_t a;
   nkrt_status_t st = bind_sets(m, in, out, n, &a);
+  if (!st) st = execute_bound(m, a.slots, a.ptrs, a.ranges, n);
+  arrays_free(&a);
+  return st;
+}
+
+bool nkrt_runtime_host_addressable(const nkrt_runtime_t *rt) {
+  return rt && rt->driver->host_addressable;
+}
+
+nkrt_status_t nkrt_execute_host(nkrt_model_t *m, void *const *addresses) {
+  if (!m) return nkrt_status_make(NKRT_INVALID_HANDLE, "model is NULL");
+  if (!m->runtime->driver->host_addressable)
+    return nkrt_status_make(NKRT_INVALID, "model '%s': the %s driver's kernels cannot address "
+                            "host memory; copy the tensors to the device", m->name,
+                            m->runtime->driver->name);
+  uint32_t n = m->desc->num_inputs + m->desc->num_outputs;
+  if (!addresses && n) return nkrt_status_make(NKRT_INVALID, "addresses is NULL");
+  exec_arrays_t a;
+  nkrt_status_t st = arrays_init(&a, m, n);
+  if (!st) {
+    memset(a.slots, 0, (size_t)n * sizeof(*a.slots)); /* nothing retained */
+    st = bind_host(m, addresses, a.ptrs, a.ranges);
+  }
   if (!st) st = execute_bound(m, a.slots, a.ptrs, a.ranges, n);
   arrays_free(&a);
   return st;

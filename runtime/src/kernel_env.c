@@ -78,8 +78,10 @@ static bool overlaps(uintptr_t lo, uintptr_t hi, const void *p, uint64_t size) {
 }
 
 /* The cache a GEMM of the running execution may use for B = [lo, hi):
- * non-NULL only when those bytes lie inside one input and overlap no output
- * or scratch of the execution; *out_exec_id: the execution's id. */
+ * non-NULL only when those bytes lie inside one input, in device memory, and
+ * overlap no output or scratch of the execution; *out_exec_id: the
+ * execution's id. Host memory (nkrt_execute_host's buffers) is written
+ * without nkrt seeing it, so a packed copy of it could go stale: never. */
 static nkrt_pack_cache_t *exec_packs(const exec_ctx_t *x, const void *lo, const void *hi,
                                      uint64_t *out_exec_id) {
   const nkrt_model_t *m = x->model;
@@ -91,7 +93,7 @@ static nkrt_pack_cache_t *exec_packs(const exec_ctx_t *x, const void *lo, const 
     uintptr_t p = (uintptr_t)x->ptrs[i];
     inside = p <= a && b <= p + d->inputs[i].size;
   }
-  if (!inside) return NULL;
+  if (!inside || !nkrt_arena_overlaps(&m->runtime->cores[m->core].arena, a, b)) return NULL;
   for (uint32_t i = 0; i < d->num_outputs; i++)
     if (overlaps(a, b, x->ptrs[d->num_inputs + i], d->outputs[i].size)) return NULL;
   if (m->scratch && overlaps(a, b, m->scratch->va, m->scratch->size)) return NULL;

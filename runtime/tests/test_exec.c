@@ -383,6 +383,49 @@ TEST(execute_at_addresses) {
   nkrt_runtime_destroy(rt);
 }
 
+/* nkrt_execute_host: the kernel reads and writes the caller's host buffers
+ * directly; NULL, misaligned and device addresses are refused by name. */
+TEST(execute_host_buffers) {
+  nkrt_runtime_t *rt = nkrt_test_runtime("0", 1 << 20);
+  CHECK(nkrt_runtime_host_addressable(rt));
+  nkrt_model_t *m = load(rt, "add", 0);
+  float *a = malloc((N + 1) * sizeof(float)), b[N], out[N];
+  CHECK(a != NULL);
+  for (int i = 0; i < N; i++) {
+    a[i] = (float)i;
+    b[i] = 2.0f * (float)i;
+    out[i] = -1.0f;
+  }
+  void *addrs[3] = {a, b, out};
+  CHECK_OK(nkrt_execute_host(m, addrs));
+  int bad = 0;
+  for (int i = 0; i < N; i++) bad += out[i] != 3.0f * (float)i;
+  CHECK(bad == 0);
+
+  void *missing[3] = {a, b, NULL};
+  CHECK_ERR(nkrt_execute_host(m, missing), NKRT_EXEC_BAD_INPUT,
+            "missing output tensor 'output0' for model 'add': its address is NULL");
+  void *odd[3] = {(uint8_t *)a + 2, b, out};
+  CHECK_ERR(nkrt_execute_host(m, odd), NKRT_EXEC_BAD_INPUT,
+            "is not aligned to its 4-byte elements");
+  nkrt_tensor_t *dev = tensor_from(rt, 0, "dev", NULL, sizeof(out));
+  void *on_device[3] = {a, nkrt_tensor_va(dev), out};
+  CHECK_ERR(nkrt_execute_host(m, on_device), NKRT_EXEC_BAD_INPUT,
+            "input 'b' of model 'add':");
+  CHECK_ERR(nkrt_execute_host(m, on_device), NKRT_EXEC_BAD_INPUT,
+            "is device memory of core 0, not host memory");
+  CHECK_ERR(nkrt_execute_host(m, NULL), NKRT_INVALID, "addresses is NULL");
+  CHECK_ERR(nkrt_execute_host(NULL, addrs), NKRT_INVALID_HANDLE, "model is NULL");
+  nkrt_tensor_free(&dev);
+  nkrt_model_unload(m);
+  free(a);
+  nkrt_memory_stats_t s = {.struct_size = sizeof(s)};
+  CHECK_OK(nkrt_memory_stats(rt, 0, &s));
+  CHECK(s.active_allocations == 0);
+  CHECK(!nkrt_runtime_host_addressable(NULL));
+  nkrt_runtime_destroy(rt);
+}
+
 TEST(execute_zero_size_tensors) {
   nkrt_runtime_t *rt = nkrt_test_runtime("0", 1 << 20);
   nkrt_model_t *m = load(rt, "empty", 0);

@@ -647,6 +647,43 @@ TEST(gemm_packed_weights) {
   restore_gemm(saved);
 }
 
+/* Host buffers (nkrt_execute_host) are written without nkrt seeing it, so a
+ * weight in host memory is never packed: a changed B shows at once. */
+TEST(gemm_host_weights_never_packed) {
+  char *saved;
+  const nkrt_gemm_provider_t *mkl = use_packing_mkl(&saved);
+  if (!mkl) return;
+  nkrt_runtime_t *rt = nkrt_test_runtime("0", 16 << 20);
+  nkrt_model_t *mm = NULL;
+  CHECK_OK(nkrt_model_load_file(rt, nkrt_test_neff("matmul"), 0, NULL, &mm));
+  int64_t params[16] = {0, NKRT_DTYPE_FLOAT32, 1, 0, 1, PM, PN, PK, PK, PK, PN, 0, 0, 0, 0, 0};
+  float scal[2] = {1.0f, 0.0f};
+  float *a = calloc(CAP, 4), *b = calloc(CAP, 4), *c = calloc(CAP, 4);
+  CHECK(a && b && c);
+  void *addrs[6] = {params, scal, a, b, c, NULL};
+  for (int round = 0; round < 4; round++) {
+    for (int i = 0; i < PM * PK; i++) a[i] = rnd();
+    if (round == 0 || round == 3) /* rounds 1 and 2 keep B: still never packed */
+      for (int i = 0; i < PN * PK; i++) b[i] = rnd();
+    CHECK_OK(nkrt_execute_host(mm, addrs));
+    CHECK_OK(nkrt_execute_host(mm, addrs));
+    int bad = 0;
+    for (int i = 0; i < PM; i++)
+      for (int j = 0; j < PN; j++) {
+        double want = 0;
+        for (int q = 0; q < PK; q++) want += (double)a[i * PK + q] * b[j * PK + q];
+        bad += fabs(c[i * PN + j] - want) > 1e-3 * (1 + fabs(want));
+      }
+    CHECK(bad == 0);
+  }
+  nkrt_gemm_pack_stats_t s = pack_stats(rt);
+  CHECK(s.packs == 0 && s.packed_matrices == 0 && s.hits == 0);
+  free(a), free(b), free(c);
+  nkrt_model_unload(mm);
+  nkrt_runtime_destroy(rt);
+  restore_gemm(saved);
+}
+
 /* nkrt_tensor_update writes only the 16 KiB blocks that differ: an unchanged
  * weight keeps its packed copy, a changed one is rewritten and repacked. */
 TEST(tensor_update_keeps_unchanged_weights) {

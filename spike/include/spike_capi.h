@@ -36,7 +36,7 @@ extern "C" {
 #endif
 
 #define SPIKE_CAPI_CAPSULE "spike._spike.nkrt_capi"
-#define SPIKE_CAPI_VERSION 4u
+#define SPIKE_CAPI_VERSION 5u
 
 typedef struct spike_capi {
   uint32_t struct_size; /* sizeof(spike_capi_t) of the exporter */
@@ -102,6 +102,14 @@ typedef struct spike_capi {
    * transport's exchange (nkrt_comm_transport_t) returns a status the runtime
    * frees. */
   nkrt_status_t (*status_make)(nkrt_code_t code, const char *message);
+  /* Version 5. model_execute_at over HOST buffers (nkrt_execute_host): the
+   * kernel reads its inputs from and writes its outputs into the caller's
+   * memory, no device copy (CPU tensors handed to a compiled kernel). Same
+   * order, GIL rule and errors as model_execute_at. */
+  int (*model_execute_host)(struct _object *model, void *const *addresses, uint32_t count);
+  /* Version 5. Whether the live runtime's kernels can address host memory
+   * (nkrt_runtime_host_addressable): 1, 0, or 0 when `generation` is stale. */
+  int (*host_addressable)(uint64_t generation);
 } spike_capi_t;
 
 #ifdef __cplusplus

@@ -11,11 +11,14 @@
 // returns the results. Every dtype is passed as it is: kernels compute int64
 // and float64 in 64 bits, so nothing is narrowed or widened here.
 //
-// Staged calls (`staged` = the device addresses of persistent input and
-// output buffers, in the model's order) take CPU tensors instead: each input
-// is written into its buffer (only the blocks that differ, without the GIL),
-// the kernel runs on the buffers, and each output is read into a fresh CPU
-// tensor.
+// Host calls (`staged` = "host") take CPU tensors instead, where the runtime's
+// kernels can address host memory (the CPU driver: host_addressable()): the
+// kernel reads each input where the tensor lies and writes each output into
+// a fresh CPU tensor, no copy in either direction. Staged calls (`staged` =
+// the device addresses of persistent input and output buffers, in the model's
+// order) are the same for a runtime whose kernels cannot: each input is
+// written into its buffer (only the blocks that differ, without the GIL), the
+// kernel runs on the buffers, and each output is read into a fresh CPU tensor.
 //
 // This translation unit is the one place spike_torch reads torch tensors from
 // Python objects (THPVariable_Unpack / THPVariable_Wrap): PyTorch offers that
@@ -69,6 +72,7 @@ struct KernelCall {
   PyObject* model = nullptr;   // spike NrtModel (owned)
   c10::DeviceIndex core = 0;
   bool staged = false;         // CPU tensors through persistent device buffers
+  bool host = false;           // CPU tensors read and written where they lie
   std::vector<void*> buffers;  // staged: device addresses, inputs then outputs (model order)
   std::vector<DevBuffer> dev;  // staged: the same, retained
   uint64_t generation = 0;     // staged: the runtime the buffers belong to
@@ -248,6 +252,34 @@ PyObject* kernel_call(PyObject*, PyObject* args) {
                              nullptr});
     }
     if (staged != Py_None) {
+      for (size_t j = 0; j < kc->outs.size(); j++)
+        if (!kc->outs[j].fresh) {
+          PyErr_SetString(PyExc_ValueError, "kernel_call: calls on CPU tensors have no aliased "
+                          "outputs");
+          throw PyErrorSet{};
+        }
+      for (const auto& r : kc->results)
+        if (r.kind == ResultKind::Arg) {
+          PyErr_SetString(PyExc_ValueError, "kernel_call: calls on CPU tensors return no "
+                          "arguments");
+          throw PyErrorSet{};
+        }
+    }
+    if (PyUnicode_Check(staged)) {
+      if (PyUnicode_CompareWithASCIIString(staged, "host") != 0) {
+        PyErr_Format(PyExc_ValueError, "kernel_call: staged must be None, \"host\" or (input "
+                     "addresses, output addresses), got %R", staged);
+        throw PyErrorSet{};
+      }
+      const spike_capi_t& a = spike_torch::capi();
+      if (!a.host_addressable(a.live_generation())) {
+        PyErr_SetString(PyExc_ValueError, "kernel_call: this runtime's kernels cannot address "
+                        "host memory (host_addressable() is false): stage CPU tensors through "
+                        "device buffers");
+        throw PyErrorSet{};
+      }
+      kc->host = true;
+    } else if (staged != Py_None) {
       PyObject *ins_addr, *outs_addr;
       if (!PyArg_ParseTuple(staged, "OO:kernel_call staged", &ins_addr, &outs_addr))
         throw PyErrorSet{};
@@ -255,16 +287,6 @@ PyObject* kernel_call(PyObject*, PyObject* args) {
       std::vector<void*> outs_buffers = parse_addresses(outs_addr, kc->outs.size(), "outputs");
       kc->buffers.insert(kc->buffers.end(), outs_buffers.begin(), outs_buffers.end());
       retain_buffers(kc);
-      for (size_t j = 0; j < kc->outs.size(); j++)
-        if (!kc->outs[j].fresh) {
-          PyErr_SetString(PyExc_ValueError, "kernel_call: staged calls have no aliased outputs");
-          throw PyErrorSet{};
-        }
-      for (const auto& r : kc->results)
-        if (r.kind == ResultKind::Arg) {
-          PyErr_SetString(PyExc_ValueError, "kernel_call: staged calls return no arguments");
-          throw PyErrorSet{};
-        }
       kc->staged = true;
     }
   } catch (const PyErrorSet&) {
@@ -328,6 +350,15 @@ PyObject* run_staged(KernelCall* kc, PyObject* const* args, Py_ssize_t nargs) {
   std::vector<at::Tensor> fresh(n_out);
   for (size_t j = 0; j < n_out; j++)
     fresh[j] = at::empty(kc->outs[j].sizes, at::TensorOptions().dtype(kc->outs[j].dtype));
+  if (kc->host) {
+    std::vector<void*> addresses(n_in + n_out);
+    for (size_t k = 0; k < n_in; k++) addresses[k] = const_cast<void*>(host[k]);  // read only
+    for (size_t j = 0; j < n_out; j++) addresses[n_in + j] = fresh[j].data_ptr();
+    if (a.model_execute_host(kc->model, addresses.data(),
+                             static_cast<uint32_t>(addresses.size())) < 0)
+      throw PyErrorSet{};
+    return results_list(kc, fresh, args, nargs);
+  }
   uint64_t gen = kc->generation;
   const DevBuffer* in_dev = kc->dev.data();
   const DevBuffer* out_dev = in_dev + n_in;
@@ -375,7 +406,7 @@ PyObject* run_kernel_call(PyObject*, PyObject* const* argv, Py_ssize_t argc) {
   try {
     Py_ssize_t nargs;
     PyObject* const* args = items_of(snapshot.p, &nargs);
-    if (kc->staged) return run_staged(kc, args, nargs);
+    if (kc->staged || kc->host) return run_staged(kc, args, nargs);
     size_t n_in = kc->ins.size(), n_out = kc->outs.size();
     std::vector<void*> addresses(n_in + n_out, nullptr);
     std::vector<c10::Storage> pinned(n_in);
@@ -416,13 +447,23 @@ PyObject* run_kernel_call(PyObject*, PyObject* const* argv, Py_ssize_t argc) {
   }
 }
 
+PyObject* host_addressable(PyObject*, PyObject*) {
+  const spike_capi_t& a = spike_torch::capi();
+  return PyBool_FromLong(a.host_addressable(a.live_generation()));
+}
+
 PyMethodDef g_methods[] = {
     {"kernel_call", kernel_call, METH_VARARGS,
      "kernel_call(model, core, inputs, outputs, results, staged=None) -> capsule\n\n"
      "How to call a loaded kernel on nkipy tensors: inputs (arg index, sizes, dtype) and "
      "outputs ((sizes, dtype), or None when aliased) in the model's order; "
-     "results ('output', j) / ('arg', i) / ('value', obj). staged=(input buffer addresses, "
-     "output buffer addresses): CPU tensors, copied through those device buffers."},
+     "results ('output', j) / ('arg', i) / ('value', obj). staged=\"host\": CPU tensors, "
+     "read and written by the kernel where they lie (needs host_addressable()); "
+     "staged=(input buffer addresses, output buffer addresses): CPU tensors, copied through "
+     "those device buffers."},
+    {"host_addressable", host_addressable, METH_NOARGS,
+     "host_addressable() -> bool\n\nWhether the live runtime's kernels can read and write host "
+     "memory (the CPU driver), so CPU tensors need no staging copies."},
     {"run_kernel_call", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(run_kernel_call)),
      METH_FASTCALL,
      "run_kernel_call(call, args) -> list or None\n\n"

@@ -69,12 +69,12 @@ def test_capsule():
     get.restype = ctypes.c_void_p
     ptr = get(cap, b"spike._spike.nkrt_capi")
     head = (ctypes.c_uint32 * 2).from_address(ptr)
-    assert head[1] == 4  # SPIKE_CAPI_VERSION
-    assert head[0] >= 8 + 8 * 24  # struct_size covers the version-4 table
+    assert head[1] == 5  # SPIKE_CAPI_VERSION
+    assert head[0] >= 8 + 8 * 26  # struct_size covers the version-5 table
 
 
 class _Capi:
-    """ctypes view of spike_capi_t (spike/include/spike_capi.h), version 4."""
+    """ctypes view of spike_capi_t (spike/include/spike_capi.h), version 5."""
 
     def __init__(self):
         import ctypes as C
@@ -106,7 +106,10 @@ class _Capi:
                   ("tensor_retain", C.CFUNCTYPE(vp, u64, vp)),
                   # version 4
                   ("comm_set_hosts", C.CFUNCTYPE(vp, u32, C.POINTER(u32), vp)),
-                  ("status_make", C.CFUNCTYPE(vp, C.c_int, C.c_char_p))]
+                  ("status_make", C.CFUNCTYPE(vp, C.c_int, C.c_char_p)),
+                  # version 5
+                  ("model_execute_host", C.PYFUNCTYPE(C.c_int, C.py_object, C.POINTER(vp), u32)),
+                  ("host_addressable", C.CFUNCTYPE(C.c_int, u64))]
 
         class Table(C.Structure):
             _fields_ = fields
@@ -121,7 +124,7 @@ class _Capi:
 def test_capi_generations(raw_spike):
     api = _Capi()
     C, t = api.C, api.t
-    assert t.version == 4 and t.struct_size == C.sizeof(type(t))
+    assert t.version == 5 and t.struct_size == C.sizeof(type(t))
     st = t.status_make(5, b"made by a caller")          # version 4: statuses for callbacks
     assert t.status_code(st) == 5 and t.status_message(st) == b"made by a caller"
     assert t.code_name(t.status_code(st)) == b"NRT_TIMEOUT"
@@ -131,6 +134,7 @@ def test_capi_generations(raw_spike):
     rt, gen = C.c_void_p(), C.c_uint64()
     assert t.acquire_runtime(C.byref(rt), C.byref(gen)) is None  # NULL status: success
     assert rt.value and gen.value == t.live_generation() != 0
+    assert t.host_addressable(gen.value) == 1            # the CPU driver: version 5
     n = C.c_uint32()
     assert t.core_count(C.byref(n)) is None and n.value == raw_spike.core_count
     tensor = C.c_void_p()
@@ -155,6 +159,7 @@ def test_capi_generations(raw_spike):
     t.status_free(st)
     raw_spike.close()
     assert t.live_generation() == 0
+    assert t.host_addressable(gen) == 0                  # stale: no
     # a stale generation is refused and release is a no-op
     st = t.tensor_read(gen, tensor, out, 0, 4)
     assert st and t.code_name(t.status_code(st)) == b"NRT_CLOSED"

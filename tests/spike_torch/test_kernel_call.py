@@ -164,12 +164,45 @@ def test_staged_errors(models):
     with pytest.raises(ValueError, match="staged outputs address 0 is NULL"):
         kc.kernel_call(models["sleep"], 0, ins, outs, [("output", 0)],
                        ([bufs[0].va, bufs[1].va], [0]))
-    with pytest.raises(ValueError, match="staged calls return no arguments"):
+    with pytest.raises(ValueError, match="calls on CPU tensors return no arguments"):
         kc.kernel_call(models["sleep"], 0, ins, outs, [("arg", 0)],
                        ([bufs[0].va, bufs[1].va], [bufs[2].va]))
+    with pytest.raises(ValueError, match="calls on CPU tensors have no aliased outputs"):
+        kc.kernel_call(models["sleep"], 0, ins, [None], [], "host")
+    with pytest.raises(ValueError, match='staged must be None, "host" or'):
+        kc.kernel_call(models["sleep"], 0, ins, outs, [("output", 0)], "device")
     with pytest.raises(RuntimeError, match="kernel_call: staged buffer: NRT_INVALID: address"):
         kc.kernel_call(models["sleep"], 0, ins, outs, [("output", 0)],
                        ([bufs[0].va, bufs[1].va], [12345]))
+
+
+def test_host_call_reads_and_writes_cpu_tensors_in_place(models):
+    """staged="host": the kernel reads the CPU inputs where they lie and writes
+    a fresh CPU output -- no device buffer, no copy; same refusals of inputs
+    that are not what the kernel was built for."""
+    import spike
+
+    kc = calls()
+    assert kc.host_addressable() is True        # the CPU driver
+    call = kc.kernel_call(models["sleep"], 0, [(0, (N,), torch.float32), (1, (1,), torch.int32)],
+                          [((N,), torch.float32)], [("output", 0), ("value", 3)], "host")
+    x = torch.arange(N, dtype=torch.float32)
+    ms = torch.zeros(1, dtype=torch.int32)
+    rt = spike.get_spike_singleton()
+    allocs = rt.memory_stats(0)["total_allocations"]
+    for step in range(3):
+        out, three = kc.run_kernel_call(call, [x + step, ms])
+        assert out.device.type == "cpu" and three == 3
+        assert torch.equal(out, x + step + 1)
+    assert rt.memory_stats(0)["total_allocations"] == allocs   # no device memory used
+    sliced = torch.zeros(N + 1)[1:]                  # contiguous, 4 bytes past its storage
+    sliced.copy_(x)
+    out, _ = kc.run_kernel_call(call, [sliced, ms])
+    assert torch.equal(out, x + 1)
+    run = kc.run_kernel_call
+    assert run(call, (x.to("nkipy"), ms)) is None           # not a CPU tensor
+    assert run(call, (x.double(), ms)) is None              # dtype
+    assert run(call, (torch.ones(2 * N)[::2], ms)) is None  # layout
 
 
 def test_staged_buffers_are_held(models):

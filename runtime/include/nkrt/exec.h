@@ -66,6 +66,22 @@ nkrt_status_t nkrt_execute(nkrt_model_t *model, const nkrt_tensor_set_t *inputs,
 NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_execute_at(nkrt_model_t *model, void *const *addresses);
 
+/* nkrt_execute_at with the tensors in HOST memory: the kernel reads its inputs
+ * from, and writes its outputs into, the caller's own buffers, with no copy
+ * to or from device memory (a CPU tensor handed to a compiled kernel). Only
+ * on a runtime whose kernels can address host memory (the CPU driver; else
+ * NKRT_INVALID, nothing run). Same order and NULL rule as nkrt_execute_at;
+ * each address must be aligned to its tensor's element size and its bytes
+ * must not lie in device memory (a device tensor goes through
+ * nkrt_execute_at, which retains it). Nothing is retained: the caller keeps
+ * every buffer alive, and does not write the inputs or touch the outputs,
+ * until this returns; it runs synchronously, after the core's queued work. */
+NKRT_MUST_USE_RESULT
+nkrt_status_t nkrt_execute_host(nkrt_model_t *model, void *const *addresses);
+
+/* Whether nkrt_execute_host can run on this runtime. */
+bool nkrt_runtime_host_addressable(const nkrt_runtime_t *runtime);
+
 typedef struct nkrt_event nkrt_event_t;
 
 /* Queues an execution on the model's core. Tensors are bound (and retained)
