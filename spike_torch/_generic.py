@@ -606,7 +606,24 @@ class _Plan:
             elif not t.is_contiguous():
                 t = t.contiguous()
             ins.append(t)
-        outs = [torch.empty(shape, dtype=dtype, device=dev) for shape, dtype in self.out_specs]
+        outs = [torch.empty(shape, dtype=dtype, device=dev)
+                for shape, dtype in self.out_specs[:self.n_results]]
+        # a mutated tensor the kernel can write directly (an out= tensor of the
+        # result's shape and dtype, contiguous, sharing no memory with an input)
+        # is its own output buffer; others get a fresh one and a device copy
+        direct = []
+        in_storages = None
+        for k, i in enumerate(self.mutations):
+            dst = ts[i]
+            shape, dtype = self.out_specs[self.n_results + k]
+            ok = dst.dtype == dtype and dst.shape == shape and dst.is_contiguous() and \
+                dst.device == dev
+            if ok:
+                if in_storages is None:
+                    in_storages = {t.untyped_storage().data_ptr() for t in ins}
+                ok = dst.untyped_storage().data_ptr() not in in_storages
+            direct.append(ok)
+            outs.append(dst if ok else torch.empty(shape, dtype=dtype, device=dev))
         _C.check_live(ins + [ts[i] for i in self.mutations], f"nkipy {self.info.name}")
         rt = spike.get_spike_singleton()
         rt.execute(kern.model_ref,
@@ -616,6 +633,8 @@ class _Plan:
                     for n, t in zip(self.out_names, outs)})
         stats["device_calls"] += 1
         for k, i in enumerate(self.mutations):
+            if direct[k]:
+                continue
             dst, val = ts[i], outs[self.n_results + k]
             if dst.shape != val.shape:
                 if dst.numel() != 0:

@@ -222,3 +222,31 @@ def test_tensors_on_two_cores_run_on_the_cpu():
     r = torch.atan2(a.to("nkipy:1"), a.to("nkipy:1"))
     assert r.device == torch.device("nkipy:1")
     torch.testing.assert_close(r.cpu(), torch.atan2(a, a))
+
+
+def test_wrapped_scalar_keeps_its_promotion():
+    """``fmod(int_tensor, 0.5)`` passes 0.5 as a wrapped number (a Python float in
+    the fallback): the result is float32 as on the CPU, not float64."""
+    i = torch.arange(-6, 6, dtype=torch.int64).reshape(3, 4)
+    got = on_device(lambda t: torch.fmod(t, 0.5), i)
+    assert got.dtype == torch.float32
+    on_device(lambda t: torch.remainder(t, 2.5), torch.randn(3, 4).half(), rtol=1e-3, atol=1e-3)
+
+
+def test_kernels_reload_after_reset():
+    """Loaded kernels belong to a runtime: after spike_torch.reset() a cached
+    signature loads its kernel into the new runtime and still computes right."""
+    from spike_torch_helpers import run_python
+
+    r = run_python(
+        "import warnings, torch, spike_torch\n"
+        "warnings.simplefilter('ignore')\n"
+        "x = torch.linspace(-2, 2, 9)\n"
+        "a = torch.erf(x.nkipy()).cpu()\n"
+        "spike_torch.reset()\n"
+        "b = torch.erf(x.nkipy()).cpu()\n"
+        "s = spike_torch.op_stats()\n"
+        "print('OK', torch.allclose(a, x.erf()), torch.allclose(b, x.erf()),\n"
+        "      s['device_calls'] >= 2, s['cpu_fallback_calls'])\n")
+    assert r.returncode == 0, r.stderr
+    assert "OK True True True 0" in r.stdout, r.stdout + r.stderr
