@@ -298,11 +298,9 @@ def _cpu(op: Any, info: _OpInfo, args: Sequence[Any], kwargs: Dict[str, Any]) ->
             "can only return as a copy (writes through it would be lost); it is not supported "
             "on the nkipy device")
     device = _target_device(args, kwargs)
-    moved: List[torch.Tensor] = []
 
     def to_cpu(a: Any) -> Any:
         if isinstance(a, torch.Tensor) and a.device.type == DEVICE_TYPE:
-            moved.append(a)
             return a.cpu()
         if isinstance(a, torch.device) and a.type == DEVICE_TYPE:
             return torch.device("cpu")

@@ -1,11 +1,13 @@
 """Where eager ops of PyTorch's OpInfo database run on the nkipy device.
 
-For each OpInfo of ``op_db`` that supports float32 on the CPU, the first sample
-input runs once on the CPU and once on nkipy tensors; ``spike_torch.op_stats()``
-says whether a device kernel ran and whether the CPU fallback did, and the
-result is compared with the CPU's (float32 tolerances: rtol 1.3e-6, atol 1e-5).
+For each OpInfo of ``op_db`` that supports the dtype (float32 by default) on
+the CPU, the first sample input runs once on the CPU and once on nkipy tensors;
+``spike_torch.op_stats()`` says whether a device kernel ran and whether the CPU
+fallback did, and the result is compared with the CPU's (PyTorch's default
+tolerances of the dtype: float32 rtol 1.3e-6 / atol 1e-5, float16 1e-3 / 1e-5,
+bfloat16 1.6e-2 / 1e-5; integers exactly).
 
-    python tools/eager_op_db.py [--start N] [--limit N] [--verbose]
+    python tools/eager_op_db.py [--dtype float32] [--start N] [--limit N] [--verbose]
 
 Prints one line per op (with --verbose) and the totals: ``device`` (a device
 kernel ran, the result is right; ``device_only`` of them without any CPU
@@ -45,7 +47,11 @@ def _flat(r):
     return []
 
 
-def _same(got, want) -> bool:
+_TOL = {"float32": (1.3e-6, 1e-5), "float16": (1e-3, 1e-5), "bfloat16": (1.6e-2, 1e-5),
+        "float64": (1e-7, 1e-7)}
+
+
+def _same(got, want, tol=(1.3e-6, 1e-5)) -> bool:
     import torch
 
     g, w = _flat(got), _flat(want)
@@ -57,7 +63,7 @@ def _same(got, want) -> bool:
             return False
         if b.dtype.is_floating_point or b.dtype.is_complex:
             try:
-                torch.testing.assert_close(a, b, rtol=1.3e-6, atol=1e-5, equal_nan=True)
+                torch.testing.assert_close(a, b, rtol=tol[0], atol=tol[1], equal_nan=True)
             except AssertionError:
                 return False
         elif not torch.equal(a, b):
@@ -70,6 +76,8 @@ def main() -> int:
     parser.add_argument("--start", type=int, default=0)
     parser.add_argument("--limit", type=int, default=None)
     parser.add_argument("--verbose", action="store_true")
+    parser.add_argument("--dtype", default="float32",
+                        help="float32, float16, bfloat16, float64, int64, int32, ...")
     args = parser.parse_args()
     os.environ.setdefault("SPIKE_TORCH_FALLBACK_WARN", "0")
     warnings.simplefilter("ignore")
@@ -77,18 +85,22 @@ def main() -> int:
     import spike_torch
     from torch.testing._internal.common_methods_invocations import op_db
 
+    dtype = getattr(torch, args.dtype, None)
+    if not isinstance(dtype, torch.dtype):
+        parser.error(f"--dtype {args.dtype!r} is not a torch dtype")
+    tol = _TOL.get(args.dtype, (0.0, 0.0))
     ops = op_db[args.start:]
     if args.limit is not None:
         ops = ops[:args.limit]
     totals: collections.Counter = collections.Counter()
     for k, info in enumerate(ops):
         name = info.name + ("." + info.variant_test_name if info.variant_test_name else "")
-        if torch.float32 not in info.supported_dtypes("cpu"):
-            totals["no_float32"] += 1
+        if dtype not in info.supported_dtypes("cpu"):
+            totals["unsupported_dtype"] += 1
             continue
         try:
             torch.manual_seed(0)
-            sample = next(iter(info.sample_inputs("cpu", torch.float32)))
+            sample = next(iter(info.sample_inputs("cpu", dtype)))
             inp, a, kw = sample.input, sample.args, sample.kwargs
             torch.manual_seed(0)
             want = info.op(*_to([inp, *a], "cpu"), **_to(kw, "cpu"))
@@ -97,7 +109,7 @@ def main() -> int:
         except Exception:
             totals["cpu_error"] += 1
             continue
-        random = not _same(again, want)
+        random = not _same(again, want, tol)
         dev = _to([inp, *a], "nkipy")
         dkw = _to(kw, "nkipy")
         before = spike_torch.op_stats()
@@ -113,7 +125,7 @@ def main() -> int:
             status = "crash"
         elif random:
             status = "random"
-        elif not _same(got, want):
+        elif not _same(got, want, tol):
             status = "wrong"
         elif ran:
             status = "device"

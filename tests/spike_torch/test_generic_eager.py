@@ -242,11 +242,18 @@ def test_kernels_reload_after_reset():
         "import warnings, torch, spike_torch\n"
         "warnings.simplefilter('ignore')\n"
         "x = torch.linspace(-2, 2, 9)\n"
-        "a = torch.erf(x.nkipy()).cpu()\n"
+        "old = x.nkipy()\n"
+        "a = torch.erf(old).cpu()\n"
         "spike_torch.reset()\n"
         "b = torch.erf(x.nkipy()).cpu()\n"
         "s = spike_torch.op_stats()\n"
         "print('OK', torch.allclose(a, x.erf()), torch.allclose(b, x.erf()),\n"
-        "      s['device_calls'] >= 2, s['cpu_fallback_calls'])\n")
+        "      s['device_calls'] >= 2, s['cpu_fallback_calls'])\n"
+        "try:\n"
+        "    torch.erf(old)\n"
+        "except RuntimeError as e:\n"
+        "    print('STALE', 'NRT_CLOSED' in str(e), str(e)[:40])\n")
     assert r.returncode == 0, r.stderr
     assert "OK True True True 0" in r.stdout, r.stdout + r.stderr
+    # a tensor of the closed runtime is refused, not read
+    assert "STALE True nkipy aten::erf.out: NRT_CLOSED" in r.stdout, r.stdout + r.stderr
