@@ -79,6 +79,7 @@ _variants: Dict[Any, int] = {}
 _ops: Dict[Any, "_OpInfo"] = {}
 _lock = threading.RLock()
 _warned: set = set()
+_compile_failed: set = set()
 _decomp_table: Optional[Dict[Any, Any]] = None
 
 
@@ -397,7 +398,15 @@ def _make_plan(op: Any, info: _OpInfo, key: Any, args: Sequence[Any],
             logger.debug("eager %s on the CPU: %s", info.name, exc)
             plan = _CPU
         except Exception as exc:   # tracing or compiling failed: the CPU computes it
-            logger.debug("eager %s on the CPU: %s: %s", info.name, type(exc).__name__, exc)
+            from nkipy.compiler.build import CompileError
+
+            # a lowering declining its arguments is expected; a kernel that does not
+            # compile is a fault the user should see (once per op)
+            log = logger.warning if isinstance(exc, CompileError) and \
+                info.name not in _compile_failed else logger.debug
+            if isinstance(exc, CompileError):
+                _compile_failed.add(info.name)
+            log("eager %s on the CPU: %s: %s", info.name, type(exc).__name__, exc)
             plan = _CPU
         _cache[key] = plan
         return plan

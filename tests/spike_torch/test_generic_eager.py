@@ -257,3 +257,28 @@ def test_kernels_reload_after_reset():
     assert "OK True True True 0" in r.stdout, r.stdout + r.stderr
     # a tensor of the closed runtime is refused, not read
     assert "STALE True nkipy aten::erf.out: NRT_CLOSED" in r.stdout, r.stdout + r.stderr
+
+
+def test_kernel_that_does_not_compile_runs_on_the_cpu_with_a_warning(monkeypatch, caplog):
+    """A compile failure is not hidden: logged as a warning (once per op), the
+    CPU computes the result."""
+    import logging
+
+    from nkipy.compiler.build import CompileError
+    from nkipy.runtime import DeviceKernel
+
+    from spike_torch import _generic
+
+    def broken(cls, *args, **kwargs):
+        raise CompileError("the C compiler said no")
+
+    monkeypatch.setattr(DeviceKernel, "compile_and_load", classmethod(broken))
+    monkeypatch.setattr(_generic, "_compile_failed", set())
+    x = torch.randn(3, 11)
+    before = stats()
+    with caplog.at_level(logging.WARNING, logger="spike_torch"):
+        r = torch.cosh(x.nkipy())
+    torch.testing.assert_close(r.cpu(), torch.cosh(x))
+    assert stats()["cpu_fallback_calls"] == before["cpu_fallback_calls"] + 1
+    assert any("eager aten::cosh" in m and "on the CPU: CompileError: the C compiler said no" in m
+               for m in caplog.messages), caplog.messages
