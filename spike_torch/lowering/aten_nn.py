@@ -664,10 +664,13 @@ def native_layer_norm_backward(grad_out, x, normalized_shape, mean, rstd, weight
 
 def _nll_parts(x, target, weight, ignore_index):
     """(one-hot of the target over the class dim 1, per-element weight) for
-    nll_loss's (N, C, d...) input; ignored targets have weight 0."""
+    nll_loss's (N, C, d...) input; ignored targets have weight 0, a target out of
+    range (eager raises; a kernel cannot) weight NaN, so the loss and its gradient
+    are NaN rather than silently short of a term."""
     c = _shape(x)[1]
     hot = _iota(c, 1, x.ndim) == np.expand_dims(target, 1)
     valid = target != ignore_index
+    bad = valid & ((target < 0) | (target >= c))
     acc = acc_dtype(x)
     if weight is not None:
         w = np.sum(np.where(hot, np.reshape(cast(weight, acc), (1, c) + (1,) * (x.ndim - 2)),
@@ -675,7 +678,7 @@ def _nll_parts(x, target, weight, ignore_index):
         w = np.where(valid, w, 0)
     else:
         w = cast(valid, acc)
-    return hot, w
+    return hot, np.where(bad, cast(float("nan"), acc), w)
 
 
 def _nll_forward(x, target, weight, reduction, ignore_index):
@@ -707,7 +710,7 @@ def _nll_backward(grad_output, x, target, weight, reduction, ignore_index, total
     if reduction == 1:
         g = g / _acc(total_weight)
     scale = -w * g
-    grad = np.where(hot, np.expand_dims(scale, 1), 0)
+    grad = np.where(hot | np.expand_dims(np.isnan(w), 1), np.expand_dims(scale, 1), 0)
     return cast(np.reshape(grad, shp), x.dtype)
 
 
