@@ -2,7 +2,7 @@
 the spike runtime through spike's C API capsule.
 
 The shared library is a plain (non-Python) library: loading it runs the static
-registrations (allocator, device guard, hooks, aten kernels, CPU fallback);
+registrations (allocator, device guard, hooks, aten kernels);
 its few ``extern "C"`` entry points are called through ctypes. One of them
 returns a CPython module object, :data:`kernel_calls`: the per-call path of
 compiled kernels on nkipy tensors (``kernel_call``, ``run_kernel_call``), which
@@ -55,10 +55,8 @@ lib.spike_torch_reset_accumulated.argtypes = [ctypes.c_int]
 lib.spike_torch_reset_accumulated.restype = None
 lib.spike_torch_drop_runtime.argtypes = []
 lib.spike_torch_drop_runtime.restype = None
-lib.spike_torch_fallback_calls.argtypes = []
-lib.spike_torch_fallback_calls.restype = ctypes.c_int64
-lib.spike_torch_clear_fallback_warnings.argtypes = []
-lib.spike_torch_clear_fallback_warnings.restype = None
+lib.spike_torch_debug_log.argtypes = [ctypes.c_char_p]
+lib.spike_torch_debug_log.restype = None
 lib.spike_torch_storage_live.argtypes = [ctypes.c_void_p]
 lib.spike_torch_storage_live.restype = ctypes.c_int
 

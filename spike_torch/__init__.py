@@ -81,7 +81,8 @@ from . import _ops  # noqa: E402,F401  (Python kernels: random fills, printing)
 from . import _module_ties  # noqa: E402
 
 _module_ties.install()  # tied parameters survive .to("nkipy") and .cpu()
-from . import _eager  # noqa: E402,F401  (eager compute through nkipy kernels)
+from . import _generic  # noqa: E402  (the fallback: generated device kernels, else the CPU)
+from . import _eager  # noqa: E402,F401  (hand-written eager device kernels)
 
 # ---- public API ----------------------------------------------------------------
 
@@ -95,12 +96,13 @@ memory_stats = device_module.memory_stats
 
 def op_stats() -> Dict[str, int]:
     """Where eager operators on the nkipy device ran, counted since import:
-    ``device_calls`` (a device kernel computed the result), ``cpu_fallback_calls``
-    (copied to the host, run by PyTorch's CPU kernel, copied back) and
-    ``compiles`` (device kernels compiled for new signatures)."""
-    return {"device_calls": _eager.stats["device_calls"],
-            "cpu_fallback_calls": _eager.stats["host_calls"] + int(_C.lib.spike_torch_fallback_calls()),
-            "compiles": _eager.stats["compiles"]}
+    ``device_calls`` (a device kernel computed the result: a hand-written one or
+    one generated from the ATen op registry), ``cpu_fallback_calls`` (copied to
+    the host, run by PyTorch's CPU kernel, copied back) and ``compiles`` (device
+    kernels compiled for new signatures)."""
+    return {"device_calls": _eager.stats["device_calls"] + _generic.stats["device_calls"],
+            "cpu_fallback_calls": _generic.stats["cpu_fallback_calls"],
+            "compiles": _eager.stats["compiles"] + _generic.stats["compiles"]}
 
 
 def empty_cache() -> None:

@@ -7,16 +7,15 @@ later calls reuse the loaded kernel. Inputs and outputs are the device
 memory of the torch tensors themselves, wrapped as non-owning NrtTensor
 slices (``Spike.slice_from_address``): no data goes through the host.
 
-Calls the kernels cannot serve (mixed or unsupported dtypes, complex, empty
-tensors, tensors on several devices) run on the CPU like the generic fallback,
-with the same once-per-operator warning.
+Calls these kernels cannot serve (mixed or other dtypes, complex, empty
+tensors, tensors on several devices) go to the generic path
+(:mod:`spike_torch._generic`): a kernel generated from the ATen op registry,
+else the CPU. Every other op reaches the generic path directly.
 """
 from __future__ import annotations
 
 import logging
-import math
 import threading
-import warnings
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -24,7 +23,7 @@ import torch
 
 import spike
 
-from . import _C, _env
+from . import _C, _generic
 
 logger = logging.getLogger("spike_torch")
 
@@ -42,8 +41,7 @@ if _BF16 is not None:
 _lib = torch.library.Library("aten", "IMPL")
 _cache: Dict[Tuple[Any, ...], Any] = {}
 _cache_lock = threading.Lock()
-_warned: set = set()
-stats = {"device_calls": 0, "compiles": 0, "host_calls": 0}
+stats = {"device_calls": 0, "compiles": 0}
 
 
 def clear_cache() -> None:
@@ -98,36 +96,10 @@ def _launch(name: str, fn: Callable[..., Any], inputs: List[torch.Tensor],
 
 
 def _host(op: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], device: torch.device) -> Any:
-    """Runs ``op`` on the CPU and moves tensor results back to ``device``."""
-    overload = getattr(op, "_overloadname", "default")
-    opname = op._schema.name + ("" if overload == "default" else "." + overload) \
-        if hasattr(op, "_schema") else str(op)
-    if opname not in _warned:
-        _warned.add(opname)
-        if _env.fallback_warnings_enabled():
-            warnings.warn(f"nkipy: operator '{opname}' has no nkipy implementation for these "
-                          "arguments; it runs on the CPU (tensors are copied to the host and "
-                          "back). This warning is shown once per operator; set "
-                          "SPIKE_TORCH_FALLBACK_WARN=0 to silence it.", stacklevel=3)
-    stats["host_calls"] += 1
-
-    def to_cpu(a: Any) -> Any:
-        if isinstance(a, torch.Tensor) and a.device.type == "nkipy":
-            return a.cpu()
-        if isinstance(a, (list, tuple)):
-            return type(a)(to_cpu(x) for x in a)
-        return a
-
-    res = op(*to_cpu(args), **{k: to_cpu(v) for k, v in kwargs.items()})
-
-    def back(r: Any) -> Any:
-        if isinstance(r, torch.Tensor):
-            return r.to(device)
-        if isinstance(r, (list, tuple)):
-            return type(r)(back(x) for x in r)
-        return r
-
-    return back(res)
+    """A call the hand-written kernel does not serve: the generic path takes it
+    (a kernel generated from the ATen op registry, else the CPU, with the
+    once-per-operator warning)."""
+    return _generic.call(op, tuple(args), kwargs)
 
 
 def _device_tensors(args: Sequence[Any]) -> Optional[List[torch.Tensor]]:
@@ -360,7 +332,7 @@ _lib.impl("_softmax", _softmax, "PrivateUse1")
 
 def _register_inplace(opname: str, functional: Any) -> None:
     """``x.op_(y)`` = the device kernel of ``op`` then a device copy into ``x``
-    (when the result has x's shape and dtype; otherwise on the CPU)."""
+    (when the result has x's shape and dtype; otherwise the generic path)."""
     base, _, overload = opname.partition(".")
     op = getattr(getattr(torch.ops.aten, base), overload or "default")
 
@@ -373,8 +345,7 @@ def _register_inplace(opname: str, functional: Any) -> None:
                 r = functional(self, other, *rest, **kwargs)
                 if r.dtype == self.dtype and r.device == self.device:
                     return self.copy_(r)
-        res = _host(op, (self.cpu(), other) + rest, kwargs, self.device)
-        return self.copy_(res)
+        return _host(op, (self, other) + rest, kwargs, self.device)
 
     _lib.impl(opname, impl, "PrivateUse1")
 

@@ -1,0 +1,728 @@
+"""The nkipy device's boxed fallback: every eager ATen op that has no kernel of
+its own for the device.
+
+``import spike_torch`` registers :func:`_fallback` as the PrivateUse1 fallback
+(the kernel of every operator nothing else implements for the device). A call
+takes one of two paths:
+
+* **the device path**: the single op is traced with ``make_fx`` on fake CPU
+  tensors of the inputs' shapes and dtypes, with the core ATen decompositions
+  the ``torch.compile`` backend uses, functionalized (an in-place or ``out=``
+  op becomes its functional form plus copies into the mutated arguments). When
+  every node of that graph is one the ATen op registry lowers
+  (:mod:`spike_torch.lowering`), its generated NumPy source is executed in
+  memory, traced with PyTorch's dtype semantics (int64 and float64 computed in
+  64 bits), compiled by nkipy and loaded on the tensors' core. The loaded
+  kernel is cached under (op, input shapes/dtypes/devices, non-tensor
+  arguments); later calls run it directly on the tensors' own device memory
+  (non-contiguous inputs are made contiguous on the device first) and copy the
+  values of mutated arguments into them on the device (``out=`` tensors are
+  resized as PyTorch resizes them).
+* **the CPU path**: the op runs on host copies of the tensors and the results
+  are copied back (mutated arguments written back into the device tensors),
+  with a warning once per operator (``SPIKE_TORCH_FALLBACK_WARN=0`` silences
+  it). A signature that cannot be lowered (an op without a registry entry,
+  data-dependent output shapes, random ops, complex or unsupported dtypes,
+  zero-size tensors, tensors on several devices, ...) is remembered, so later
+  calls go straight to it. Ops returning a view of an input are refused: on
+  the host they could only return a copy.
+
+``op_stats()`` counts both paths (``device_calls``, ``cpu_fallback_calls``,
+``compiles``). The hand-written kernels of :mod:`spike_torch._eager` (faster per
+call) take their ops first and hand calls they do not serve to :func:`call`.
+"""
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import re
+import sys
+import threading
+import types
+import warnings
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+
+import spike
+
+from . import _C, _env
+
+logger = logging.getLogger("spike_torch")
+
+DEVICE_TYPE = "nkipy"
+
+#: where eager ops on the device ran (spike_torch.op_stats() adds _eager's)
+stats = {"device_calls": 0, "cpu_fallback_calls": 0, "compiles": 0}
+
+#: dtypes a kernel computes exactly (int64 and float64 in 64 bits)
+_KERNEL_DTYPES = {torch.float32: "float32", torch.float16: "float16",
+                  torch.bfloat16: "bfloat16", torch.float64: "float64",
+                  torch.int64: "int64", torch.int32: "int32", torch.int16: "int16",
+                  torch.int8: "int8", torch.uint8: "uint8", torch.bool: "bool"}
+
+#: Ops lowered directly although core ATen decomposes them (as the torch.compile
+#: backend does: torch_to_nkipy.backend.KEEP_UNDECOMPOSED).
+KEEP_UNDECOMPOSED = ("aten._scaled_dot_product_flash_attention_for_cpu.default",)
+
+#: How many kernels one op may compile for one tensor signature (they differ in
+#: their scalar arguments, which kernels bake in) before new scalar values run
+#: on the CPU instead of compiling again (a learning rate that changes every
+#: step would otherwise compile a kernel per step).
+MAX_SCALAR_VARIANTS = 16
+
+_CPU = object()          # cache value: this signature runs on the CPU
+_cache: Dict[Any, Any] = {}
+_variants: Dict[Any, int] = {}
+_ops: Dict[Any, "_OpInfo"] = {}
+_lock = threading.RLock()
+_warned: set = set()
+_decomp_table: Optional[Dict[Any, Any]] = None
+
+
+def clear_cache() -> None:
+    """Forgets the loaded kernels and the signatures remembered for the CPU path
+    (the compile cache on disk stays)."""
+    with _lock:
+        _cache.clear()
+        _variants.clear()
+
+
+def clear_fallback_warnings() -> None:
+    """Lets every operator warn once more when it runs on the CPU."""
+    _warned.clear()
+
+
+# ---- what an op is ----------------------------------------------------------------
+
+class _OpInfo:
+    """What the schema of one op overload says, computed once per op."""
+
+    __slots__ = ("name", "view", "random", "n_returns", "ret_alias", "mutable", "device_op",
+                 "tensor_args")
+
+    def __init__(self, op: Any) -> None:
+        schema = op._schema
+        overload = schema.overload_name
+        #: "aten::add.Tensor" (the name the warnings and logs show)
+        self.name = schema.name + ("." + overload if overload else "")
+        # a return aliasing an input without writing it is a view
+        self.view = any(r.alias_info is not None and not r.alias_info.is_write
+                        for r in schema.returns)
+        self.random = torch.Tag.nondeterministic_seeded in getattr(op, "tags", ())
+        self.n_returns = len(schema.returns)
+        args = schema.arguments
+        #: (position, name) of the Tensor arguments (where a wrapped number may come
+        #: as a Python scalar)
+        self.tensor_args: List[Tuple[int, str]] = [
+            (i, a.name) for i, a in enumerate(args) if str(a.type) in ("Tensor", "Optional[Tensor]")]
+        #: (position, name) of every argument the op writes (in-place self, out=)
+        self.mutable: List[Tuple[int, str]] = [
+            (i, a.name) for i, a in enumerate(args)
+            if a.alias_info is not None and a.alias_info.is_write]
+        #: per return: the (position, name) of the argument it aliases, or None
+        self.ret_alias: List[Optional[Tuple[int, str]]] = []
+        for r in schema.returns:
+            found = None
+            if r.alias_info is not None and r.alias_info.is_write:
+                for i, a in enumerate(args):
+                    if a.alias_info is not None and a.alias_info.is_write and \
+                            a.alias_info.before_set == r.alias_info.before_set:
+                        found = (i, a.name)
+                        break
+            self.ret_alias.append(found)
+        #: whether a device kernel may serve it at all
+        self.device_op = not self.view and not self.random and not any(
+            r.alias_info is not None and r.alias_info.is_write and a is None
+            for r, a in zip(schema.returns, self.ret_alias))
+
+
+def _info(op: Any) -> _OpInfo:
+    info = _ops.get(op)
+    if info is None:
+        info = _ops[op] = _OpInfo(op)
+    return info
+
+
+def _arg(args: Sequence[Any], kwargs: Dict[str, Any], pos: int, name: str) -> Any:
+    if name in kwargs:
+        return kwargs[name]
+    return args[pos] if pos < len(args) else None
+
+
+# ---- signatures -------------------------------------------------------------------
+
+def _sig(a: Any, ts: List[torch.Tensor]) -> Any:
+    """The cache-key part of one argument; appends its tensors to ``ts`` (the
+    order :func:`_fill` puts them back in)."""
+    if isinstance(a, torch.Tensor):
+        ts.append(a)
+        return (a.shape, a.dtype, a.device)
+    if isinstance(a, (list, tuple)):
+        return tuple([_sig(x, ts) for x in a])
+    if isinstance(a, float):
+        return ("f", a.hex())     # 0.0 and -0.0 differ, NaN equals itself
+    if isinstance(a, bool):
+        return ("b", a)
+    if isinstance(a, int):
+        return ("i", a)
+    return a
+
+
+def _fill(a: Any, it: Any) -> Any:
+    """``a`` with each tensor replaced by the next item of ``it``."""
+    if isinstance(a, torch.Tensor):
+        return next(it)
+    if isinstance(a, (list, tuple)):
+        return type(a)(_fill(x, it) for x in a)
+    return a
+
+
+def _unwrap_numbers(info: _OpInfo, args: Sequence[Any], kwargs: Dict[str, Any],
+                    make: Callable[[Any, torch.dtype], torch.Tensor]) -> Tuple[list, dict]:
+    """``args``/``kwargs`` with every Python number given for a Tensor argument
+    made a 0-dim tensor by ``make(value, dtype)``.
+
+    A scalar that C++ wrapped into a tensor (``fmod(x, 0.75)`` calls
+    ``fmod.Tensor_out`` with a "wrapped number") reaches a Python fallback as a
+    Python number, which the op itself does not accept. Its dtype is the one
+    type promotion gives it beside the first tensor argument, so the result
+    has the dtype the wrapped number gives (``int_tensor + 0.5`` is float32,
+    not float64)."""
+    args, kwargs = list(args), dict(kwargs)
+    first = next((t for t in _leaves(args) + _leaves(list(kwargs.values()))), None)
+    for pos, name in info.tensor_args:
+        in_kw = name in kwargs
+        v = kwargs[name] if in_kw else args[pos] if pos < len(args) else None
+        if isinstance(v, (bool, int, float, complex)):
+            dtype = torch.result_type(first, v) if first is not None else \
+                torch.tensor(v).dtype
+            if in_kw:
+                kwargs[name] = make(v, dtype)
+            else:
+                args[pos] = make(v, dtype)
+    return args, kwargs
+
+
+def _has_numbers(info: _OpInfo, args: Sequence[Any], kwargs: Dict[str, Any]) -> bool:
+    for pos, name in info.tensor_args:
+        v = kwargs[name] if name in kwargs else args[pos] if pos < len(args) else None
+        if isinstance(v, (bool, int, float, complex)):
+            return True
+    return False
+
+
+def _map(a: Any, fn: Callable[[Any], Any]) -> Any:
+    if isinstance(a, (list, tuple)):
+        return type(a)(_map(x, fn) for x in a)
+    return fn(a)
+
+
+# ---- the entry points -------------------------------------------------------------
+
+def _fallback(op: Any, *args: Any, **kwargs: Any) -> Any:
+    return call(op, args, kwargs)
+
+
+def call(op: Any, args: Sequence[Any], kwargs: Dict[str, Any]) -> Any:
+    """Runs ``op(*args, **kwargs)`` for tensors on the nkipy device: as a device
+    kernel when the op lowers, else on the CPU."""
+    info = _ops.get(op) or _info(op)
+    if info.device_op:
+        ts: List[torch.Tensor] = []
+        try:
+            key = (op, tuple([_sig(a, ts) for a in args]),
+                   tuple([(k, _sig(v, ts)) for k, v in kwargs.items()]))
+            plan = _cache.get(key)
+        except TypeError:          # an unhashable argument
+            key, plan = None, _CPU
+        if plan is None:
+            plan = _make_plan(op, info, key, args, kwargs, ts)
+        if plan is not _CPU:
+            return plan.run(args, kwargs, ts)
+    return _cpu(op, info, args, kwargs)
+
+
+# ---- the CPU path -----------------------------------------------------------------
+
+def _warn(info: _OpInfo) -> None:
+    if info.name not in _warned:
+        _warned.add(info.name)
+        if _env.fallback_warnings_enabled():
+            warnings.warn(f"nkipy: operator '{info.name}' has no nkipy implementation for these "
+                          "arguments; it runs on the CPU (tensors are copied to the host and "
+                          "back). This warning is shown once per operator; set "
+                          "SPIKE_TORCH_FALLBACK_WARN=0 to silence it.", stacklevel=_user_level())
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _user_level() -> int:
+    """The ``stacklevel`` of the first frame outside spike_torch (the user's call)."""
+    level, frame = 1, sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        level += 1
+        frame = frame.f_back
+    return level
+
+
+def _target_device(args: Sequence[Any], kwargs: Dict[str, Any]) -> Optional[torch.device]:
+    found: List[torch.device] = []
+
+    def look(a: Any) -> Any:
+        if not found:
+            if isinstance(a, torch.Tensor) and a.device.type == DEVICE_TYPE:
+                found.append(a.device)
+            elif isinstance(a, torch.device) and a.type == DEVICE_TYPE:
+                found.append(a if a.index is not None else
+                             torch.device(DEVICE_TYPE, _C.lib.spike_torch_get_device()))
+        return a
+
+    for a in list(args) + list(kwargs.values()):
+        _map(a, look)
+    return found[0] if found else None
+
+
+def _cpu(op: Any, info: _OpInfo, args: Sequence[Any], kwargs: Dict[str, Any]) -> Any:
+    """Runs ``op`` on host copies of the device tensors; results come back to the device."""
+    stats["cpu_fallback_calls"] += 1
+    _warn(info)
+    if _env.debug_enabled():
+        _C.lib.spike_torch_debug_log(f"CPU fallback: {info.name}".encode())
+    if info.view:
+        raise RuntimeError(
+            f"nkipy: operator '{info.name}' returns a view of its input, which the CPU fallback "
+            "can only return as a copy (writes through it would be lost); it is not supported "
+            "on the nkipy device")
+    device = _target_device(args, kwargs)
+    moved: List[torch.Tensor] = []
+
+    def to_cpu(a: Any) -> Any:
+        if isinstance(a, torch.Tensor) and a.device.type == DEVICE_TYPE:
+            moved.append(a)
+            return a.cpu()
+        if isinstance(a, torch.device) and a.type == DEVICE_TYPE:
+            return torch.device("cpu")
+        return a
+
+    host_args = [_map(a, to_cpu) for a in args]
+    host_kwargs = {k: _map(v, to_cpu) for k, v in kwargs.items()}
+    if info.tensor_args and _has_numbers(info, host_args, host_kwargs):
+        host_args, host_kwargs = _unwrap_numbers(
+            info, host_args, host_kwargs, lambda v, dt: torch.tensor(v, dtype=dt))
+    res = op(*host_args, **host_kwargs)
+
+    # write what the op mutated back into the device tensors
+    for pos, name in info.mutable:
+        orig = _arg(args, kwargs, pos, name)
+        host = _arg(host_args, host_kwargs, pos, name)
+        for o, h in zip(_leaves(orig), _leaves(host)):
+            if o is h:             # a CPU tensor: mutated where it is
+                continue
+            if o.shape != h.shape:
+                o.resize_(h.shape)
+            o.copy_(h)
+
+    def back(r: Any) -> Any:
+        if isinstance(r, torch.Tensor) and device is not None and r.device.type == "cpu":
+            return r.to(device)
+        return r
+
+    if info.n_returns == 0:
+        return None
+    rets = list(res) if info.n_returns > 1 else [res]
+    out = []
+    for r, alias in zip(rets, info.ret_alias):
+        if alias is not None:
+            out.append(_arg(args, kwargs, *alias))
+        else:
+            out.append(_map(r, back))
+    return tuple(out) if info.n_returns > 1 else out[0]
+
+
+def _leaves(a: Any) -> List[Any]:
+    if isinstance(a, torch.Tensor):
+        return [a]
+    if isinstance(a, (list, tuple)):
+        return [t for x in a for t in _leaves(x)]
+    return []
+
+
+# ---- the device path: planning ----------------------------------------------------
+
+def _decompositions() -> Dict[Any, Any]:
+    global _decomp_table
+    if _decomp_table is None:
+        from torch._decomp import core_aten_decompositions
+
+        table = dict(core_aten_decompositions())
+        for o in list(table):
+            if str(o) in KEEP_UNDECOMPOSED:
+                del table[o]
+        _decomp_table = table
+    return _decomp_table
+
+
+def _lowering() -> Any:
+    """spike_torch.lowering with every module of entries registered (the nn
+    entries of ``aten_nn`` too, where the tree has them)."""
+    from . import lowering
+
+    if importlib.util.find_spec("spike_torch.lowering.aten_nn") is not None:
+        importlib.import_module("spike_torch.lowering.aten_nn")
+    return lowering
+
+
+class _Refuse(Exception):
+    """This signature runs on the CPU (the reason is logged at DEBUG)."""
+
+
+def _make_plan(op: Any, info: _OpInfo, key: Any, args: Sequence[Any],
+               kwargs: Dict[str, Any], ts: List[torch.Tensor]) -> Any:
+    with _lock:
+        plan = _cache.get(key)
+        if plan is not None:
+            return plan
+        # signatures differing in scalars only: at most MAX_SCALAR_VARIANTS kernels
+        # (or refusals) each, the CPU serves new values beyond that, uncached
+        tkey = (op, tuple([(t.shape, t.dtype, t.device) for t in ts]))
+        n = _variants.get(tkey, 0)
+        if n >= MAX_SCALAR_VARIANTS:
+            return _CPU
+        _variants[tkey] = n + 1
+        try:
+            plan = _Plan(op, info, args, kwargs, ts)
+        except _Refuse as exc:
+            logger.debug("eager %s on the CPU: %s", info.name, exc)
+            plan = _CPU
+        except Exception as exc:   # tracing or compiling failed: the CPU computes it
+            logger.debug("eager %s on the CPU: %s: %s", info.name, type(exc).__name__, exc)
+            plan = _CPU
+        _cache[key] = plan
+        return plan
+
+
+def _check_inputs(ts: List[torch.Tensor]) -> torch.device:
+    device = None
+    for t in ts:
+        if t.device.type == DEVICE_TYPE:
+            if device is None:
+                device = t.device
+            elif t.device != device:
+                raise _Refuse(f"tensors on {device} and {t.device}")
+        elif not (t.device.type == "cpu" and t.dim() == 0):
+            raise _Refuse(f"a tensor on {t.device}")
+        if t.dtype not in _KERNEL_DTYPES:
+            raise _Refuse(f"dtype {t.dtype}")
+        if t.layout != torch.strided or t.is_conj() or t.is_neg():
+            raise _Refuse("not a plain strided tensor")
+    if device is None:
+        raise _Refuse("no tensor on the nkipy device")
+    return device
+
+
+def _np_dtype(dtype: torch.dtype) -> np.dtype:
+    from .lowering import aten_numpy
+
+    return aten_numpy.dt(_KERNEL_DTYPES[dtype])
+
+
+_KERNEL_NAME = re.compile(r"[^0-9A-Za-z_]")
+
+
+class _Plan:
+    """A loaded kernel for one signature and how a call maps onto it."""
+
+    def __init__(self, op: Any, info: _OpInfo, args: Sequence[Any], kwargs: Dict[str, Any],
+                 ts: List[torch.Tensor]) -> None:
+        from torch.fx.experimental.proxy_tensor import make_fx
+        from torch.func import functionalize
+
+        self.info = info
+        self.device = _check_inputs(ts)
+        # (1) the functional graph of the op on fake CPU tensors
+        fakes = [t if t.device.type == "cpu" else torch.empty(t.shape, dtype=t.dtype)
+                 for t in ts]
+        trace_kwargs = {k: _map(v, _cpu_device) for k, v in kwargs.items()}
+        trace_args = [_map(a, _cpu_device) for a in args]
+        counts: List[int] = []
+        numbers = bool(info.tensor_args) and _has_numbers(info, args, kwargs)
+
+        def f(*flat: torch.Tensor) -> List[torch.Tensor]:
+            it = iter(flat)
+            a = [_fill(x, it) for x in trace_args]
+            k = {n: _fill(v, it) for n, v in trace_kwargs.items()}
+            if numbers:   # baked into the kernel, as the cache key has them
+                a, k = _unwrap_numbers(info, a, k, lambda v, dt: torch.full((), v, dtype=dt))
+            res = op(*a, **k)
+            rets = list(res) if info.n_returns > 1 else [res] if info.n_returns else []
+            out: List[torch.Tensor] = []
+            counts.clear()
+            for r, alias in zip(rets, info.ret_alias):
+                if alias is not None:
+                    counts.append(0)      # the argument itself is returned
+                elif isinstance(r, torch.Tensor):
+                    counts.append(1)
+                    out.append(r)
+                elif r is None:
+                    counts.append(-1)
+                elif isinstance(r, (list, tuple)) and all(isinstance(x, torch.Tensor) for x in r):
+                    counts.append(len(r) + 2)   # a list of n tensors: n + 2
+                    out.extend(r)
+                else:
+                    raise _Refuse(f"returns a {type(r).__name__}")
+            return out
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")   # e.g. out= resize warnings: the call gives them
+            gm = make_fx(functionalize(f, remove="mutations_and_views"),
+                         decomposition_table=_decompositions(), tracing_mode="fake")(*fakes)
+        self.counts = list(counts)
+        self._rewrite(gm, ts)
+
+    def _rewrite(self, gm: torch.fx.GraphModule, ts: List[torch.Tensor]) -> None:
+        """Drops the trailing copies into mutated inputs (the plan does them on the
+        device), checks every node lowers, then generates and compiles the kernel."""
+        lowering = _lowering()
+        graph = gm.graph
+        placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+        output = next(n for n in graph.nodes if n.op == "output")
+        results = list(output.args[0]) if isinstance(output.args[0], (list, tuple)) else \
+            [output.args[0]]
+        mutations: List[Tuple[int, torch.fx.Node]] = []     # (tensor index, value)
+        copy_ = torch.ops.aten.copy_.default
+        resize_ = torch.ops.aten.resize_.default
+        for n in list(graph.nodes):
+            if n.op == "call_function" and n.target is copy_ and not n.users:
+                dst = n.args[0]
+                if isinstance(dst, torch.fx.Node) and dst.op == "call_function" and \
+                        dst.target is resize_:
+                    dst = dst.args[0]
+                if isinstance(dst, torch.fx.Node) and dst.op == "placeholder":
+                    mutations.append((placeholders.index(dst), n.args[1]))
+                    graph.erase_node(n)
+        for n in reversed(list(graph.nodes)):
+            if n.op == "call_function" and n.target is resize_ and not n.users:
+                graph.erase_node(n)
+        for n in graph.nodes:
+            if n.op == "get_attr":
+                raise _Refuse("a graph constant")
+            if n.op != "call_function":
+                continue
+            target = n.target
+            if isinstance(target, torch._ops.OpOverload):
+                if target._schema.is_mutable:
+                    raise _Refuse(f"mutating node {target}")
+                if torch.Tag.nondeterministic_seeded in target.tags:
+                    raise _Refuse(f"random node {target}")
+            if not lowering.is_supported_node(n):
+                raise _Refuse(f"no lowering for {lowering.target_name(target)}")
+        outs = results + [v for _, v in mutations]
+        for o in outs:
+            val = o.meta.get("val") if isinstance(o, torch.fx.Node) else None
+            if not isinstance(val, torch.Tensor):
+                raise _Refuse("an output that is not a tensor")
+            if val.dtype not in _KERNEL_DTYPES:
+                raise _Refuse(f"output dtype {val.dtype}")
+            if val.numel() == 0:
+                raise _Refuse("a zero-size output")
+        output.args = (tuple(outs),)
+        # inputs no node reads (out= tensors, shapes only) are not kernel inputs
+        self.in_idx: List[int] = []
+        for i, p in enumerate(placeholders):
+            if p.users:
+                if ts[i].numel() == 0:
+                    raise _Refuse("a zero-size input")
+                self.in_idx.append(i)
+            else:
+                graph.erase_node(p)
+        graph.lint()
+        gm.recompile()
+        self.out_specs = [(tuple(o.meta["val"].shape), o.meta["val"].dtype) for o in outs]
+        self.n_results = len(results)
+        self.mutations = [i for i, _ in mutations]
+        examples = [torch.empty(0) for _ in self.in_idx]   # only "a tensor" matters here
+        gen = lowering.generate_source(gm, examples)
+        self._compile(gen, [ts[i] for i in self.in_idx])
+
+    def _compile(self, gen: Any, inputs: List[torch.Tensor]) -> None:
+        from nkipy.core.dtypes import torch_semantics
+        from nkipy.runtime import DeviceKernel
+
+        name = "nkipy_eager_" + _KERNEL_NAME.sub("_", self.info.name.replace("::", "_"))
+        mod = types.ModuleType(name)
+        mod.__file__ = f"<{name}>"     # generated in memory: never read back from a file
+        exec(compile(gen.source, mod.__file__, "exec", dont_inherit=True), mod.__dict__)
+        func = mod.nkipy_func
+        arrays = [np.broadcast_to(np.zeros((), _np_dtype(t.dtype)), tuple(t.shape))
+                  for t in inputs]
+        n_out = len(self.out_specs)
+
+        def kernel(*xs: Any) -> Any:
+            res = func(*xs)
+            if len(res) != n_out:
+                raise _Refuse(f"the kernel returned {len(res)} values, expected {n_out}")
+            return tuple(res)
+
+        kernel.__signature__ = _signature(gen.tensor_inputs)   # inputs named p0, p1, ...
+        with torch_semantics(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            kern = DeviceKernel.compile_and_load(kernel, *arrays, name=name,
+                                                 core_id=self.device.index)
+        stats["compiles"] += 1
+        ins = list(kern.input_tensors_info)
+        if sorted(ins) != sorted(gen.tensor_inputs):
+            raise _Refuse(f"kernel inputs {ins} are not {gen.tensor_inputs}")
+        outs = list(kern.output_tensors_info.items())
+        if len(outs) != n_out:
+            raise _Refuse(f"the kernel has {len(outs)} outputs, expected {n_out}")
+        for (oname, meta), (shape, dtype) in zip(outs, self.out_specs):
+            if meta.alias_of is not None or tuple(meta.shape) != shape or \
+                    str(meta.dtype) != _KERNEL_DTYPES[dtype]:
+                raise _Refuse(f"kernel output {oname} is {meta.dtype}{list(meta.shape)}, "
+                              f"expected {_KERNEL_DTYPES[dtype]}{list(shape)}")
+        self.kern = kern
+        self.in_names = list(gen.tensor_inputs)
+        self.out_names = [o for o, _ in outs]
+        logger.debug("eager kernel %s compiled for %s", self.info.name,
+                     [(tuple(t.shape), t.dtype) for t in inputs])
+
+    # ---- a call -----------------------------------------------------------------
+
+    def run(self, args: Sequence[Any], kwargs: Dict[str, Any], ts: List[torch.Tensor]) -> Any:
+        kern = self.kern
+        if not kern.model_ref.loaded:     # the runtime was reset: load it again
+            self._reload()
+            kern = self.kern
+        dev = self.device
+        ins = []
+        for i in self.in_idx:
+            t = ts[i]
+            if t.device.type != DEVICE_TYPE:
+                t = t.to(dev)
+            elif not t.is_contiguous():
+                t = t.contiguous()
+            ins.append(t)
+        outs = [torch.empty(shape, dtype=dtype, device=dev)
+                for shape, dtype in self.out_specs[:self.n_results]]
+        # a mutated tensor the kernel can write directly (an out= tensor of the
+        # result's shape and dtype, contiguous, sharing no memory with an input)
+        # is its own output buffer; others get a fresh one and a device copy
+        direct = []
+        in_storages = None
+        for k, i in enumerate(self.mutations):
+            dst = ts[i]
+            shape, dtype = self.out_specs[self.n_results + k]
+            ok = dst.dtype == dtype and dst.shape == shape and dst.is_contiguous() and \
+                dst.device == dev
+            if ok:
+                if in_storages is None:
+                    in_storages = {t.untyped_storage().data_ptr() for t in ins}
+                ok = dst.untyped_storage().data_ptr() not in in_storages
+            direct.append(ok)
+            outs.append(dst if ok else torch.empty(shape, dtype=dtype, device=dev))
+        _C.check_live(ins + [ts[i] for i in self.mutations], f"nkipy {self.info.name}")
+        rt = spike.get_spike_singleton()
+        rt.execute(kern.model_ref,
+                   {n: rt.slice_from_address(t.data_ptr(), t.numel() * t.element_size())
+                    for n, t in zip(self.in_names, ins)},
+                   {n: rt.slice_from_address(t.data_ptr(), t.numel() * t.element_size())
+                    for n, t in zip(self.out_names, outs)})
+        stats["device_calls"] += 1
+        for k, i in enumerate(self.mutations):
+            if direct[k]:
+                continue
+            dst, val = ts[i], outs[self.n_results + k]
+            if dst.shape != val.shape:
+                if dst.numel() != 0:
+                    warnings.warn(
+                        f"An output with one or more elements was resized since it had shape "
+                        f"{list(dst.shape)}, which does not match the required output shape "
+                        f"{list(val.shape)}. This behavior is deprecated, and in a future "
+                        "PyTorch release outputs will not be resized unless they have zero "
+                        "elements. You can explicitly reuse an out tensor t by resizing it, "
+                        "inplace, to zero elements with t.resize_(0).", stacklevel=_user_level())
+                dst.resize_(val.shape)
+            dst.copy_(val)
+        return self._results(args, kwargs, outs)
+
+    def _results(self, args: Sequence[Any], kwargs: Dict[str, Any],
+                 outs: List[torch.Tensor]) -> Any:
+        info = self.info
+        if info.n_returns == 0:
+            return None
+        res: List[Any] = []
+        k = 0
+        for c, alias in zip(self.counts, info.ret_alias):
+            if alias is not None:
+                res.append(_arg(args, kwargs, *alias))
+            elif c == -1:
+                res.append(None)
+            elif c == 1:
+                res.append(outs[k])
+                k += 1
+            else:
+                res.append(outs[k:k + c - 2])
+                k += c - 2
+        return tuple(res) if info.n_returns > 1 else res[0]
+
+    def _reload(self) -> None:
+        from nkipy.runtime import DeviceKernel
+
+        with _lock:
+            if not self.kern.model_ref.loaded:
+                self.kern = DeviceKernel.from_graph(self.kern.graph, core_id=self.device.index)
+
+
+def _cpu_device(a: Any) -> Any:
+    if isinstance(a, torch.device) and a.type == DEVICE_TYPE:
+        return torch.device("cpu")
+    return a
+
+
+def _signature(names: Sequence[str]) -> Any:
+    import inspect
+
+    return inspect.Signature([inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+                              for n in names])
+
+
+# ---- registration -----------------------------------------------------------------
+
+_fallback_lib = torch.library.Library("_", "IMPL")   # kept alive for the process
+_fallback_lib.fallback(_fallback, "PrivateUse1")
+
+
+# ---- convolution --------------------------------------------------------------------
+#
+# PyTorch sends convolutions on devices other than CPU/CUDA to
+# convolution_overrideable (forward) and convolution_backward_overrideable,
+# whose default kernels raise. Both run here as the ops they stand for,
+# aten.convolution and aten.convolution_backward: a device kernel where the
+# registry lowers them, else the CPU.
+
+def _convolution(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+                 stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int],
+                 transposed: bool, output_padding: Sequence[int], groups: int) -> torch.Tensor:
+    return call(torch.ops.aten.convolution.default,
+                (input, weight, bias, stride, padding, dilation, transposed, output_padding,
+                 groups), {})
+
+
+def _convolution_backward(grad_output: torch.Tensor, input: torch.Tensor, weight: torch.Tensor,
+                          stride: Sequence[int], padding: Sequence[int],
+                          dilation: Sequence[int], transposed: bool,
+                          output_padding: Sequence[int], groups: int,
+                          output_mask: Sequence[bool]) -> Tuple[Any, Any, Any]:
+    channels = weight.shape[1] * groups if transposed else weight.shape[0]
+    return call(torch.ops.aten.convolution_backward.default,
+                (grad_output, input, weight, [channels], stride, padding, dilation, transposed,
+                 output_padding, groups, list(output_mask)), {})
+
+
+_aten_lib = torch.library.Library("aten", "IMPL")   # kept alive for the process
+_aten_lib.impl("convolution_overrideable", _convolution, "PrivateUse1")
+_aten_lib.impl("convolution_backward_overrideable", _convolution_backward, "PrivateUse1")

@@ -1,0 +1,252 @@
+"""The generic eager path (spike_torch/_generic.py): ops without a hand-written
+kernel run as kernels generated from the ATen op registry, on the device; what
+cannot be lowered runs on the CPU, warned once and counted."""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+
+def stats():
+    import spike_torch
+
+    return spike_torch.op_stats()
+
+
+def on_device(fn, *args, rtol=None, atol=None, **kwargs):
+    """Runs ``fn`` on nkipy copies of ``args``: a device kernel ran, the CPU
+    fallback did not, and the result equals ``fn`` on the CPU tensors."""
+    dargs = [a.nkipy() if isinstance(a, torch.Tensor) else a for a in args]
+    before = stats()
+    got = fn(*dargs, **kwargs)
+    after = stats()
+    assert after["device_calls"] > before["device_calls"]
+    assert after["cpu_fallback_calls"] == before["cpu_fallback_calls"]
+    want = fn(*args, **kwargs)
+    for g, w in zip(got if isinstance(got, (tuple, list)) else [got],
+                    want if isinstance(want, (tuple, list)) else [want]):
+        assert g.device.type == "nkipy" and g.dtype == w.dtype and g.shape == w.shape
+        if w.dtype in (torch.int64, torch.int32, torch.bool):
+            assert torch.equal(g.cpu(), w)       # exact
+        elif w.dtype == torch.float64:           # computed in double: within a few ulp
+            torch.testing.assert_close(g.cpu(), w, rtol=1e-13, atol=0)
+        else:
+            torch.testing.assert_close(g.cpu(), w, rtol=rtol, atol=atol, equal_nan=True)
+    return got
+
+
+def test_unary_and_binary_with_broadcasting_and_scalars():
+    x, y = torch.randn(4, 5), torch.randn(5)
+    on_device(torch.erf, x)
+    on_device(torch.atan2, x, y)                       # broadcast
+    on_device(lambda a: torch.clamp(a, -0.5, 0.25), x)  # Python scalars
+    on_device(lambda a: torch.fmod(a, 0.75), x)
+    on_device(lambda a: torch.pow(a.abs(), 1.5), x)
+    # a 0-dim CPU tensor beside a device tensor (moved to the device per call)
+    on_device(lambda a: torch.atan2(a, torch.tensor(2.0)), x)
+
+
+def test_reductions_with_dims_and_keepdim():
+    x = torch.randn(3, 4, 5)
+    on_device(lambda a: a.std(1, keepdim=True), x)
+    on_device(lambda a: a.var((0, 2), correction=0), x)
+    on_device(lambda a: a.prod(-1), x)
+    on_device(lambda a: a.max(1), x)          # values and int64 indices
+    on_device(lambda a: torch.logsumexp(a, 2, keepdim=True), x)
+
+
+def test_in_place_and_out():
+    x = torch.randn(3, 4)
+    d = x.nkipy()
+    ptr = d.data_ptr()
+    before = stats()
+    d.erf_()
+    d.clamp_(max=0.5)
+    assert d.data_ptr() == ptr
+    torch.testing.assert_close(d.cpu(), x.erf().clamp(max=0.5))
+    # in place on a non-contiguous view writes through to its base
+    base = torch.randn(4, 6)
+    dbase = base.nkipy()
+    dbase[:, ::2].erf_()
+    base[:, ::2].erf_()
+    torch.testing.assert_close(dbase.cpu(), base)
+    # out=: an empty out tensor is resized quietly, a wrong-sized one with PyTorch's warning
+    out = torch.empty(0, device="nkipy")
+    r = torch.erf(x.nkipy(), out=out)
+    assert r is out and out.shape == (3, 4)
+    torch.testing.assert_close(out.cpu(), x.erf())
+    out2 = torch.empty(2, 2, device="nkipy")
+    with pytest.warns(UserWarning, match="was resized since it had shape"):
+        torch.erf(x.nkipy(), out=out2)
+    torch.testing.assert_close(out2.cpu(), x.erf())
+    after = stats()
+    assert after["cpu_fallback_calls"] == before["cpu_fallback_calls"]
+    assert after["device_calls"] >= before["device_calls"] + 5
+
+
+def test_tensor_list_ops():
+    a, b = torch.randn(2, 3), torch.randn(2, 3)
+    on_device(lambda x, y: torch.cat([x, y * 2], 1), a, b)
+    on_device(lambda x, y: torch.stack([x, y]), a, b)
+
+
+def test_integer_and_float64_are_exact():
+    i = torch.randint(-1000, 1000, (4, 5), dtype=torch.int64) * 1_000_000_007
+    on_device(lambda t: torch.remainder(t, 97), i)
+    on_device(lambda t: torch.floor_divide(t, 13), i)
+    on_device(lambda t: t.sum(1), i)
+    f = torch.randn(4, 5, dtype=torch.float64)
+    # 1e-300 and 1e-13 relative: neither fits float32, nothing was narrowed
+    got = on_device(lambda t: torch.erf(t) * 1e-300, f)
+    assert got.dtype == torch.float64
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_types_within_opinfo_tolerance(dtype):
+    x = torch.randn(4, 8).to(dtype)
+    tol = {torch.float16: dict(rtol=1e-3, atol=1e-3), torch.bfloat16: dict(rtol=1.6e-2, atol=1e-2)}
+    on_device(torch.erf, x, **tol[dtype])
+    on_device(lambda t: torch.clamp(t, -0.5, 0.5), x, **tol[dtype])
+
+
+def test_kernels_are_cached():
+    d = torch.randn(5, 3).nkipy()
+    torch.sinh(d)
+    before = stats()
+    for _ in range(3):
+        torch.sinh(d)
+    after = stats()
+    assert after["compiles"] == before["compiles"]
+    assert after["device_calls"] == before["device_calls"] + 3
+
+
+def test_scalar_variants_are_capped(monkeypatch):
+    """Kernels bake scalar arguments in: past MAX_SCALAR_VARIANTS values per op and
+    tensor signature, new values run on the CPU instead of compiling again."""
+    from spike_torch import _generic
+
+    monkeypatch.setattr(_generic, "MAX_SCALAR_VARIANTS", 2)
+    x = torch.randn(7, 2)
+    d = x.nkipy()
+    for v in (0.1, 0.2):
+        torch.testing.assert_close(torch.fmod(d, v).cpu(), torch.fmod(x, v))
+    before = stats()
+    torch.testing.assert_close(torch.fmod(d, 0.3).cpu(), torch.fmod(x, 0.3))
+    after = stats()
+    assert after["compiles"] == before["compiles"]
+    assert after["cpu_fallback_calls"] == before["cpu_fallback_calls"] + 1
+    before = stats()
+    torch.fmod(d, 0.1)             # a value compiled before still runs on the device
+    assert stats()["device_calls"] == before["device_calls"] + 1
+
+
+def test_convolution_forward_and_backward_match_cpu():
+    for dims, conv in ((1, F.conv1d), (2, F.conv2d)):
+        x = torch.randn(2, 3, *([7] * dims), requires_grad=True)
+        w = torch.randn(4, 3, *([3] * dims), requires_grad=True)
+        b = torch.randn(4, requires_grad=True)
+        dx, dw, db = (t.detach().nkipy().requires_grad_() for t in (x, w, b))
+        before = stats()
+        y = conv(dx, dw, db, stride=2, padding=1)
+        assert stats()["device_calls"] == before["device_calls"] + 1   # the forward kernel
+        assert stats()["cpu_fallback_calls"] == before["cpu_fallback_calls"]
+        ref = conv(x, w, b, stride=2, padding=1)
+        torch.testing.assert_close(y.cpu(), ref, rtol=1e-5, atol=1e-5)
+        g = torch.randn_like(ref)
+        y.backward(g.nkipy())
+        ref.backward(g)
+        for d, c in ((dx, x), (dw, w), (db, b)):
+            torch.testing.assert_close(d.grad.cpu(), c.grad, rtol=1e-4, atol=1e-4)
+
+
+def test_convolutions_that_do_not_lower_run_on_the_cpu():
+    """conv3d and transposed convolutions: correct results, wherever they run."""
+    x, w = torch.randn(1, 2, 4, 4, 4), torch.randn(3, 2, 2, 2, 2)
+    torch.testing.assert_close(F.conv3d(x.nkipy(), w.nkipy()).cpu(), F.conv3d(x, w),
+                               rtol=1e-5, atol=1e-5)
+    x, w = torch.randn(1, 3, 4, 4), torch.randn(3, 2, 3, 3)
+    torch.testing.assert_close(F.conv_transpose2d(x.nkipy(), w.nkipy(), stride=2).cpu(),
+                               F.conv_transpose2d(x, w, stride=2), rtol=1e-5, atol=1e-5)
+
+
+def test_cpu_path_for_an_op_that_cannot_lower():
+    """erfinv has no lowering: the CPU computes it, with one warning, counted."""
+    from spike_torch import _generic
+
+    _generic.clear_fallback_warnings()
+    x = torch.rand(6) * 1.8 - 0.9
+    d = x.nkipy()
+    before = stats()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        r1 = torch.erfinv(d)
+        r2 = torch.erfinv(d)
+    msgs = [str(w.message) for w in caught if "nkipy: operator" in str(w.message)]
+    assert len(msgs) == 1 and "erfinv" in msgs[0] and "runs on the CPU" in msgs[0], msgs
+    assert stats()["cpu_fallback_calls"] == before["cpu_fallback_calls"] + 2
+    assert r1.device.type == "nkipy"
+    assert torch.equal(r1.cpu(), torch.erfinv(x)) and torch.equal(r2.cpu(), torch.erfinv(x))
+    # in place and out= through the CPU path write into the device tensors
+    d2 = d.clone()
+    d2.erfinv_()
+    assert torch.equal(d2.cpu(), torch.erfinv(x))
+    out = torch.empty(0, device="nkipy")
+    assert torch.erfinv(d, out=out) is out and torch.equal(out.cpu(), torch.erfinv(x))
+
+
+def test_view_returning_op_is_refused():
+    d = torch.randn(3, 3).nkipy()
+    with pytest.raises(RuntimeError, match="returns a view of its input, which the CPU fallback "
+                                           "can only return as a copy"):
+        torch.ops.aten._indices(d)
+
+
+def test_data_dependent_shapes_and_random_ops_run_on_the_cpu():
+    x = torch.tensor([0.0, 1.0, 0.0, 2.0])
+    d = x.nkipy()
+    before = stats()
+    assert torch.equal(torch.nonzero(d).cpu(), torch.nonzero(x))
+    assert stats()["cpu_fallback_calls"] == before["cpu_fallback_calls"] + 1
+    torch.nkipy.manual_seed(3)
+    a = torch.bernoulli(torch.full((64,), 0.5, device="nkipy"))
+    torch.nkipy.manual_seed(3)
+    b = torch.bernoulli(torch.full((64,), 0.5, device="nkipy"))
+    assert torch.equal(a.cpu(), b.cpu())     # the device generator's state, not a baked draw
+
+
+def test_tensors_on_two_cores_run_on_the_cpu():
+    a = torch.randn(3)
+    r = torch.atan2(a.to("nkipy:1"), a.to("nkipy:1"))
+    assert r.device == torch.device("nkipy:1")
+    torch.testing.assert_close(r.cpu(), torch.atan2(a, a))
+
+
+def test_wrapped_scalar_keeps_its_promotion():
+    """``fmod(int_tensor, 0.5)`` passes 0.5 as a wrapped number (a Python float in
+    the fallback): the result is float32 as on the CPU, not float64."""
+    i = torch.arange(-6, 6, dtype=torch.int64).reshape(3, 4)
+    got = on_device(lambda t: torch.fmod(t, 0.5), i)
+    assert got.dtype == torch.float32
+    on_device(lambda t: torch.remainder(t, 2.5), torch.randn(3, 4).half(), rtol=1e-3, atol=1e-3)
+
+
+def test_kernels_reload_after_reset():
+    """Loaded kernels belong to a runtime: after spike_torch.reset() a cached
+    signature loads its kernel into the new runtime and still computes right."""
+    from spike_torch_helpers import run_python
+
+    r = run_python(
+        "import warnings, torch, spike_torch\n"
+        "warnings.simplefilter('ignore')\n"
+        "x = torch.linspace(-2, 2, 9)\n"
+        "a = torch.erf(x.nkipy()).cpu()\n"
+        "spike_torch.reset()\n"
+        "b = torch.erf(x.nkipy()).cpu()\n"
+        "s = spike_torch.op_stats()\n"
+        "print('OK', torch.allclose(a, x.erf()), torch.allclose(b, x.erf()),\n"
+        "      s['device_calls'] >= 2, s['cpu_fallback_calls'])\n")
+    assert r.returncode == 0, r.stderr
+    assert "OK True True True 0" in r.stdout, r.stdout + r.stderr
