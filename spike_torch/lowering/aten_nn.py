@@ -160,7 +160,6 @@ def convolution(x, w, bias, stride, padding, dilation, transposed, output_paddin
 def _conv_weight_grad(inp, gout, kshape, stride, padding, dilation, groups, dtype):
     """d(loss)/d(weight) of ``gout = conv(inp, weight)``: (O, C / groups, k...), one
     batched GEMM per group over the im2col patches of ``inp``."""
-    nsp = len(kshape)
     n, c = _shape(inp)[:2]
     o = _shape(gout)[1]
     so = _shape(gout)[2:]
@@ -600,11 +599,11 @@ def native_batch_norm_backward(grad_out, x, weight, running_mean, running_var, s
 
 @reg("aten.native_group_norm.default")
 def native_group_norm(x, weight, bias, N, C, HxW, group, eps):
-    xf = np.reshape(_acc(x), (N, group, -1))
+    xf = np.reshape(_acc(x), (N, group, (C // group) * HxW))
     mean = np.mean(xf, axis=2, keepdims=True)
     d = xf - mean
     rstd = ops.rsqrt(np.mean(d * d, axis=2, keepdims=True) + eps)
-    out = np.reshape(d * rstd, (N, C, -1))
+    out = np.reshape(d * rstd, (N, C, HxW))
     if weight is not None:
         out = out * np.reshape(_acc(weight), (1, C, 1))
     if bias is not None:
@@ -615,22 +614,22 @@ def native_group_norm(x, weight, bias, N, C, HxW, group, eps):
 
 @reg("aten.native_group_norm_backward.default")
 def native_group_norm_backward(grad_out, x, mean, rstd, weight, N, C, HxW, group, output_mask):
-    go = np.reshape(_acc(grad_out), (N, C, -1))
-    xf = np.reshape(_acc(x), (N, group, -1))
+    go = np.reshape(_acc(grad_out), (N, C, HxW))
+    xf = np.reshape(_acc(x), (N, group, (C // group) * HxW))
     m = np.reshape(_acc(mean), (N, group, 1))
     r = np.reshape(_acc(rstd), (N, group, 1))
     xhat = (xf - m) * r
     gi = gw = gb = None
     if output_mask[0]:
         g = go * np.reshape(_acc(weight), (1, C, 1)) if weight is not None else go
-        g = np.reshape(g, (N, group, -1))
-        k = _shape(g)[2]
+        k = (C // group) * HxW
+        g = np.reshape(g, (N, group, k))
         gi = r * (g - np.sum(g, axis=2, keepdims=True) / k
                   - xhat * (np.sum(g * xhat, axis=2, keepdims=True) / k))
         gi = cast(np.reshape(gi, _shape(x)), x.dtype)
     wdt = weight.dtype if weight is not None else x.dtype
     if output_mask[1]:
-        gx = go * np.reshape(xhat, (N, C, -1))
+        gx = go * np.reshape(xhat, (N, C, HxW))
         gw = cast(np.sum(gx, axis=(0, 2)), wdt)
     if output_mask[2]:
         gb = cast(np.sum(go, axis=(0, 2)), wdt)

@@ -177,7 +177,8 @@ def _close(got: torch.Tensor, want: torch.Tensor, rel: float, what: str) -> None
     assert torch.isfinite(got).all(), f"{what}: not finite"
     err = float((got.double() - want.double()).norm())
     scale = float(want.double().norm())
-    assert err <= rel * scale + 1e-7, f"{what}: relative error {err / max(scale, 1e-30):.3g} > {rel}"
+    assert err <= rel * scale + 1e-7, \
+        f"{what}: relative error {err / max(scale, 1e-30):.3g} > {rel}"
 
 
 def _cpu(tree: Any) -> Any:
