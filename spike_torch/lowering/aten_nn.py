@@ -137,12 +137,7 @@ def _conv_args(x, stride, padding, dilation, output_padding):
 
 def _conv_supported(node: Any) -> bool:
     x = node.args[0].meta.get("val") if hasattr(node.args[0], "meta") else None
-    return x is not None and x.dim() in (3, 4, 5) and x.dtype != _f64()
-
-
-def _f64():
-    import torch
-    return torch.float64
+    return x is not None and x.dim() in (3, 4, 5)
 
 
 @reg("aten.convolution.default", "aten.convolution_overrideable.default",
@@ -211,7 +206,7 @@ def _conv_backward(grad_output, x, w, stride, padding, dilation, transposed,
 
 def _conv_bw_supported(node: Any) -> bool:
     x = node.args[1].meta.get("val") if hasattr(node.args[1], "meta") else None
-    return x is not None and x.dim() in (3, 4, 5) and x.dtype != _f64()
+    return x is not None and x.dim() in (3, 4, 5)
 
 
 @reg("aten.convolution_backward.default", supports=_conv_bw_supported)

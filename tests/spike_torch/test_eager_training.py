@@ -253,6 +253,7 @@ def _copy(model: nn.Module) -> nn.Module:
     return copy.deepcopy(model)
 
 
+@pytest.mark.slow
 def test_gpt2_eager_training_on_device(nkipy):
     """GPT-2 (2 layers, n_embd 64, vocab 100, sequence 16), AdamW (foreach=False),
     3 steps eagerly on the device: the same losses, gradients and parameters as on
@@ -264,6 +265,7 @@ def test_gpt2_eager_training_on_device(nkipy):
     assert moved["device_calls"] > 0
 
 
+@pytest.mark.slow
 @pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
     "the generic eager path runs native_batch_norm (training) on the CPU without "
     "writing its running statistics back to the device: their update is lost"))
@@ -279,7 +281,8 @@ def test_resnet18_eager_training_on_device(nkipy):
     assert moved["device_calls"] > 0
 
 
-@pytest.mark.parametrize("name", ["gpt2", pytest.param("resnet", marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["gpt2", "resnet"])
 def test_compiled_training_step_fully_lowered(name, monkeypatch, nkipy_cache):
     """The same loops with the loss (forward and backward) compiled by
     torch.compile(backend="nkipy") on CPU tensors: no node is left to a CPU
