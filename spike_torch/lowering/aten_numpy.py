@@ -398,25 +398,6 @@ def addmm(bias, x, y, beta=1, alpha=1):
     return prod + (bias if beta == 1 else bias * beta)
 
 
-def _conv_supported(node: Any) -> bool:
-    x = node.args[0].meta.get("val") if hasattr(node.args[0], "meta") else None
-    transposed = node.args[6] if len(node.args) > 6 else False
-    return x is not None and x.dim() in (3, 4) and not transposed
-
-
-@reg("aten.convolution.default", supports=_conv_supported)
-def convolution(x, w, bias, stride, padding, dilation, transposed, output_padding, groups):
-    if transposed or x.ndim not in (3, 4):
-        raise NotImplementedError("only 1-D and 2-D non-transposed convolutions are supported")
-    if x.ndim == 3:   # 1-D: a 2-D convolution over a height of one
-        out = ops.conv2d(np.expand_dims(x, 2), np.expand_dims(w, 2), bias,
-                         stride=(1, stride[0]), padding=(0, padding[0]),
-                         dilation=(1, dilation[0]), groups=groups)
-        return np.squeeze(out, axis=2)
-    return ops.conv2d(x, w, bias, stride=tuple(stride), padding=tuple(padding),
-                      dilation=tuple(dilation), groups=groups)
-
-
 @reg("aten.embedding.default")
 def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
     return np.take(weight, indices, axis=0)
@@ -838,94 +819,6 @@ def scatter_add(x, dim, index, src):
                 for d in range(x.ndim))
     np.add.at(y, idx, src[tuple(slice(0, n) for n in _shape(index))])
     return y
-
-
-@reg("aten._native_batch_norm_legit_no_training.default")
-def batch_norm_inference(x, weight, bias, running_mean, running_var, momentum, eps):
-    shape = (1, -1) + (1,) * (x.ndim - 2)
-    xf = cast(x, acc_dtype(x))
-    out = (xf - np.reshape(running_mean, shape)) * np.reshape(ops.rsqrt(running_var + eps), shape)
-    if weight is not None:
-        out = out * np.reshape(weight, shape)
-    if bias is not None:
-        out = out + np.reshape(bias, shape)
-    empty = ops.zeros((0,), np.dtype(np.float32))
-    return cast(out, x.dtype), empty, empty
-
-
-@reg("aten.native_group_norm.default")
-def native_group_norm(x, weight, bias, N, C, HxW, group, eps):
-    xf = np.reshape(cast(x, acc_dtype(x)), (N, group, -1))
-    mean = np.mean(xf, axis=2, keepdims=True)
-    d = xf - mean
-    rstd = ops.rsqrt(np.mean(d * d, axis=2, keepdims=True) + eps)
-    out = np.reshape(d * rstd, (N, C, -1))
-    if weight is not None:
-        out = out * np.reshape(weight, (1, C, 1))
-    if bias is not None:
-        out = out + np.reshape(bias, (1, C, 1))
-    return (cast(np.reshape(out, _shape(x)), x.dtype), np.reshape(mean, (N, group)),
-            np.reshape(rstd, (N, group)))
-
-
-def _pool_windows(x, kernel_size, stride, padding, dilation, pad_value):
-    kh, kw = (list(kernel_size) * 2)[:2] if len(kernel_size) == 1 else kernel_size
-    stride = stride or [kh, kw]
-    sh, sw = (list(stride) * 2)[:2] if len(stride) == 1 else stride
-    ph, pw = (list(padding) * 2)[:2] if len(padding) == 1 else padding
-    dh, dw = (list(dilation) * 2)[:2] if len(dilation) == 1 else dilation
-    H, W = _shape(x)[-2:]
-    oh = (H + 2 * ph - dh * (kh - 1) - 1) // sh + 1
-    ow = (W + 2 * pw - dw * (kw - 1) - 1) // sw + 1
-    lead = ((0, 0),) * (x.ndim - 2)
-    xp = np.pad(x, lead + ((ph, ph), (pw, pw)), constant_values=pad_value) if ph or pw else x
-    for i in range(kh):
-        for j in range(kw):
-            r0, c0 = i * dh, j * dw
-            win = xp[..., r0:r0 + sh * (oh - 1) + 1:sh, c0:c0 + sw * (ow - 1) + 1:sw]
-            yield i, j, win, (oh, ow, sh, sw, ph, pw, dh, dw, W)
-
-
-@reg("aten.max_pool2d_with_indices.default")
-def max_pool2d_with_indices(x, kernel_size, stride=(), padding=(0,), dilation=(1,),
-                            ceil_mode=False):
-    if ceil_mode:
-        raise NotImplementedError("max_pool2d with ceil_mode=True is not supported")
-    best = idx = None
-    for i, j, win, (oh, ow, sh, sw, ph, pw, dh, dw, W) in _pool_windows(
-            x, kernel_size, stride, padding, dilation, -np.inf):
-        rows = np.reshape(ops.arange(0, oh, 1, dtype=np.int32) * sh + (i * dh - ph), (oh, 1))
-        cols = np.reshape(ops.arange(0, ow, 1, dtype=np.int32) * sw + (j * dw - pw), (1, ow))
-        pos = rows * W + cols
-        if best is None:
-            best, idx = win, np.broadcast_to(pos, _shape(win))
-        else:
-            take = win > best
-            best = np.where(take, win, best)
-            idx = np.where(take, pos, idx)
-    return best, idx
-
-
-@reg("aten.avg_pool2d.default")
-def avg_pool2d(x, kernel_size, stride=(), padding=(0,), ceil_mode=False,
-               count_include_pad=True, divisor_override=None):
-    if ceil_mode:
-        raise NotImplementedError("avg_pool2d with ceil_mode=True is not supported")
-    total = None
-    n = 0
-    for i, j, win, geo in _pool_windows(x, kernel_size, stride, padding, (1,), 0):
-        total = win if total is None else total + win
-        n += 1
-    oh, ow, sh, sw, ph, pw, dh, dw, W = geo
-    if divisor_override:
-        return total / divisor_override
-    if count_include_pad or not (ph or pw):
-        return total / n
-    ones = ops.ones(_shape(x)[-2:], np.dtype(np.float32))
-    cnt = None
-    for i, j, win, _ in _pool_windows(ones, kernel_size, stride, padding, (1,), 0):
-        cnt = win if cnt is None else cnt + win
-    return total / cnt
 
 
 @reg("aten._transformer_encoder_layer_fwd.default")

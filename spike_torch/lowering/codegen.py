@@ -23,6 +23,7 @@ import torch.fx
 
 from .registry import AtenOpRegistry, target_name
 from . import aten_numpy  # noqa: F401  (registers the entries)
+from . import aten_nn  # noqa: F401  (the neural-network entries)
 
 _RESERVED = {"np", "aten", "os", "nkipy_func", "_DIR"}
 _FLOAT_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16",
