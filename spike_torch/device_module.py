@@ -33,7 +33,7 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 # and a frame of it entered while Dynamo is active (PyTorch's freeze_rng_state
 # calls get_rng_state under no_dispatch(), where compiling a frame asserts) is
 # run as it is. This module is outside torch, so its RNG functions and the
-# device's Python random-fill kernels are wrapped to behave the same way: a
+# device's Python kernels (see Library) are wrapped to behave the same way: a
 # traced call graph-breaks (``_torchdynamo_disable``), the wrapper's own frame is
 # never compiled, and the function runs with Dynamo off (torch._dynamo.disable).
 # Importing torch._dynamo costs about a second, so it is not imported here: while
@@ -48,33 +48,35 @@ def _skip_frames_of(code: Any) -> None:
                                                           ef._FrameAction.DEFAULT))
 
 
-def _dynamo_disabled(fn: _F) -> _F:
+_RNG_REASON = "the nkipy device's RNG state is read and written outside graphs, as torch.cuda's is"
+
+
+def _dynamo_disabled(fn: _F, reason: str = _RNG_REASON) -> _F:
     """``fn`` as Dynamo sees ``torch.cuda.get_rng_state``: never traced or compiled.
 
-    Used on ``torch.nkipy``'s RNG functions and the device's Python kernels of
-    random fills, which read and write generator state outside any graph."""
+    Used on ``torch.nkipy``'s RNG functions (generator state lives outside any
+    graph) and on the device's Python kernels (:class:`Library`)."""
+
+    disabled: List[Callable] = []   # fn under torch._dynamo.disable, made on first need
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         dynamo = sys.modules.get("torch._dynamo")
         if dynamo is None or not hasattr(dynamo, "disable"):
             return fn(*args, **kwargs)
-        disabled = fn.__dict__.get("_nkipy_dynamo_disabled")
-        if disabled is None:
-            disabled = dynamo.disable(fn, recursive=True, wrapping=False)
-            fn._nkipy_dynamo_disabled = disabled  # type: ignore[attr-defined]
-        return disabled(*args, **kwargs)
+        if not disabled:
+            disabled.append(dynamo.disable(fn, recursive=True, wrapping=False))
+        return disabled[0](*args, **kwargs)
 
     wrapper._torchdynamo_disable = True  # type: ignore[attr-defined]
-    wrapper._torchdynamo_disable_msg = (  # type: ignore[attr-defined]
-        "the nkipy device's RNG state is read and written outside graphs, as torch.cuda's is")
+    wrapper._torchdynamo_disable_msg = reason  # type: ignore[attr-defined]
     return wrapper  # type: ignore[return-value]
 
 
 try:
     _skip_frames_of(_dynamo_disabled(lambda: None).__code__)  # one code object for all wrappers
 except (AttributeError, TypeError):  # pragma: no cover - a PyTorch without this hook
-    def _dynamo_disabled(fn: _F) -> _F:  # type: ignore[no-redef]
+    def _dynamo_disabled(fn: _F, reason: str = _RNG_REASON) -> _F:  # type: ignore[no-redef]
         return torch._disable_dynamo(fn)  # lazy import of torch._dynamo on first call
 
 
@@ -88,7 +90,8 @@ class Library(torch.library.Library):
 
     def impl(self, op_name: Any, fn: Callable, dispatch_key: str = "", *args: Any,
              **kwargs: Any) -> None:
-        return super().impl(op_name, _dynamo_disabled(fn), dispatch_key, *args, **kwargs)
+        return super().impl(op_name, _dynamo_disabled(fn, "a kernel of the nkipy device"),
+                            dispatch_key, *args, **kwargs)
 
 
 def is_available() -> bool:
