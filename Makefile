@@ -218,5 +218,29 @@ $(BUILD)/bench_comm: $(RT_SRC) $(RT_HDR) bench/bench_comm.c
 	@mkdir -p $(BUILD)
 	$(CC) $(CFLAGS_OPT) $(RT_SRC) bench/bench_comm.c -o $@ $(LDLIBS)
 
+# ---- Mutation testing (not in `make test`, not in CI) -------------------------
+# mutmut (installed into the venv on first use) mutates the compiler and the
+# ATen lowerings and runs a fast, targeted test selection against each mutant,
+# in a copy of the tree under build/mutation (a mutant never touches the
+# checkout). Narrow it with MUTATE (comma-separated paths) and MUTATION_TESTS,
+# e.g. make mutation MUTATE=nkipy/compiler/passes.py. Report: the killed/
+# survived counts at the end; `cd build/mutation && ../../.venv/bin/python -m
+# mutmut show <id>` prints a mutant. The whole set takes hours on 2 cores.
+MUTATE         ?= nkipy/compiler,spike_torch/lowering
+MUTATION_TESTS ?= tests/nkipy/test_layout_properties.py tests/nkipy/test_compiler_build.py \
+  tests/torch_to_nkipy/test_lowering_samples.py
+MUTATION_DIR   := $(BUILD)/mutation
+
+.PHONY: mutation
+mutation: venv
+	$(PY) -m pip install -q "mutmut>=2.4,<3"
+	rm -rf $(MUTATION_DIR) && mkdir -p $(MUTATION_DIR)
+	tar cf - --exclude=./.git --exclude=./$(BUILD) --exclude=./$(VENV) --exclude=./.mutmut-cache . \
+	  | tar xf - -C $(MUTATION_DIR)
+	cd $(MUTATION_DIR) && export PYTHONPATH=$(abspath $(MUTATION_DIR)) $(GEMM_ENV) && \
+	  { $(abspath $(PY)) -m mutmut run --paths-to-mutate "$(MUTATE)" --simple-output --no-progress \
+	      --runner "$(abspath $(PY)) -m pytest -x -q -p no:cacheprovider $(MUTATION_TESTS)" || true; } && \
+	  $(abspath $(PY)) -m mutmut results
+
 clean:
 	rm -rf $(BUILD) spike/*.so $(SPIKE_TORCH_SO) $(VENV)/.built

@@ -23,7 +23,7 @@ import torch
 
 import spike
 
-from . import _C, _generic
+from . import _C, _generic, device_module
 
 logger = logging.getLogger("spike_torch")
 
@@ -38,7 +38,7 @@ _NP_DTYPES = {torch.float32: np.dtype(np.float32), torch.float16: np.dtype(np.fl
 if _BF16 is not None:
     _NP_DTYPES[torch.bfloat16] = _BF16
 
-_lib = torch.library.Library("aten", "IMPL")
+_lib = device_module.Library("aten", "IMPL")  # kernels never compiled by Dynamo
 _cache: Dict[Tuple[Any, ...], Any] = {}
 _cache_lock = threading.Lock()
 stats = {"device_calls": 0, "compiles": 0}

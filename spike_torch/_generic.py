@@ -48,7 +48,7 @@ import torch
 
 import spike
 
-from . import _C, _env
+from . import _C, _env, device_module
 
 logger = logging.getLogger("spike_torch")
 
@@ -699,7 +699,8 @@ def _signature(names: Sequence[str]) -> Any:
 
 # ---- registration -----------------------------------------------------------------
 
-_fallback_lib = torch.library.Library("_", "IMPL")   # kept alive for the process
+# kept alive for the process; kernels never compiled by Dynamo (device_module.Library)
+_fallback_lib = device_module.Library("_", "IMPL")
 _fallback_lib.fallback(_fallback, "PrivateUse1")
 
 
@@ -730,6 +731,6 @@ def _convolution_backward(grad_output: torch.Tensor, input: torch.Tensor, weight
                  output_padding, groups, list(output_mask)), {})
 
 
-_aten_lib = torch.library.Library("aten", "IMPL")   # kept alive for the process
+_aten_lib = device_module.Library("aten", "IMPL")   # kept alive for the process
 _aten_lib.impl("convolution_overrideable", _convolution, "PrivateUse1")
 _aten_lib.impl("convolution_backward_overrideable", _convolution_backward, "PrivateUse1")

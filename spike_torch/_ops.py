@@ -15,7 +15,7 @@ import torch._decomp
 
 from . import device_module
 
-_lib = torch.library.Library("aten", "IMPL")  # kept alive for the process
+_lib = device_module.Library("aten", "IMPL")  # kept alive; kernels never compiled by Dynamo
 
 
 def _random_fill(method: str) -> Callable[..., torch.Tensor]:

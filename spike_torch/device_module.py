@@ -1,8 +1,10 @@
 """``torch.nkipy``: the device module of the nkipy device, shaped like ``torch.cuda``."""
 from __future__ import annotations
 
+import functools
 import logging
-from typing import Any, Dict, List, Optional, Union
+import sys
+from typing import Any, Callable, Dict, List, Optional, TypeVar, Union
 
 import torch
 
@@ -21,6 +23,79 @@ __all__ = [
 logger = logging.getLogger("spike_torch")
 
 DeviceLike = Union[int, str, torch.device, None]
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+# ---- Dynamo ------------------------------------------------------------------
+#
+# torch.cuda's RNG functions live in torch's own directory, which Dynamo never
+# compiles: a compiled region that calls one graph-breaks and runs it eagerly,
+# and a frame of it entered while Dynamo is active (PyTorch's freeze_rng_state
+# calls get_rng_state under no_dispatch(), where compiling a frame asserts) is
+# run as it is. This module is outside torch, so its RNG functions and the
+# device's Python kernels (see Library) are wrapped to behave the same way: a
+# traced call graph-breaks (``_torchdynamo_disable``), the wrapper's own frame is
+# never compiled, and the function runs with Dynamo off (torch._dynamo.disable).
+# Importing torch._dynamo costs about a second, so it is not imported here: while
+# it is not imported, nothing can compile a frame and the function runs directly.
+
+def _skip_frames_of(code: Any) -> None:
+    """Marks ``code`` so that Dynamo's frame hook runs its frames unchanged (its
+    callees still go through the hook, where the wrapper turns Dynamo off)."""
+    from torch._C._dynamo import eval_frame as ef
+
+    ef.set_code_exec_strategy(code, ef._FrameExecStrategy(ef._FrameAction.SKIP,
+                                                          ef._FrameAction.DEFAULT))
+
+
+_RNG_REASON = "the nkipy device's RNG state is read and written outside graphs, as torch.cuda's is"
+
+
+def _dynamo_disabled(fn: _F, reason: str = _RNG_REASON) -> _F:
+    """``fn`` as Dynamo sees ``torch.cuda.get_rng_state``: never traced or compiled.
+
+    Used on ``torch.nkipy``'s RNG functions (generator state lives outside any
+    graph) and on the device's Python kernels (:class:`Library`)."""
+
+    disabled: List[Callable] = []   # fn under torch._dynamo.disable, made on first need
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        dynamo = sys.modules.get("torch._dynamo")
+        if dynamo is None or not hasattr(dynamo, "disable"):
+            return fn(*args, **kwargs)
+        if not disabled:
+            disabled.append(dynamo.disable(fn, recursive=True, wrapping=False))
+        return disabled[0](*args, **kwargs)
+
+    wrapper._torchdynamo_disable = True  # type: ignore[attr-defined]
+    wrapper._torchdynamo_disable_msg = reason  # type: ignore[attr-defined]
+    return wrapper  # type: ignore[return-value]
+
+
+try:
+    _skip_frames_of(_dynamo_disabled(lambda: None).__code__)  # one code object for all wrappers
+except (AttributeError, TypeError):  # pragma: no cover - a PyTorch without this hook
+    def _dynamo_disabled(fn: _F, reason: str = _RNG_REASON) -> _F:  # type: ignore[no-redef]
+        return torch._disable_dynamo(fn)  # lazy import of torch._dynamo on first call
+
+
+class Library(torch.library.Library):
+    """``torch.library.Library`` whose Python kernels Dynamo never compiles.
+
+    The device's Python kernels (eager device kernels, random fills) run when a
+    compiled region hands an op back to eager mode (a graph break); Dynamo's
+    frame hook is still on there and would otherwise trace the kernel's own
+    Python (kernel compilation, generator state) as user code."""
+
+    def impl(self, op_name: Any, fn: Callable, dispatch_key: str = "", *args: Any,
+             **kwargs: Any) -> None:
+        return super().impl(op_name, _dynamo_disabled(fn, "a kernel of the nkipy device"),
+                            dispatch_key, *args, **kwargs)
+
+    def fallback(self, fn: Callable, dispatch_key: str = "", *, with_keyset: bool = False) -> None:
+        return super().fallback(_dynamo_disabled(fn, "the nkipy device's fallback"),
+                                dispatch_key, with_keyset=with_keyset)
 
 
 def is_available() -> bool:
@@ -194,6 +269,7 @@ class _DefaultGenerators:
     def __len__(self) -> int:
         return device_count()
 
+    @_dynamo_disabled
     def __getitem__(self, index: int) -> torch.Generator:
         return default_generator(index)
 
@@ -201,42 +277,51 @@ class _DefaultGenerators:
 default_generators = _DefaultGenerators()
 
 
+@_dynamo_disabled
 def manual_seed(seed: int) -> None:
     """Seeds the current device's default generator."""
     default_generator().manual_seed(int(seed))
 
 
+@_dynamo_disabled
 def manual_seed_all(seed: int) -> None:
     """Seeds every device's default generator (called by ``torch.manual_seed``)."""
     for i in range(device_count()):
         default_generator(i).manual_seed(int(seed))
 
 
+@_dynamo_disabled
 def seed() -> None:
     default_generator().seed()
 
 
+@_dynamo_disabled
 def seed_all() -> None:
     for i in range(device_count()):
         default_generator(i).seed()
 
 
+@_dynamo_disabled
 def initial_seed() -> int:
     return default_generator().initial_seed()
 
 
+@_dynamo_disabled
 def get_rng_state(dev: DeviceLike = None) -> torch.Tensor:
     return default_generator(_device_index(dev)).get_state()
 
 
+@_dynamo_disabled
 def set_rng_state(new_state: torch.Tensor, dev: DeviceLike = None) -> None:
     default_generator(_device_index(dev)).set_state(new_state)
 
 
+@_dynamo_disabled
 def get_rng_state_all() -> List[torch.Tensor]:
     return [get_rng_state(i) for i in range(device_count())]
 
 
+@_dynamo_disabled
 def set_rng_state_all(new_states: List[torch.Tensor]) -> None:
     for i, state in enumerate(new_states):
         set_rng_state(state, i)

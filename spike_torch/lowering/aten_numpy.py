@@ -722,7 +722,16 @@ def scatter(x, dim, index, value):
         value = value[tuple(slice(0, n) for n in _shape(index))]
     src = np.broadcast_to(cast(value, x.dtype), _shape(index)) if not hasattr(value, "shape") \
         or _shape(value) != _shape(index) else value
-    return ops.scatter_along_axis(x, index, src, dim % x.ndim)
+    dim = dim % x.ndim
+    if any(n != m for d, (n, m) in enumerate(zip(_shape(index), _shape(x))) if d != dim):
+        # an index smaller than x off dim: it addresses x's leading block there
+        y = np.copy(x)
+        y[tuple(index if d == dim else
+                np.reshape(ops.arange(0, _shape(index)[d], 1, dtype=np.int32),
+                           tuple(-1 if k == d else 1 for k in range(x.ndim)))
+                for d in range(x.ndim))] = src
+        return y
+    return ops.scatter_along_axis(x, index, src, dim)
 
 
 @reg("aten.tril.default")
