@@ -3,14 +3,14 @@
 When compiling takes longer than :data:`DELAY_S` (2 s), one line on standard
 error, redrawn in place a few times a second, says what is happening::
 
-    nkipy: compiling kernel 4 (forward.fused_3): 3 done, 5 left; C compile 2.4 s; 6.1 s
+    nkipy: compiling forward.fused_3 (1.2 s): 3 kernels done, 5 left; C compile 2.4 s; 6.1 s
 
 *done* counts kernels built (compiled, or loaded from the cache) since the compile
 began, *left* the compiled graphs created meanwhile whose kernel is not built yet
 (graphs compile lazily, on their first call), *C compile* the time nkipy spent
 turning kernels into NEFFs (its IR passes, C generation and the C compiler). The
 line is finished with a summary when no kernel build follows within
-:data:`IDLE_END_S`. Nothing is shown when standard error is not a terminal (a
+:data:`IDLE_END_S` (at once when no compiled graph is left to build). Nothing is shown when standard error is not a terminal (a
 pipe, a file, a CI log), and nothing at all with ``NKIPY_PROGRESS=0`` or
 :func:`set_enabled(False) <set_enabled>`.
 
@@ -80,11 +80,16 @@ class _Session:
         self.shown = False
         self.closed = False
 
-    def line(self, now: float) -> str:
+    def line(self, now: float, final: bool = False) -> str:
         what = next(iter(self.active.values()), None)
-        head = f"nkipy: {what}: " if what else "nkipy: compiled: "
+        if final:
+            head = "nkipy: compiled: "
+        elif what:
+            head = f"nkipy: {what[0]} ({now - what[1]:.1f} s): "
+        else:
+            head = "nkipy: compiling: "
         text = f"{head}{self.done} kernel{'s' if self.done != 1 else ''} done"
-        if self.pending or what:
+        if not final:
             text += f", {len(self.pending)} left"
         if self.cached:
             text += f" ({self.cached} from the cache or shared)"
@@ -94,7 +99,7 @@ class _Session:
         if self.stream is None:
             return
         try:
-            self.stream.write("\r" + self.line(now) + "\x1b[K" + ("\n" if final else ""))
+            self.stream.write("\r" + self.line(now, final) + "\x1b[K" + ("\n" if final else ""))
             self.stream.flush()
         except (OSError, ValueError):   # the terminal went away: stop showing
             self.stream = None
@@ -167,7 +172,7 @@ def building(graph: Any, what: str) -> Iterator["_Build"]:
     with _lock:
         s = _open()
         token = object()
-        s.active[id(token)] = what
+        s.active[id(token)] = (what, time.monotonic())
     b = _Build(s, graph)
     try:
         yield b
@@ -176,8 +181,10 @@ def building(graph: Any, what: str) -> Iterator["_Build"]:
             s.active.pop(id(token), None)
             s.pending.discard(id(graph))
             s.last_end = time.monotonic()
-            if s.stream is None and not s.active:
-                _close(s, s.last_end)   # nothing is shown: no ticker to end it
+            if not s.active and (s.stream is None or not s.pending):
+                # nothing left to build (or nothing shown): the line ends now, before
+                # the caller prints anything; else the ticker ends it when idle
+                _close(s, s.last_end)
 
 
 @contextlib.contextmanager
@@ -186,7 +193,7 @@ def tracing(what: str = "tracing the graph") -> Iterator[None]:
     with _lock:
         s = _open()
         token = object()
-        s.active[id(token)] = what
+        s.active[id(token)] = (what, time.monotonic())
     try:
         yield
     finally:
