@@ -384,8 +384,14 @@ def nkipy_backend_fn(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
     def fw(g: torch.fx.GraphModule, ex: Sequence[Any]) -> Callable[..., Any]:
         return compile_fx_graph(g, "forward", opts, example_inputs=ex)
 
+    @torch._dynamo.disable(reason="do not trace the nkipy backward compiler")
     def bw(g: torch.fx.GraphModule, ex: Sequence[Any]) -> Callable[..., Any]:
-        return compile_fx_graph(g, "backward", opts, example_inputs=ex)
+        # The backward is compiled and run when autograd first calls it, from the
+        # user's frame, where Dynamo is active: like torch's own aot_autograd
+        # backends, keep Dynamo out of both (it would otherwise trace the kernel
+        # build, nkipy's tracer included, and hit its recompile limit).
+        return torch._dynamo.disable(compile_fx_graph(g, "backward", opts, example_inputs=ex),
+                                     reason="do not trace the nkipy backward pass")
 
     with progress.tracing():
         return aot_module_simplified(gm, example_inputs, fw_compiler=fw, bw_compiler=bw,
