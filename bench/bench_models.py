@@ -202,7 +202,9 @@ def _whisper(small: bool):
     cfg = _hf("WhisperConfig")(d_model=256, encoder_layers=2, encoder_attention_heads=4,
                                encoder_ffn_dim=1024, decoder_layers=1,
                                decoder_attention_heads=4, num_mel_bins=80,
-                               max_source_positions=200, dropout=0.0, vocab_size=512)
+                               max_source_positions=200, dropout=0.0, vocab_size=512,
+                               pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                               decoder_start_token_id=3)
     enc = _hf("WhisperModel")(cfg).get_encoder()
     return enc, (torch.randn(1, 80, 400),)
 
@@ -535,6 +537,10 @@ def render_md(result: Dict[str, Any], png: Optional[str]) -> str:
             lines.append(f"- {c['label']}: " + ", ".join(
                 f"{v} max diff {d:.2e}" for v, d in c["wrong"].items())
                 + f" (tolerance {c['tolerance']:.1e})")
+    if result.get("failed"):
+        lines += ["", "## Failures (bugs, no row)", ""]
+        for k, msg in result["failed"].items():
+            lines.append(f"- {ALL_MODELS[k]['label']}: `{msg}`")
     lines += ["", "## Where a CPU-tensor call's time goes", "",
               "The nkipy CPU variant timed once more with the time inside kernel calls "
               "(`Executor.run`: copying CPU inputs and weights into device buffers, the "
@@ -678,6 +684,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     t_start = time.perf_counter()
     cases: List[Dict[str, Any]] = []
     skipped: Dict[str, str] = {}
+    failed: Dict[str, str] = {}
     try:
         host = btc.host_info()
         print(f"torch {torch.__version__}: {host['torch_threads']} torch threads, "
@@ -692,6 +699,12 @@ def main(argv: Optional[List[str]] = None) -> int:
             except ImportError as exc:
                 print(f"  skipped: {exc}", flush=True)
                 skipped[k] = str(exc)
+                continue
+            except Exception as exc:   # a compile error is a bug to report, not a row
+                msg = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+                print(f"  FAILED: {msg}", flush=True)
+                failed[k] = msg
+                torch._dynamo.reset()
                 continue
             ms = r["ms"]
             print(f"  eager {ms['eager']:.3f} ms, nkipy {ms['nkipy']:.3f} ms "
@@ -708,7 +721,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     gm = summarise(cases) if cases else {}
     result = {"host": host, "baseline_backend": args.baseline, "rounds": rounds, "batch_s": batch_s, "quick": args.quick,
               "small": args.small, "tolerance": TOL, "warm_up_s": warm, "cases": cases,
-              "skipped": skipped, "geomean": gm,
+              "skipped": skipped, "failed": failed, "geomean": gm,
               "targets": targets(cases, gm) if cases else [],
               "total_s": round(time.perf_counter() - t_start, 1)}
     out = Path(args.out)
@@ -720,8 +733,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     print((out / "models.md").read_text())
     print(f"total {result['total_s']:.0f} s")
     wrong = [c["key"] for c in cases if c["wrong"]]
-    if wrong:
-        print(f"WRONG RESULTS (bugs): {', '.join(wrong)}", file=sys.stderr)
+    if wrong or failed:
+        print(f"WRONG RESULTS OR FAILURES (bugs): {', '.join(wrong + list(failed))}",
+              file=sys.stderr)
         return 1
     return 0
 
