@@ -605,7 +605,8 @@ def render_md(result: Dict[str, Any], png: Optional[str]) -> str:
             f"- **The host was busy**: other processes kept a median {loads[len(loads) // 2]:.1f} "
             f"of its {h['cpus']} CPUs busy while models were timed. Eager and inductor "
             "(torch's OpenMP threads) can slow several-fold on a contended host, and cold "
-            "compiles stretch; interleaving keeps the ratios comparable within a row, but these are "
+            "compiles stretch; interleaving keeps the ratios comparable within a row, but "
+            "these are "
             "not quiet-host figures: rerun `make bench` on an idle machine to quote them.")
     if result.get("skipped"):
         lines.append("- Skipped: " + "; ".join(f"{k}: {v}" for k, v in
@@ -738,7 +739,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         shutil.rmtree(nkipy_cache, ignore_errors=True)
         shutil.rmtree(btc._INDUCTOR_CACHE, ignore_errors=True)
     gm = summarise(cases) if cases else {}
-    result = {"host": host, "baseline_backend": args.baseline, "rounds": rounds, "batch_s": batch_s, "quick": args.quick,
+    result = {"host": host, "baseline_backend": args.baseline, "rounds": rounds,
+              "batch_s": batch_s, "quick": args.quick,
               "small": args.small, "tolerance": TOL, "warm_up_s": warm, "cases": cases,
               "skipped": skipped, "failed": failed, "geomean": gm,
               "targets": targets(cases, gm) if cases else [],

@@ -10,8 +10,9 @@ began, *left* the compiled graphs created meanwhile whose kernel is not built ye
 (graphs compile lazily, on their first call), *C compile* the time nkipy spent
 turning kernels into NEFFs (its IR passes, C generation and the C compiler). The
 line is finished with a summary when no kernel build follows within
-:data:`IDLE_END_S` (at once when no compiled graph is left to build). Nothing is shown when standard error is not a terminal (a
-pipe, a file, a CI log), and nothing at all with ``NKIPY_PROGRESS=0`` or
+:data:`IDLE_END_S` (at once when no compiled graph is left to build).
+Nothing is shown when standard error is not a terminal (a pipe, a file, a CI
+log), and nothing at all with ``NKIPY_PROGRESS=0`` or
 :func:`set_enabled(False) <set_enabled>`.
 
 This is the one place in the backend that writes to the terminal; everything
