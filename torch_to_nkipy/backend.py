@@ -21,6 +21,7 @@ from spiky.profiling import ExecutionProfile, ntff_path
 from spiky.stats import record_compile
 
 from . import kernel as kernel_mod
+from . import progress
 from .config import is_nkipy_backend_initialized, require_nkipy_backend_config
 from .dynamic import dynamic_signature
 from .executor import PadCall
@@ -67,6 +68,7 @@ class CompiledGraph:
         self._static: Optional[kernel_mod.NKIPyKernel] = None
         self.sig = dynamic_signature(gm)
         self.buckets: Optional[List[int]] = None
+        progress.graph_created(self)
         if self.sig is not None:
             if self.sig.hazard:
                 log.warning("%s graph: not padding the dynamic size %s (%s); compiling each "
@@ -93,10 +95,12 @@ class CompiledGraph:
                 log.info("compiling %s graph for %s", self.role, what)
             start = time.monotonic_ns()
             made = kernel_mod.STATS["kernels"]
-            k = kernel_mod.build_kernel(self.gm, make_args(), cfg.nkipy_cache,
-                                       compiler_args=self._compiler_args(cfg),
-                                       core_id=cfg.device_core, rank=cfg.rank,
-                                       world_size=cfg.world_size)
+            with progress.building(self, f"compiling {self.role}") as shown:
+                k = kernel_mod.build_kernel(self.gm, make_args(), cfg.nkipy_cache,
+                                           compiler_args=self._compiler_args(cfg),
+                                           core_id=cfg.device_core, rank=cfg.rank,
+                                           world_size=cfg.world_size)
+                shown.built(k, new=kernel_mod.STATS["kernels"] != made)
             self._compile_span = (start, time.monotonic_ns())
             if kernel_mod.STATS["kernels"] != made:   # not a kernel shared with another graph
                 record_compile()
@@ -380,12 +384,19 @@ def nkipy_backend_fn(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
     def fw(g: torch.fx.GraphModule, ex: Sequence[Any]) -> Callable[..., Any]:
         return compile_fx_graph(g, "forward", opts, example_inputs=ex)
 
+    @torch._dynamo.disable(reason="do not trace the nkipy backward compiler")
     def bw(g: torch.fx.GraphModule, ex: Sequence[Any]) -> Callable[..., Any]:
-        return compile_fx_graph(g, "backward", opts, example_inputs=ex)
+        # The backward is compiled and run when autograd first calls it, from the
+        # user's frame, where Dynamo is active: like torch's own aot_autograd
+        # backends, keep Dynamo out of both (it would otherwise trace the kernel
+        # build, nkipy's tracer included, and hit its recompile limit).
+        return torch._dynamo.disable(compile_fx_graph(g, "backward", opts, example_inputs=ex),
+                                     reason="do not trace the nkipy backward pass")
 
-    return aot_module_simplified(gm, example_inputs, fw_compiler=fw, bw_compiler=bw,
-                                 decompositions=decompositions(),
-                                 keep_inference_input_mutations=True)
+    with progress.tracing():
+        return aot_module_simplified(gm, example_inputs, fw_compiler=fw, bw_compiler=bw,
+                                     decompositions=decompositions(),
+                                     keep_inference_input_mutations=True)
 
 
 def _register() -> None:
