@@ -261,10 +261,14 @@ def _warn(info: _OpInfo) -> None:
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
+_DYNAMO_DIR = os.path.join(os.path.dirname(torch.__file__), "_dynamo") + os.sep
+
+
 def _user_level() -> int:
-    """The ``stacklevel`` of the first frame outside spike_torch (the user's call)."""
+    """The ``stacklevel`` of the first frame outside spike_torch (the user's call),
+    past the Dynamo wrapper the kernels are registered under (device_module.Library)."""
     level, frame = 1, sys._getframe(1)
-    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+    while frame is not None and frame.f_code.co_filename.startswith((_PACKAGE_DIR, _DYNAMO_DIR)):
         level += 1
         frame = frame.f_back
     return level
