@@ -98,6 +98,14 @@ def clear_fallback_warnings() -> None:
 
 # ---- what an op is ----------------------------------------------------------------
 
+#: Arguments an op's CPU kernel writes without its schema saying so (PyTorch's
+#: native_batch_norm and its out= form update the running statistics in
+#: training): the CPU path writes them back like any mutated argument.
+_UNMARKED_WRITES: Dict[str, Tuple[Tuple[int, str], ...]] = {
+    "aten::native_batch_norm": ((3, "running_mean"), (4, "running_var")),
+}
+
+
 class _OpInfo:
     """What the schema of one op overload says, computed once per op."""
 
@@ -123,6 +131,10 @@ class _OpInfo:
         self.mutable: List[Tuple[int, str]] = [
             (i, a.name) for i, a in enumerate(args)
             if a.alias_info is not None and a.alias_info.is_write]
+        # Ops whose kernels write arguments their schema does not mark: batch norm
+        # in training updates running_mean/running_var in place.
+        self.mutable += [m for m in _UNMARKED_WRITES.get(schema.name, ())
+                         if m not in self.mutable]
         #: per return: the (position, name) of the argument it aliases, or None
         self.ret_alias: List[Optional[Tuple[int, str]]] = []
         for r in schema.returns:
@@ -365,6 +377,13 @@ def _decompositions() -> Dict[Any, Any]:
         for o in list(table):
             if str(o) in KEEP_UNDECOMPOSED:
                 del table[o]
+        # batch norm in training writes its running statistics without its schema
+        # saying so (_UNMARKED_WRITES); its decomposition writes them with copy_,
+        # which functionalization turns into updates the plan makes on the device
+        from torch._decomp import decomposition_table
+
+        for o in (torch.ops.aten.native_batch_norm.default,):
+            table[o] = decomposition_table[o]
         _decomp_table = table
     return _decomp_table
 

@@ -37,13 +37,9 @@ STEPS = 3
 #: steps (the names its warning gives), and why:
 #: - gpt2: ``cat`` of GPT-2's empty key/value cache with the new keys (the generic
 #:   eager path refuses zero-size inputs);
-#: - resnet: ``native_batch_norm`` in training mode, which updates its running
-#:   statistics although its schema does not declare them mutated: the generic
-#:   path traces it without a decomposition, and the registry lowers only its
-#:   functional form (``_native_batch_norm_legit_functional``).
 EXPECTED_FALLBACK: Dict[str, set] = {
     "gpt2": {"aten::cat.out"},
-    "resnet": {"aten::native_batch_norm"},
+    "resnet": set(),
 }
 
 
@@ -266,9 +262,6 @@ def test_gpt2_eager_training_on_device(nkipy):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "the generic eager path runs native_batch_norm (training) on the CPU without "
-    "writing its running statistics back to the device: their update is lost"))
 def test_resnet18_eager_training_on_device(nkipy):
     """resnet18-shaped CNN (width 8, 32x32 input), SGD with momentum
     (foreach=False), 3 steps eagerly on the device: same losses, gradients,

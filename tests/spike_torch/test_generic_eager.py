@@ -283,3 +283,32 @@ def test_kernel_that_does_not_compile_runs_on_the_cpu_with_a_warning(monkeypatch
     assert stats()["cpu_fallback_calls"] == before["cpu_fallback_calls"] + 1
     assert any("eager aten::cosh" in m and "on the CPU: CompileError: the C compiler said no" in m
                for m in caplog.messages), caplog.messages
+
+
+def test_batch_norm_training_updates_running_statistics():
+    """native_batch_norm writes running_mean/running_var without its schema saying
+    so; whichever path runs it, the device's running statistics follow the CPU's."""
+    import spike_torch
+
+    torch.manual_seed(0)
+    bn, bnd = torch.nn.BatchNorm2d(3), torch.nn.BatchNorm2d(3).to("nkipy")
+    x = torch.randn(4, 3, 5, 5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(2):
+            y, yd = bn(x), bnd(x.to("nkipy"))
+    torch.testing.assert_close(yd.cpu(), y)
+    torch.testing.assert_close(bnd.running_mean.cpu(), bn.running_mean)
+    torch.testing.assert_close(bnd.running_var.cpu(), bn.running_var)
+    assert not torch.equal(bnd.running_var.cpu(), torch.ones(3))
+    before = spike_torch.op_stats()["cpu_fallback_calls"]
+    for _ in range(2):
+        y, yd = bn(x), bnd(x.to("nkipy"))
+    plain, plaind = (torch.nn.BatchNorm2d(3, track_running_stats=False) for _ in range(2))
+    plaind.to("nkipy")
+    torch.testing.assert_close(plaind(x.to("nkipy")).cpu(), plain(x), rtol=1e-5, atol=1e-5)
+    assert spike_torch.op_stats()["cpu_fallback_calls"] == before   # training: on the device
+    torch.testing.assert_close(bnd.running_var.cpu(), bn.running_var)
+    bn.eval(), bnd.eval()   # the running statistics, not the batch's (zero-size saved
+    # statistics: the CPU path today)
+    torch.testing.assert_close(bnd(x.to("nkipy")).cpu(), bn(x), rtol=1e-5, atol=1e-5)
