@@ -614,3 +614,249 @@ def narrow_copy(x, dim, start, length):
 @reg("aten.new_empty_strided.default")
 def new_empty_strided(x, size, stride, dtype=None, layout=None, device=None, pin_memory=None):
     return ops.zeros(tuple(size), dtype or x.dtype)
+
+
+# ---- more special functions --------------------------------------------------------
+
+def _bessel_i(x, order: int, scaled: bool):
+    """I0 / I1 (Abramowitz and Stegun 9.8.1-4, relative error below 2.2e-7),
+    ``scaled``: times exp(-|x|) (computed without overflow)."""
+    x = _fl(x)
+    a = np.abs(x)
+    t = a / 3.75
+    t2 = t * t
+    if order == 0:
+        small = 1.0 + t2 * (3.5156229 + t2 * (3.0899424 + t2 * (1.2067492 + t2 * (
+            0.2659732 + t2 * (0.0360768 + t2 * 0.0045813)))))
+        coef = (0.39894228, 0.01328592, 0.00225319, -0.00157565, 0.00916281, -0.02057706,
+                0.02635537, -0.01647633, 0.00392377)
+    else:
+        small = x * (0.5 + t2 * (0.87890594 + t2 * (0.51498869 + t2 * (0.15084934 + t2 * (
+            0.02658733 + t2 * (0.00301532 + t2 * 0.00032411))))))
+        coef = (0.39894228, -0.03988024, -0.00362018, 0.00163801, -0.01031555, 0.02282967,
+                -0.02895312, 0.01787654, -0.00420059)
+    am = np.maximum(a, 3.75)
+    u = 3.75 / am
+    poly = coef[-1]
+    for c in coef[-2::-1]:
+        poly = poly * u + c
+    big = poly / np.sqrt(am)                     # I(x) exp(-|x|) for |x| >= 3.75
+    if order == 1:
+        big = np.where(x < 0, -big, big)
+    if scaled:
+        return np.where(a < 3.75, small * np.exp(-a), big)
+    return np.where(a < 3.75, small, big * np.exp(am))
+
+
+@reg("aten.special_i0e.default")
+def i0e(x):
+    return _bessel_i(x, 0, True)
+
+
+@reg("aten.special_i1.default", "aten.special_modified_bessel_i1.default")
+def i1(x):
+    return _bessel_i(x, 1, False)
+
+
+@reg("aten.special_i1e.default")
+def i1e(x):
+    return _bessel_i(x, 1, True)
+
+
+@reg("aten.special_modified_bessel_i0.default")
+def modified_bessel_i0(x):
+    return _bessel_i(x, 0, False)
+
+
+@reg("aten.special_spherical_bessel_j0.default")
+def spherical_bessel_j0(x):
+    x = _fl(x)
+    r = np.where(x == 0, 1.0, np.sin(x) / np.where(x == 0, 1.0, x))
+    return np.where(np.isinf(x), 0.0, r)
+
+
+@reg("aten.special_erfcx.default")
+def erfcx(x):
+    """exp(x^2) erfc(x), in float64 (erfc underflows where exp(x^2) overflows
+    only beyond x = 26; the asymptotic series takes over from 25)."""
+    xd = x.astype(np.float64) if hasattr(x, "dtype") else x
+    near = np.exp(xd * xd) * ops.erfc(np.minimum(xd, 25.0))
+    xa = np.maximum(xd, 25.0)
+    inv2 = 1.0 / (xa * xa)
+    far = (1.0 - 0.5 * inv2 * (1.0 - 1.5 * inv2 * (1.0 - 2.5 * inv2))) / (xa * 1.7724538509055159)
+    return np.where(xd < 25.0, near, far)
+
+
+@reg("aten.frexp.Tensor")
+def frexp(x):
+    """Mantissa in [0.5, 1) and exponent: floor(log2|x|) + 1, corrected by one
+    where log2 rounded across a power of two; 0, inf and NaN keep e = 0."""
+    xf = _fl(x)
+    a = np.abs(xf)
+    finite = np.isfinite(xf) & (xf != 0)
+    safe = np.where(finite, a, 1.0)
+    e = np.floor(np.log2(safe)) + 1.0
+    m = safe / np.power(2.0, e)
+    e = np.where(m >= 1.0, e + 1.0, np.where(m < 0.5, e - 1.0, e))
+    m = safe / np.power(2.0, e)
+    e = np.where(finite, e, 0.0)
+    mant = np.where(finite, np.where(xf < 0, -m, m), xf)
+    return mant, e.astype(np.int32)
+
+
+# ---- scatter reductions, segments, histograms ------------------------------------------------
+
+def _scatter_reduce_ok(node: Any) -> bool:
+    v = _val(node.args[0])
+    red = _arg(node, 4, "reduce") if "two" in str(node.target) else node.kwargs.get("reduce")
+    return v is not None and v.dim() >= 1 and red in ("sum", "prod", "mean", "amax", "amin",
+                                                       "add", "multiply") and (
+        red != "mean" or v.is_floating_point())
+
+
+def _scatter_reduce(x, dim, index, src, reduce, include_self):
+    """One-hot over the target positions of each index along ``dim``, reduced
+    over the index positions; only the index's leading block of x changes."""
+    dim = dim % x.ndim
+    ish = _shape(index)
+    if 0 in ish:
+        return np.copy(x)
+    region = tuple(slice(0, n) if d != dim else slice(None) for d, n in enumerate(ish))
+    xr = np.moveaxis(x[region], dim, -1)                                  # (..., N)
+    n = _shape(xr)[-1]
+    it = np.moveaxis(index.astype(np.int64), dim, -1)                      # (..., K)
+    st = np.moveaxis(src[tuple(slice(0, k) for k in ish)], dim, -1)
+    hot = np.reshape(ops.arange(0, n, 1, dtype=np.int64), (n, 1)) == np.expand_dims(it, -2)
+    sv = np.expand_dims(st, -2)                                            # (..., 1, K)
+    hit = np.any(hot, axis=-1)                                             # (..., N)
+    kind = _kind(x)
+    if reduce in ("sum", "add", "mean"):
+        r = np.sum(np.where(hot, sv, np.zeros_like(sv)), axis=-1)
+        if reduce == "mean":
+            cnt = np.sum(hot.astype(x.dtype), axis=-1)
+            r = (r + xr) / (cnt + 1) if include_self else r / np.maximum(cnt, 1)
+        elif include_self:
+            r = r + xr
+    elif reduce in ("prod", "multiply"):
+        r = np.prod(np.where(hot, sv, np.ones_like(sv)), axis=-1)
+        if include_self:
+            r = r * xr
+    else:
+        big = math.inf if kind == "f" else np.iinfo(x.dtype).max
+        pad = big if reduce == "amin" else -big
+        pad = pad if kind == "f" else np.full((), pad, dtype=x.dtype)
+        r = (np.max if reduce == "amax" else np.min)(np.where(hot, sv, pad), axis=-1)
+        if include_self:
+            r = (np.maximum if reduce == "amax" else np.minimum)(r, xr)
+    out = np.where(hit, cast_like(r, x), xr)
+    y = np.copy(x)
+    y[region] = np.moveaxis(out, -1, dim)
+    return y
+
+
+@reg("aten.scatter_reduce.two", supports=_scatter_reduce_ok)
+def scatter_reduce(x, dim, index, src, reduce, include_self=True):
+    return _scatter_reduce(x, dim, index, src, reduce, include_self)
+
+
+@reg("aten.scatter.reduce", "aten.scatter.value_reduce", supports=_scatter_reduce_ok)
+def scatter_with_reduce(x, dim, index, src, reduce):
+    if not hasattr(src, "shape"):
+        src = ops.full(_shape(index), src, x.dtype)
+    return _scatter_reduce(x, dim, index, src, reduce, True)
+
+
+def _segment_ok(node: Any) -> bool:
+    data = _val(node.args[0])
+    lengths, offsets = node.kwargs.get("lengths"), node.kwargs.get("offsets")
+    seg = lengths if lengths is not None else offsets
+    return (data is not None and node.kwargs.get("indices") is None and
+            node.kwargs.get("axis", 0) == 0 and seg is not None and _val(seg) is not None
+            and _val(seg).dim() == 1 and data.dim() >= 1 and data.is_floating_point())
+
+
+@reg("aten.segment_reduce.default", supports=_segment_ok)
+def segment_reduce(data, reduce, lengths=None, indices=None, offsets=None, axis=0,
+                   unsafe=False, initial=None):
+    """Reduction of consecutive segments of dim 0 (lengths or offsets): a
+    one-hot of rows to segments, reduced over the rows."""
+    if offsets is not None:
+        starts, ends = offsets[:-1], offsets[1:]
+    else:
+        ends = np.cumsum(lengths.astype(np.int64))
+        starts = ends - lengths.astype(np.int64)
+    s, n = _shape(starts)[0], _shape(data)[0]
+    rows = np.reshape(ops.arange(0, n, 1, dtype=np.int64), (1, n))
+    hot = (rows >= np.reshape(starts.astype(np.int64), (s, 1))) & \
+        (rows < np.reshape(ends.astype(np.int64), (s, 1)))                  # (S, N)
+    rest = _shape(data)[1:]
+    h = np.reshape(hot, (s, n) + (1,) * len(rest))
+    d = np.expand_dims(_fl(data), 0)                                        # (1, N, ...)
+    cnt = np.reshape(np.sum(hot.astype(d.dtype), axis=1), (s,) + (1,) * len(rest))
+    if reduce in ("sum", "mean"):
+        r = np.sum(np.where(h, d, np.zeros_like(d)), axis=1)
+        if initial is not None:
+            r = r + initial
+        if reduce == "mean":
+            r = np.where(cnt > 0, r / np.maximum(cnt, 1.0),
+                         math.nan if initial is None else initial)
+    elif reduce == "prod":
+        r = np.prod(np.where(h, d, np.ones_like(d)), axis=1)
+        if initial is not None:
+            r = r * initial
+    else:
+        pad = -math.inf if reduce == "max" else math.inf
+        r = (np.max if reduce == "max" else np.min)(np.where(h, d, pad), axis=1)
+        if initial is not None:
+            r = (np.maximum if reduce == "max" else np.minimum)(r, initial)
+    return r
+
+
+def _histc_ok(node: Any) -> bool:
+    v = _val(node.args[0])
+    return v is not None and v.is_floating_point()
+
+
+@reg("aten.histc.default", supports=_histc_ok)
+def histc(x, bins=100, min=0, max=0):
+    """Counts of equal-width bins over [min, max] (the data's range when
+    min == max); the top edge belongs to the last bin, values outside count
+    nowhere."""
+    xf = np.reshape(_fl(x), (-1,))
+    if _shape(xf)[0] == 0:
+        return ops.zeros((bins,), xf.dtype)
+    lo, hi = min, max
+    if lo == hi:
+        lo, hi = np.min(xf), np.max(xf)
+        same = lo == hi
+        lo, hi = np.where(same, lo - 1.0, lo), np.where(same, hi + 1.0, hi)
+    pos = np.floor((xf - lo) * bins / (hi - lo))
+    pos = np.where(xf == hi, bins - 1.0, pos)
+    inside = (xf >= lo) & (xf <= hi)
+    hot = (np.reshape(pos, (1, -1)) == np.reshape(ops.arange(0, bins, 1, dtype=xf.dtype), (-1, 1))) \
+        & np.reshape(inside, (1, -1))
+    return np.sum(hot.astype(xf.dtype), axis=1)
+
+
+# ---- products and distances ---------------------------------------------------------
+
+@reg("aten._trilinear.default")
+def trilinear(i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1):
+    for d in expand1:
+        i1 = np.expand_dims(i1, d)
+    for d in expand2:
+        i2 = np.expand_dims(i2, d)
+    for d in expand3:
+        i3 = np.expand_dims(i3, d)
+    p = i1 * i2 * i3
+    return np.sum(p, axis=tuple(sumdim)) if len(sumdim) else p
+
+
+@reg("aten._pdist_forward.default")
+def pdist(x, p=2.0):
+    n = _shape(x)[0]
+    pairs = [i * n + j for i in range(n) for j in range(i + 1, n)]
+    if not pairs:
+        return ops.zeros((0,), x.dtype)
+    full = np.reshape(cdist(x, x, p), (-1,))
+    return np.take(full, np.asarray(pairs, dtype=np.int64))

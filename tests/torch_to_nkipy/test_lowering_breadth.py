@@ -125,6 +125,27 @@ def test_special_functions_of_integers(lowered):
     check(lowered, special_int, ints(3, 5), ints(3, 5, seed=1))
 
 
+def bessel_and_friends(x):
+    return (torch.special.i0e(x), torch.special.i1(x), torch.special.i1e(x),
+            torch.special.modified_bessel_i0(x), torch.special.modified_bessel_i1(x),
+            torch.special.spherical_bessel_j0(x), torch.special.erfcx(x), torch.frexp(x))
+
+
+def bessel_half(x):   # eager has no half-precision modified_bessel_*, erfcx, ...
+    return torch.special.i0e(x), torch.special.i1(x), torch.special.i1e(x), torch.frexp(x)
+
+
+def test_bessel_and_friends(lowered):
+    check(lowered, bessel_and_friends, rnd(5, 6, lo=-9.0, hi=9.0))
+    check(lowered, bessel_half, rnd(5, 6, lo=-9.0, hi=9.0, dtype=BF16))
+
+
+def test_bessel_and_friends_edges(lowered):
+    x = torch.tensor([0.0, -0.0, 3.75, -3.75, 30.0, -30.0, 1e-30, float("inf"), -float("inf"),
+                      float("nan"), 0.5, 1.0, 1024.0, -3e-39, 27.0])
+    check(lowered, bessel_and_friends, x)
+
+
 # ---- scans, sorting, order statistics ---------------------------------------------
 
 def scans(x):
@@ -251,6 +272,48 @@ def test_indexing(lowered, dt):
         check(lowered, distances, rnd(2, 4, 3), rnd(2, 5, 3, seed=1))
 
 
+def scatter_reductions(x, idx, src):
+    out = tuple(x.scatter_reduce(1, idx, src, r, include_self=inc)
+                for r in ("sum", "prod", "mean", "amax", "amin") for inc in (True, False)
+                if x.is_floating_point() or r != "mean")
+    return out + (x.scatter(0, idx % 3, src, reduce="add"),
+                  x.scatter(1, idx, src, reduce="multiply"), x.scatter(1, idx, 2.0, reduce="add"))
+
+
+def segments(data, lengths, offsets):
+    return (torch.segment_reduce(data, "sum", lengths=lengths),
+            torch.segment_reduce(data, "max", lengths=lengths, initial=0.5),
+            torch.segment_reduce(data, "mean", offsets=offsets),
+            torch.segment_reduce(data, "min", offsets=offsets, initial=-1.0),
+            torch.segment_reduce(data, "prod", lengths=lengths, initial=2.0))
+
+
+def histograms(x):
+    return torch.histc(x, bins=7), torch.histc(x, bins=5, min=-1.0, max=1.0)
+
+
+def products(a, b, w, c):
+    return torch.nn.functional.bilinear(a, b, w, c), torch.nn.functional.pdist(a), \
+        torch.nn.functional.pdist(a, p=1)
+
+
+@pytest.mark.parametrize("dt", [F32, BF16, I64])
+def test_scatter_reductions(lowered, dt):
+    x = rnd(3, 5, dtype=dt) if dt.is_floating_point else ints(3, 5)
+    src = rnd(3, 5, dtype=dt, seed=1) if dt.is_floating_point else ints(3, 5, seed=1)
+    idx = torch.tensor([[0, 4, 0, 2, 2], [1, 1, 3, 3, 0]])
+    check(lowered, scatter_reductions, x, idx, src)
+
+
+def test_segments_histograms_products(lowered):
+    data = rnd(7, 3)
+    check(lowered, segments, data, torch.tensor([2, 0, 4, 1]), torch.tensor([0, 3, 3, 7]))
+    h = rnd(40, lo=-1.5, hi=1.5)
+    h[0], h[1] = 1.0, -1.0
+    check(lowered, histograms, h)
+    check(lowered, products, rnd(4, 3), rnd(4, 5, seed=1), rnd(2, 3, 5, seed=2), rnd(2, seed=3))
+
+
 # ---- what used to fail to compile ---------------------------------------------------------
 
 def zero_dim_reductions(x):
@@ -363,6 +426,11 @@ ALL_CASES = [
     (puts, lambda: (rnd(3, 5), torch.tensor([1, -1, 7]), rnd(3))),
     (distances, lambda: (rnd(2, 4, 3), rnd(2, 5, 3))),
     (zero_dim_reductions, lambda: (torch.tensor(1.5),)),
+    (bessel_and_friends, lambda: (rnd(2, 3),)),
+    (scatter_reductions, lambda: (rnd(3, 5), torch.tensor([[0, 4, 0], [1, 1, 3]]), rnd(3, 3))),
+    (segments, lambda: (rnd(7, 3), torch.tensor([2, 0, 4, 1]), torch.tensor([0, 3, 3, 7]))),
+    (histograms, lambda: (rnd(40),)),
+    (products, lambda: (rnd(4, 3), rnd(4, 5), rnd(2, 3, 5), rnd(2))),
 ]
 
 
