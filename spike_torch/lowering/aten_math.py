@@ -860,3 +860,173 @@ def pdist(x, p=2.0):
         return ops.zeros((0,), x.dtype)
     full = np.reshape(cdist(x, x, p), (-1,))
     return np.take(full, np.asarray(pairs, dtype=np.int64))
+
+
+# ---- small dense linear algebra: Cholesky, triangular solves, LU determinants ----------------
+#
+# Unrolled over the (static) matrix size, batched over leading dims; up to
+# _LINALG_MAX rows, beyond which the node stays on the CPU.
+
+_LINALG_MAX = 32
+
+
+def _square_float(i: int = 0):
+    def ok(node: Any) -> bool:
+        v = _val(node.args[i])
+        return v is not None and v.dim() >= 2 and v.shape[-1] == v.shape[-2] and \
+            v.shape[-1] <= _LINALG_MAX and v.is_floating_point()
+    return ok
+
+
+def _mT(x):
+    return np.swapaxes(x, -1, -2)
+
+
+def _tri_solve(a, b, upper: bool, unit: bool = False):
+    """x with a @ x = b for triangular a (..., n, n), b (..., n, k)."""
+    n = _shape(a)[-1]
+    rows = [None] * n
+    order = range(n - 1, -1, -1) if upper else range(n)
+    for i in order:
+        r = b[..., i:i + 1, :]
+        done = [k for k in (range(i + 1, n) if upper else range(i)) if rows[k] is not None]
+        for k in done:
+            r = r - a[..., i:i + 1, k:k + 1] * rows[k]
+        rows[i] = r if unit else r / a[..., i:i + 1, i:i + 1]
+    return np.concatenate(rows, axis=-2)
+
+
+def _cholesky_lower(a):
+    """L with L @ L^T = a; and the first leading minor (1-based) that is not
+    positive definite, 0 when there is none."""
+    n = _shape(a)[-1]
+    cols = []
+    bad = None
+    for j in range(n):
+        c = a[..., :, j:j + 1]
+        for k in range(j):
+            c = c - cols[k] * cols[k][..., j:j + 1, :]
+        d = c[..., j:j + 1, :]
+        fail = np.reshape(~(d > 0), _shape(d)[:-2])
+        bad = np.where(fail, j + 1, 0) if bad is None else np.where((bad == 0) & fail, j + 1, bad)
+        rows = np.reshape(ops.arange(0, n, 1, dtype=np.int32), (n, 1))
+        col = np.where(rows > j, c / np.sqrt(d), np.where(rows == j, np.sqrt(d), 0.0))
+        cols.append(col.astype(c.dtype))
+    return np.concatenate(cols, axis=-1), bad.astype(np.int32)
+
+
+@reg("aten.linalg_cholesky_ex.default", supports=_square_float())
+def linalg_cholesky_ex(a, upper=False, check_errors=False):
+    af = _fl(a)
+    if _shape(af)[-1] == 0:
+        return np.copy(af), ops.zeros(_shape(af)[:-2], np.dtype(np.int32))
+    lo, info = _cholesky_lower(af)
+    return (_mT(lo) if upper else lo), info
+
+
+@reg("aten.cholesky.default", supports=_square_float())
+def cholesky(a, upper=False):
+    return linalg_cholesky_ex(a, upper)[0]
+
+
+@reg("aten.cholesky_inverse.default", supports=_square_float())
+def cholesky_inverse(l_, upper=False):
+    lf = _fl(l_)
+    if _shape(lf)[-1] == 0:
+        return np.copy(lf)
+    lo = _mT(lf) if upper else lf
+    eye = np.broadcast_to(ops.eye(_shape(lo)[-1], dtype=lo.dtype), _shape(lo))
+    inv = _tri_solve(lo, eye, upper=False)               # L^-1
+    return np.matmul(_mT(inv), inv)
+
+
+@reg("aten.cholesky_solve.default", supports=_square_float(1))
+def cholesky_solve(b, l_, upper=False):
+    bf, lf = _fl(b), _fl(l_)
+    lo = _mT(lf) if upper else lf
+    shape = np.broadcast_shapes(_shape(bf)[:-2], _shape(lo)[:-2])
+    bf = np.broadcast_to(bf, shape + _shape(bf)[-2:])
+    lo = np.broadcast_to(lo, shape + _shape(lo)[-2:])
+    if 0 in _shape(bf):
+        return ops.zeros(_shape(bf), bf.dtype)
+    y = _tri_solve(lo, bf, upper=False)
+    return _tri_solve(_mT(lo), y, upper=True)
+
+
+@reg("aten.linalg_solve_triangular.default", supports=_square_float())
+def linalg_solve_triangular(a, b, upper, left=True, unitriangular=False):
+    af, bf = _fl(a), _fl(b)
+    if not left:           # x a = b  <=>  a^T x^T = b^T
+        af, bf, upper = _mT(af), _mT(bf), not upper
+    shape = np.broadcast_shapes(_shape(af)[:-2], _shape(bf)[:-2])
+    af = np.broadcast_to(af, shape + _shape(af)[-2:])
+    bf = np.broadcast_to(bf, shape + _shape(bf)[-2:])
+    if 0 in _shape(bf):
+        x = ops.zeros(_shape(bf), bf.dtype)
+    else:
+        x = _tri_solve(af, bf, upper, unitriangular)
+    return _mT(x) if not left else x
+
+
+@reg("aten.triangular_solve.default", supports=_square_float(1))
+def triangular_solve(b, a, upper=True, transpose=False, unitriangular=False):
+    af = _fl(a)
+    if transpose:
+        af, upper = _mT(af), not upper
+    x = linalg_solve_triangular(af, b, upper=upper, unitriangular=unitriangular)
+    return x, np.copy(a)
+
+
+def _lu(a):
+    """Partial-pivoting LU as LAPACK's getrf: (packed LU, 1-based int32 pivots,
+    parity of the row swaps). A zero pivot column is left unscaled."""
+    n = _shape(a)[-1]
+    u = a
+    rows = np.reshape(ops.arange(0, n, 1, dtype=np.int64), (n, 1))
+    cols = np.reshape(ops.arange(0, n, 1, dtype=np.int64), (1, n))
+    pivots, odd = [], None
+    for k in range(n):
+        p = np.argmax(np.abs(u[..., k:, k]), axis=-1).astype(np.int64) + k      # (...)
+        pe = np.expand_dims(np.expand_dims(p, -1), -1)                           # (..., 1, 1)
+        row_p = np.take_along_axis(u, np.broadcast_to(pe, _shape(u)[:-2] + (1, n)), axis=-2)
+        row_k = u[..., k:k + 1, :]
+        u = np.where(rows == k, row_p, np.where(rows == pe, row_k, u))
+        pivots.append(np.expand_dims(p + 1, -1))
+        swap = p != k
+        odd = swap if odd is None else (odd != swap)
+        piv = u[..., k:k + 1, k:k + 1]
+        safe = np.where(piv == 0, 1.0, piv)
+        l_ = np.where(piv == 0, 0.0, u[..., :, k:k + 1] / safe)                 # (..., n, 1)
+        below = rows > k
+        u = u - np.where(below & (cols > k), l_ * u[..., k:k + 1, :], 0.0)
+        u = np.where(below & (cols == k), l_, u)
+    return u, np.concatenate(pivots, axis=-1).astype(np.int32), odd
+
+
+def _diag(x):
+    n = _shape(x)[-1]
+    flat = np.reshape(x, _shape(x)[:-2] + (n * n,))
+    return flat[..., ::n + 1]
+
+
+@reg("aten._linalg_det.default", supports=_square_float())
+def linalg_det(a):
+    if _shape(a)[-1] == 0:
+        return (ops.ones(_shape(a)[:-2], _fl(a).dtype), np.copy(_fl(a)),
+                ops.zeros(_shape(a)[:-1], np.dtype(np.int32)))
+    lu, piv, odd = _lu(_fl(a))
+    d = np.prod(_diag(lu), axis=-1)
+    return np.where(odd, -d, d), lu, piv
+
+
+@reg("aten._linalg_slogdet.default", supports=_square_float())
+def linalg_slogdet(a):
+    if _shape(a)[-1] == 0:
+        f = _fl(a)
+        return (ops.ones(_shape(a)[:-2], f.dtype), ops.zeros(_shape(a)[:-2], f.dtype), np.copy(f),
+                ops.zeros(_shape(a)[:-1], np.dtype(np.int32)))
+    lu, piv, odd = _lu(_fl(a))
+    dg = _diag(lu)
+    sign = np.prod(np.sign(dg), axis=-1)
+    sign = np.where(odd, -sign, sign)
+    return sign, np.sum(np.log(np.abs(dg)), axis=-1), lu, piv

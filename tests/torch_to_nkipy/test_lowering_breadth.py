@@ -314,6 +314,39 @@ def test_segments_histograms_products(lowered):
     check(lowered, products, rnd(4, 3), rnd(4, 5, seed=1), rnd(2, 3, 5, seed=2), rnd(2, seed=3))
 
 
+def linalg_small(a, b, t):
+    lo = torch.linalg.cholesky_ex(a)[0]
+    return (torch.linalg.cholesky_ex(a, upper=True), torch.cholesky(a), torch.cholesky_inverse(lo),
+            torch.cholesky_inverse(lo.mT, upper=True), torch.cholesky_solve(b, lo),
+            torch.linalg.solve_triangular(t, b, upper=True),
+            torch.linalg.solve_triangular(t.mT, b.mT, upper=False, left=False,
+                                          unitriangular=True),
+            torch.triangular_solve(b, t, upper=True, transpose=True),
+            torch.linalg.det(t @ a), torch.linalg.slogdet(t.mT - a), torch.logdet(a))
+
+
+def linalg_empty(e):
+    return torch.linalg.det(e), torch.linalg.slogdet(e), torch.cholesky(e)
+
+
+@pytest.mark.parametrize("dt", [F32, torch.float64])
+def test_small_linear_algebra(lowered, dt):
+    m = rnd(2, 4, 4, dtype=dt)
+    a = m @ m.mT + 4 * torch.eye(4, dtype=dt)          # positive definite
+    t = torch.triu(rnd(2, 4, 4, dtype=dt, seed=1)) + 3 * torch.eye(4, dtype=dt)
+    check(lowered, linalg_small, a, rnd(2, 4, 3, dtype=dt, seed=2), t)
+    check(lowered, linalg_empty, torch.zeros(0, 0, dtype=dt))
+
+
+def test_singular_determinant_and_a_pivot_of_zero(lowered):
+    s = torch.tensor([[0.0, 1.0, 2.0], [0.0, 3.0, 4.0], [0.0, 5.0, 6.0]])
+    check(lowered, linalg_det_slogdet, s)
+
+
+def linalg_det_slogdet(a):
+    return torch.linalg.det(a), torch.linalg.slogdet(a)
+
+
 # ---- what used to fail to compile ---------------------------------------------------------
 
 def zero_dim_reductions(x):
@@ -431,6 +464,7 @@ ALL_CASES = [
     (segments, lambda: (rnd(7, 3), torch.tensor([2, 0, 4, 1]), torch.tensor([0, 3, 3, 7]))),
     (histograms, lambda: (rnd(40),)),
     (products, lambda: (rnd(4, 3), rnd(4, 5), rnd(2, 3, 5), rnd(2))),
+    (linalg_small, lambda: (torch.eye(4) * 2, rnd(4, 3), torch.eye(4) * 3)),
 ]
 
 
