@@ -385,12 +385,26 @@ def diagonal_scatter(x, src, offset=0, dim1=0, dim2=1):
     return np.transpose(back, tuple(inv))
 
 
+def _within(v: Any, size: Any, stride: Any, offset: Any) -> bool:
+    """Whether a strided view of contiguous ``v`` (storage offset 0) reads only
+    ``v``'s own elements (not the rest of a larger base storage)."""
+    if not (v is not None and v.is_contiguous() and v.storage_offset() == 0):
+        return False
+    size, stride = list(size), list(stride)
+    if not all(isinstance(s, int) for s in size + stride + [offset or 0]):
+        return False
+    if any(n == 0 for n in size):
+        return True
+    hi = (offset or 0) + sum((n - 1) * s for n, s in zip(size, stride) if s > 0)
+    lo = (offset or 0) + sum((n - 1) * s for n, s in zip(size, stride) if s < 0)
+    return lo >= 0 and hi < v.numel()
+
+
 def _strided_ok(node: Any) -> bool:
-    """as_strided over a contiguous input whose storage the graph owns whole:
-    the view's elements are then a fixed gather from the flattened input."""
-    v = _val(node.args[0])
-    return v is not None and v.is_contiguous() and v.storage_offset() == 0 and \
-        all(isinstance(s, int) for s in list(_arg(node, 1, "size")) + list(_arg(node, 2, "stride")))
+    """as_strided over a contiguous input, within its elements: the view's
+    elements are then a fixed gather from the flattened input."""
+    return _within(_val(node.args[0]), _arg(node, 1, "size"), _arg(node, 2, "stride"),
+                   _arg(node, 3, "storage_offset"))
 
 
 def _strided_index(size, stride, offset):
@@ -411,13 +425,13 @@ def as_strided(x, size, stride, storage_offset=None):
 
 
 def _strided_scatter_ok_args(node: Any) -> bool:
+    """as_strided_scatter within a contiguous input, no element written twice."""
     v = _val(node.args[0])
-    if v is None or not v.is_contiguous() or v.storage_offset() != 0:
+    size, stride, off = _arg(node, 2, "size"), _arg(node, 3, "stride"), _arg(node, 4,
+                                                                              "storage_offset")
+    if not _within(v, size, stride, off):
         return False
-    size, stride = _arg(node, 2, "size"), _arg(node, 3, "stride")
-    if not all(isinstance(s, int) for s in list(size) + list(stride)):
-        return False
-    idx = _strided_index(list(size), list(stride), _arg(node, 4, "storage_offset") or 0)
+    idx = _strided_index(list(size), list(stride), off or 0)
     flat = idx.reshape(-1)
     return len(set(flat.tolist())) == flat.size
 
