@@ -10,7 +10,6 @@ float32 and rounded once, as eager), integers exactly.
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Callable, List, Sequence
 
 import pytest
@@ -365,16 +364,16 @@ def zero_dim_reductions(x):
             torch.index_select(x, 0, torch.tensor([0])), torch.cummax(x, 0), torch.sort(x))
 
 
+def zero_dim_int_reductions(x):
+    return (torch.sum(x, 0), torch.amax(x, -1), torch.argmax(x, 0), torch.prod(x, 0),
+            torch.cumsum(x, 0), torch.max(x, 0), torch.all(x, 0),
+            torch.index_select(x, 0, torch.tensor([0])))
+
+
 @pytest.mark.parametrize("dt", [F32, I64])
 def test_reductions_of_a_0d_tensor(lowered, dt):
     x = torch.tensor(1.5) if dt == F32 else torch.tensor(3)
-    fn = zero_dim_reductions
-    if dt == I64:
-        def fn(x):  # noqa: F811  (no float-only reductions)
-            return (torch.sum(x, 0), torch.amax(x, -1), torch.argmax(x, 0), torch.prod(x, 0),
-                    torch.cumsum(x, 0), torch.max(x, 0), torch.all(x, 0),
-                    torch.index_select(x, 0, torch.tensor([0])))
-    check(lowered, fn, x)
+    check(lowered, zero_dim_reductions if dt == F32 else zero_dim_int_reductions, x)
 
 
 def gather_empty(x, i):
