@@ -116,8 +116,7 @@ def erfinv(x):
 @reg("aten.digamma.default")
 def digamma(x):
     """psi(x): reflection for x < 0.5, recurrence up to x >= 6, then the
-    asymptotic series; poles at 0, -1, -2, ... as torch (-inf at 0 with
-    torch's sign rule is not reproduced: NaN at the negative integers, -inf at 0)."""
+    asymptotic series; -inf at 0 and NaN at the negative integers, as torch."""
     x = _fl(x)
     refl = x < 0.5
     xr = np.where(refl, 1.0 - x, x)
