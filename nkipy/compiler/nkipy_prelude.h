@@ -95,6 +95,10 @@ static inline float nk_erf(float x) {
   q = q * x2 + -1.42647390514189e-02f;
   return x * p / q;
 }
+/* log|gamma(x)| without libm's lgamma writing the global signgam (kernels
+ * may run on several threads). */
+static inline float nk_lgamma(float x) { int s; return lgammaf_r(x, &s); }
+static inline double nk_lgamma_d(double x) { int s; return lgamma_r(x, &s); }
 static inline float nk_sign(float x) { return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : x); }
 static inline float nk_rint(float x) { return __builtin_rintf(x); }
 static inline float nk_fmod_py(float a, float b) {

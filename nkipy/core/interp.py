@@ -35,7 +35,8 @@ import numpy as np
 
 from nkipy.core.ir import PREDICATES, REDUCTIONS, Graph, Node, bfloat16
 
-__all__ = ["run_graph", "eval_node", "np_sigmoid", "np_erf", "np_rsqrt", "collective_world_size"]
+__all__ = ["run_graph", "eval_node", "np_sigmoid", "np_erf", "np_erfc", "np_lgamma", "np_rsqrt",
+           "collective_world_size"]
 
 F32 = np.dtype(np.float32)
 HALF = tuple(d for d in (np.dtype(np.float16), bfloat16) if d is not None)
@@ -50,6 +51,18 @@ def _is_float(dt: np.dtype) -> bool:
 
 
 _erf_vec = np.vectorize(math.erf, otypes=[np.float64])
+_erfc_vec = np.vectorize(math.erfc, otypes=[np.float64])
+
+
+def _lgamma1(x: float) -> float:
+    if math.isnan(x):
+        return x
+    if math.isinf(x) or (x <= 0 and x == math.floor(x)):   # poles: +inf as C's lgamma
+        return math.inf
+    return math.lgamma(x)
+
+
+_lgamma_vec = np.vectorize(_lgamma1, otypes=[np.float64])
 
 
 def np_sigmoid(x: np.ndarray) -> np.ndarray:
@@ -65,6 +78,22 @@ def np_erf(x: np.ndarray) -> np.ndarray:
     if x.size == 0:
         return x.copy()
     return _erf_vec(x.astype(np.float64)).astype(x.dtype)
+
+
+def np_erfc(x: np.ndarray) -> np.ndarray:
+    """The complementary error function 1 - erf(x) (correctly rounded from float64)."""
+    x = np.asarray(x)
+    if x.size == 0:
+        return x.copy()
+    return _erfc_vec(x.astype(np.float64)).astype(x.dtype)
+
+
+def np_lgamma(x: np.ndarray) -> np.ndarray:
+    """log|gamma(x)|, +inf at the poles (0, -1, -2, ...), as C's lgamma."""
+    x = np.asarray(x)
+    if x.size == 0:
+        return x.copy()
+    return _lgamma_vec(x.astype(np.float64)).astype(x.dtype)
 
 
 def np_rsqrt(x: np.ndarray) -> np.ndarray:
@@ -118,6 +147,7 @@ _UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "sin": np.sin, "cos": np.cos, "tan": np.tan, "arctan": np.arctan, "tanh": np.tanh,
     "sign": np.sign, "logical_not": np.logical_not, "bitwise_not": np.invert,
     "isnan": np.isnan, "isfinite": np.isfinite, "copy": np.copy,
+    "arcsinh": np.arcsinh, "arccosh": np.arccosh, "arctanh": np.arctanh,
 }
 _FLOAT_ONLY_IDENTITY_ON_INT = {"ceil": np.ceil, "floor": np.floor, "rint": np.rint, "trunc": np.trunc}
 
@@ -153,6 +183,10 @@ def _elementwise(op: str, args: list[np.ndarray], out_dtype: np.dtype) -> np.nda
             r = 1.0 / (1.0 + np.exp(-vals[0]))
         elif op == "erf":
             r = _erf_vec(vals[0].astype(np.float64)) if vals[0].size else vals[0].copy()
+        elif op == "erfc":
+            r = _erfc_vec(vals[0].astype(np.float64)) if vals[0].size else vals[0].copy()
+        elif op == "lgamma":
+            r = _lgamma_vec(vals[0].astype(np.float64)) if vals[0].size else vals[0].copy()
         elif op in _BINARY:
             r = _BINARY[op](vals[0], vals[1])
         elif op == "div":
@@ -268,7 +302,7 @@ def eval_node(n: Node, args: list[np.ndarray]) -> list[np.ndarray]:
     op, a = n.op, n.attrs
     out = n.outputs[0]
     if op in ("where",) or op in _UNARY or op in _BINARY or op in _FLOAT_ONLY_IDENTITY_ON_INT \
-            or op in ("rsqrt", "reciprocal", "sigmoid", "erf", "div", "pow"):
+            or op in ("rsqrt", "reciprocal", "sigmoid", "erf", "erfc", "lgamma", "div", "pow"):
         r = _elementwise(op, args, out.dtype)
         if op in PREDICATES:
             r = r.astype(bool)

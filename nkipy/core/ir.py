@@ -52,6 +52,7 @@ UNARY = frozenset({
     "neg", "abs", "exp", "expm1", "log", "log1p", "log2", "sqrt", "rsqrt", "reciprocal",
     "square", "sin", "cos", "tan", "arctan", "tanh", "sigmoid", "erf", "ceil", "floor", "rint",
     "trunc", "sign", "logical_not", "bitwise_not", "isnan", "isfinite", "copy",
+    "arcsinh", "arccosh", "arctanh", "erfc", "lgamma",
 })
 BINARY = frozenset({
     "add", "sub", "mul", "div", "pow", "maximum", "minimum", "mod", "floor_div",

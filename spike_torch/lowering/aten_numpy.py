@@ -54,7 +54,9 @@ def load_constant(directory: str, fname: str, dtype: Any = None) -> np.ndarray:
 
 
 def _ax(dim: Any, ndim: int) -> Any:
-    if dim is None:
+    """A reduction's NumPy axis: None for all dimensions (also for a 0-d
+    tensor, whose dim 0 / -1 torch accepts)."""
+    if dim is None or ndim == 0:
         return None
     if isinstance(dim, (list, tuple)):
         if len(dim) == 0:
@@ -432,7 +434,7 @@ def prod_all(x, dtype=None):
 
 @reg("aten.prod.dim_int")
 def prod_dim(x, dim, keepdim=False, dtype=None):
-    return np.prod(x, axis=dim, keepdims=keepdim, dtype=dtype)
+    return np.prod(x, axis=_ax(dim, x.ndim), keepdims=keepdim, dtype=dtype)
 
 
 @reg("aten.var.correction")
@@ -461,18 +463,29 @@ def min_all(x):
     return np.min(x)
 
 
+def _index0() -> Any:
+    """The index a reduction of a 0-d tensor over dim 0 / -1 returns."""
+    return ops.zeros((), np.dtype(np.int64))
+
+
 @reg("aten.max.dim")
 def max_dim(x, dim, keepdim=False):
+    if x.ndim == 0:
+        return x, _index0()
     return np.max(x, axis=dim, keepdims=keepdim), np.argmax(x, axis=dim, keepdims=keepdim)
 
 
 @reg("aten.min.dim")
 def min_dim(x, dim, keepdim=False):
+    if x.ndim == 0:
+        return x, _index0()
     return np.min(x, axis=dim, keepdims=keepdim), np.argmin(x, axis=dim, keepdims=keepdim)
 
 
 @reg("aten.argmax.default")
 def argmax(x, dim=None, keepdim=False):
+    if x.ndim == 0:
+        return _index0()
     if dim is None:
         return np.argmax(np.reshape(x, (-1,)))
     return np.argmax(x, axis=dim, keepdims=keepdim)
@@ -480,6 +493,8 @@ def argmax(x, dim=None, keepdim=False):
 
 @reg("aten.argmin.default")
 def argmin(x, dim=None, keepdim=False):
+    if x.ndim == 0:
+        return _index0()
     if dim is None:
         return np.argmin(np.reshape(x, (-1,)))
     return np.argmin(x, axis=dim, keepdims=keepdim)
@@ -507,21 +522,29 @@ def all_dim(x, dim=None, keepdim=False):
 
 @reg("aten.cumsum.default")
 def cumsum(x, dim, dtype=None):
+    if x.ndim == 0:
+        return np.reshape(np.cumsum(np.reshape(x, (1,)), axis=0, dtype=dtype), ())
     return np.cumsum(x, axis=dim, dtype=dtype)
 
 
 @reg("aten.cumprod.default")
 def cumprod(x, dim, dtype=None):
+    if x.ndim == 0:
+        return np.reshape(np.cumprod(np.reshape(x, (1,)), axis=0, dtype=dtype), ())
     return np.cumprod(x, axis=dim, dtype=dtype)
 
 
 @reg("aten._softmax.default")
 def softmax(x, dim, half_to_float=False):
+    if x.ndim == 0:
+        return np.reshape(ops.softmax(np.reshape(x, (1,)), axis=0), ())
     return ops.softmax(x, axis=dim)
 
 
 @reg("aten._log_softmax.default")
 def log_softmax(x, dim, half_to_float=False):
+    if x.ndim == 0:
+        return np.reshape(ops.log_softmax(np.reshape(x, (1,)), axis=0), ())
     return ops.log_softmax(x, axis=dim)
 
 
@@ -561,6 +584,9 @@ def linalg_vector_norm(x, ord=2, dim=None, keepdim=False, dtype=None):
 
 @reg("aten.topk.default")
 def topk(x, k, dim=-1, largest=True, sorted=True):
+    if x.ndim == 0:
+        v, i = ops.topk(np.reshape(x, (1,)), k, axis=0, is_ascend=not largest)
+        return np.reshape(v, ()), np.reshape(i, ())
     return ops.topk(x, k, axis=dim % x.ndim, is_ascend=not largest)
 
 
@@ -685,11 +711,18 @@ def constant_pad_nd(x, pad, value=0):
 
 @reg("aten.gather.default")
 def gather(x, dim, index, sparse_grad=False):
+    if 0 in _shape(index):
+        return ops.zeros(_shape(index), x.dtype)
+    if x.ndim == 0:
+        return np.reshape(np.take_along_axis(np.reshape(x, (1,)), np.reshape(index, (1,)),
+                                             axis=0), _shape(index))
     return np.take_along_axis(x, index, axis=dim)
 
 
 @reg("aten.index_select.default")
 def index_select(x, dim, index):
+    if x.ndim == 0:     # a 0-d tensor: its one element (the index can only be 0)
+        return np.copy(x)
     if len(np.shape(index)) == 0:       # torch keeps the dimension for a 0-d index
         index = np.reshape(index, (1,))
     return np.take(x, index, axis=dim)
@@ -704,8 +737,49 @@ def index(x, indices):
     return x[_indices(indices)]
 
 
-@reg("aten.index_put.default")
+def _index_put_ok(node: Any) -> bool:
+    """Boolean-mask indices are handled as the one index, over the leading dims."""
+    idx = node.args[1] if len(node.args) > 1 else node.kwargs.get("indices", ())
+    vals = [i.meta.get("val") if hasattr(i, "meta") else None for i in idx]
+    import torch
+
+    masks = [k for k, v in enumerate(vals) if v is not None and v.dtype in (torch.bool, torch.uint8)]
+    if not masks:
+        return True
+    return masks == [0] and all(i is None for i in idx[1:])
+
+
+def _index_put_mask(x, mask, values, accumulate):
+    """``x[mask] = values`` (``+=`` with ``accumulate``): the k-th selected row
+    takes row k of ``values`` (a running count of the mask) unless ``values``
+    broadcasts to one row."""
+    mask = mask.astype(np.bool_)
+    rest = _shape(x)[mask.ndim:]
+    v = cast(values, x.dtype)
+    vs = _shape(v)
+    lead = vs[:len(vs) - len(rest)] if len(vs) > len(rest) else ()
+    if int(np.prod(lead)) <= 1:       # one row for every selected place
+        row = np.reshape(v, vs[len(lead):]) if lead else v
+        m = np.reshape(mask, _shape(mask) + (1,) * len(rest))
+        if accumulate:
+            return x + np.where(m, np.broadcast_to(row, _shape(x)), np.zeros_like(x))
+        return np.where(m, np.broadcast_to(row, _shape(x)), x)
+    k = int(np.prod(lead))
+    flat_m = np.reshape(mask, (-1,))
+    xf = np.reshape(x, (-1,) + rest)
+    rows = np.reshape(np.broadcast_to(v, lead + rest), (k,) + rest)
+    pos = np.clip(np.cumsum(flat_m.astype(np.int32)) - 1, 0, k - 1)
+    taken = np.take(rows, pos, axis=0)
+    m = np.reshape(flat_m, (-1,) + (1,) * len(rest))
+    out = xf + np.where(m, taken, np.zeros_like(taken)) if accumulate else np.where(m, taken, xf)
+    return np.reshape(out, _shape(x))
+
+
+@reg("aten.index_put.default", supports=_index_put_ok)
 def index_put(x, indices, values, accumulate=False):
+    if indices and indices[0] is not None and np.dtype(indices[0].dtype) in (
+            np.dtype(np.bool_), np.dtype(np.uint8)) and all(i is None for i in indices[1:]):
+        return _index_put_mask(x, indices[0], values, accumulate)
     y = np.copy(x)
     if accumulate:
         np.add.at(y, _indices(indices), values)

@@ -23,6 +23,7 @@ import torch.fx
 
 from .registry import AtenOpRegistry, target_name
 from . import aten_numpy  # noqa: F401  (registers the entries)
+from . import aten_math  # noqa: F401  (registers the entries)
 from . import aten_nn  # noqa: F401  (the neural-network entries)
 
 _RESERVED = {"np", "aten", "os", "nkipy_func", "_DIR"}
@@ -67,10 +68,25 @@ class Extern:
     call: str
 
 
+def _has_unlowerable_dtype(node: torch.fx.Node) -> bool:
+    """Whether a tensor ``node`` reads or produces has a dtype the generated
+    source cannot express (complex, unsigned beyond uint8, float8, ...)."""
+    vals = [_meta_val(node)] + [_meta_val(a) for a in node.all_input_nodes]
+    for v in vals:
+        for t in (v if isinstance(v, (list, tuple)) else [v]):
+            if isinstance(t, torch.Tensor) and t.dtype not in _FLOAT_DTYPES:
+                return True
+    return False
+
+
 def is_supported_node(node: torch.fx.Node, extern: Optional[Extern] = None) -> bool:
-    """Whether ``node`` can be lowered (non-call nodes always can)."""
+    """Whether ``node`` can be lowered (non-call nodes always can). A node whose
+    inputs or outputs have a dtype without a NumPy lowering (complex) is not:
+    it runs in a CPU partition."""
     if node.op != "call_function":
         return True
+    if _has_unlowerable_dtype(node):
+        return False
     qual = target_name(node.target)
     return AtenOpRegistry.is_supported(qual, node) or \
         (extern is not None and extern.lookup(qual) is not None)

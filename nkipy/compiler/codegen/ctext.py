@@ -170,6 +170,8 @@ UNARY_FLOAT_C = {
     "trunc": "__builtin_truncf({a})", "sign": "nk_sign({a})",
     "logical_not": "(({a}) == 0)", "isnan": "(({a}) != ({a}))",
     "isfinite": "(({a}) - ({a}) == 0.0f)", "copy": "({a})",
+    "arcsinh": "asinhf({a})", "arccosh": "acoshf({a})", "arctanh": "atanhf({a})",
+    "erfc": "erfcf({a})", "lgamma": "nk_lgamma({a})",
 }
 #: Unary ops on float64 operands (computed in double: libm's functions).
 UNARY_DOUBLE_C = {
@@ -182,6 +184,8 @@ UNARY_DOUBLE_C = {
     "rint": "__builtin_rint({a})", "trunc": "__builtin_trunc({a})",
     "sign": "nk_sign_d({a})", "logical_not": "(({a}) == 0)", "isnan": "(({a}) != ({a}))",
     "isfinite": "(({a}) - ({a}) == 0.0)", "copy": "({a})",
+    "arcsinh": "asinh({a})", "arccosh": "acosh({a})", "arctanh": "atanh({a})",
+    "erfc": "erfc({a})", "lgamma": "nk_lgamma_d({a})",
 }
 #: Binary ops whose float64 or int64 C text differs from BINARY_C's.
 BINARY_DOUBLE_C = {"pow": "pow({a}, {b})", "mod": "nk_fmod_py_d({a}, {b})",

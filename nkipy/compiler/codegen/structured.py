@@ -47,6 +47,8 @@ class Structured:
 
     def serial_nest(self, shape: tuple[int, ...], body: Callable[[list[str]], list[str]],
                     depth: str = "  ") -> list[str]:
+        if not shape:   # a block of its own: the body's locals (acc, cnt) may recur
+            return [f"{depth}{{"] + [depth + "  " + s for s in body([])] + [f"{depth}}}"]
         lines = []
         idx = []
         for d, extent in enumerate(shape):
@@ -388,6 +390,9 @@ class Structured:
         ct = compute_type(x.dtype)
         outer = tuple(s for d, s in enumerate(x.shape) if d != axis)
         better = ">" if largest else "<"
+        # NaN ranks above every number (the interpreter's order): first among the
+        # largest, last among the smallest
+        nan_first = "(xv != xv && pv == pv)" if largest else "(xv == xv && pv != pv)"
 
         def body(idx):
             def at(a, buf):
@@ -403,7 +408,7 @@ class Structured:
                 f"  int32_t pos = cnt;",
                 f"  while (pos > 0) {{",
                 f"    {ct} pv = {load_expr(x.dtype, at('pos - 1', out))};",
-                f"    if (xv {better} pv || (xv != xv && pv == pv)) pos--; else break;",
+                f"    if (xv {better} pv || {nan_first}) pos--; else break;",
                 "  }",
                 f"  if (pos >= {k}) continue;",
                 f"  for (int32_t q = (cnt < {k} ? cnt : {k} - 1); q > pos; q--) {{",

@@ -4,7 +4,7 @@ Each op runs plain NumPy when called outside a traced kernel (the CPU reference)
 and records IR while a kernel is traced. NumPy's own functions, ufuncs and
 operators on traced tensors dispatch here too (see ``_dispatch.FUNCTIONS``).
 The nkipy extras beyond NumPy are softmax, log_softmax, rms_norm, topk, conv2d,
-conv3d, sigmoid, erf, rsqrt, constant/zeros/full, static_slice,
+conv3d, sigmoid, erf, erfc, lgamma, rsqrt, constant/zeros/full, static_slice,
 dynamic_update_slice, scatter_along_axis, scatter_strided and the collectives.
 
 The modules form layers, each importing only those below it (an import-linter
@@ -22,10 +22,10 @@ from nkipy.core.ops.binary import (
     true_divide,
 )
 from nkipy.core.ops.unary import (
-    abs, absolute, arccos, arcsin, arctan, around, bitwise_not, ceil, clip, cos, cosh, deg2rad,
-    erf, exp, exp2, expm1, fabs, floor, invert, isfinite, isinf, isnan, log, log1p, log2, log10,
-    logical_not, negative, positive, rad2deg, reciprocal, rint, round, round_, rsqrt, sigmoid,
-    sign, sin, sinh, sqrt, square, tan, tanh, trunc,
+    abs, absolute, arccos, arccosh, arcsin, arcsinh, arctan, arctanh, around, bitwise_not, ceil,
+    clip, cos, cosh, deg2rad, erf, erfc, exp, exp2, expm1, fabs, floor, invert, isfinite, isinf,
+    isnan, lgamma, log, log1p, log2, log10, logical_not, negative, positive, rad2deg, reciprocal,
+    rint, round, round_, rsqrt, sigmoid, sign, sin, sinh, sqrt, square, tan, tanh, trunc,
 )
 from nkipy.core.ops.creation import (
     arange, constant, diag, empty, empty_like, eye, full, full_like, identity, ones, ones_like,
@@ -61,7 +61,8 @@ __all__ = [
     "positive", "reciprocal", "sin", "cos", "tan", "arctan", "arcsin", "arccos", "sinh", "cosh",
     "tanh", "ceil", "floor", "rint", "trunc", "sign", "invert", "bitwise_not", "logical_not",
     "clip", "log1p", "log2", "expm1", "round_", "round", "around", "isnan", "isfinite", "isinf",
-    "deg2rad", "rad2deg", "sigmoid", "erf", "rsqrt",
+    "deg2rad", "rad2deg", "sigmoid", "erf", "rsqrt", "arcsinh", "arccosh", "arctanh", "erfc",
+    "lgamma",
     # creation
     "constant", "zeros", "ones", "empty", "full", "zeros_like", "ones_like", "empty_like",
     "full_like", "tril", "triu", "diag", "eye", "identity", "arange",

@@ -1,4 +1,4 @@
-"""Unary elementwise ops, ``clip``, ``round`` and the nkipy extras sigmoid/erf/rsqrt."""
+"""Unary elementwise ops, ``clip``, ``round`` and the nkipy extras sigmoid/erf/erfc/lgamma/rsqrt."""
 from __future__ import annotations
 
 import builtins
@@ -18,7 +18,8 @@ __all__ = [
     "positive", "reciprocal", "sin", "cos", "tan", "arctan", "arcsin", "arccos", "sinh", "cosh",
     "tanh", "ceil", "floor", "rint", "trunc", "sign", "invert", "bitwise_not", "logical_not",
     "clip", "log1p", "log2", "expm1", "round_", "round", "around", "isnan", "isfinite", "isinf",
-    "deg2rad", "rad2deg", "sigmoid", "erf", "rsqrt",
+    "deg2rad", "rad2deg", "sigmoid", "erf", "rsqrt", "arcsinh", "arccosh", "arctanh", "erfc",
+    "lgamma",
 ]
 
 
@@ -48,6 +49,9 @@ sin = _make(np.sin, "sin")
 cos = _make(np.cos, "cos")
 tan = _make(np.tan, "tan")
 arctan = _make(np.arctan, "arctan")
+arcsinh = _make(np.arcsinh, "arcsinh")
+arccosh = _make(np.arccosh, "arccosh")
+arctanh = _make(np.arctanh, "arctanh")
 arcsin = _make(np.arcsin, "arcsin")
 arccos = _make(np.arccos, "arccos")
 sinh = _make(np.sinh, "sinh")
@@ -159,3 +163,8 @@ sigmoid = _float_unary("sigmoid", "sigmoid", _interp.np_sigmoid,
                        "Logistic sigmoid ``1 / (1 + exp(-x))`` (nkipy extra).")
 erf = _float_unary("erf", "erf", _interp.np_erf, "The error function (nkipy extra).")
 rsqrt = _float_unary("rsqrt", "rsqrt", _interp.np_rsqrt, "``1 / sqrt(x)`` (nkipy extra).")
+erfc = _float_unary("erfc", "erfc", _interp.np_erfc,
+                    "The complementary error function ``1 - erf(x)``, accurate where erf "
+                    "is near 1 (nkipy extra).")
+lgamma = _float_unary("lgamma", "lgamma", _interp.np_lgamma,
+                      "``log|gamma(x)|``, +inf at the poles 0, -1, -2, ... (nkipy extra).")
