@@ -176,10 +176,13 @@ def to_device(x: Any, device: Any) -> Any:
 def _storage_copy(t: torch.Tensor) -> torch.Tensor:
     """A CPU copy of ``t`` that keeps its place in its storage (size, stride,
     storage offset over a copy of the whole storage), so that ops reading
-    memory outside the view (``as_strided``) see the same elements."""
-    if t.layout != torch.strided or t.is_quantized or (
+    memory outside the view (``as_strided``) see the same elements. Tensors
+    with a lazy conjugate or negative bit (which a storage copy would drop)
+    are copied as values."""
+    if t.layout != torch.strided or t.is_quantized or t.is_conj() or t.is_neg() or (
             t.is_contiguous() and t.storage_offset() == 0
             and t.untyped_storage().nbytes() == t.numel() * t.element_size()):
+        t = t.resolve_conj().resolve_neg()
         return t.clone() if t.device.type == "cpu" else t.cpu()
     n = t.untyped_storage().nbytes() // t.element_size()
     whole = torch.empty(0, dtype=t.dtype, device=t.device).set_(t.untyped_storage(), 0, (n,))
@@ -343,14 +346,22 @@ def eager_placement(before: Dict[str, int], after: Dict[str, int]) -> str:
 
 
 def combine(statuses: List[str], order: Tuple[str, ...]) -> str:
-    """The status of an (op, dtype) from its samples': the worst one, where
-    ``skip`` counts only when every sample was skipped."""
+    """The status of an (op, dtype) from its samples': ``skip`` only when every
+    sample was skipped; else ``fail``/``compile_error`` if any sample had one;
+    else, eagerly, ``mixed`` when device kernels and the CPU fallback both ran
+    (in one sample or across samples), ``device`` when kernels ran and the
+    fallback did not (``native`` samples beside them), and otherwise the worst
+    of the rest; compiled, the worst."""
     ran = [s for s in statuses if s != "skip"]
     if not ran:
         return "skip"
-    if "device" in ran and "native" in ran and order is EAGER_STATUSES:
-        ran = [s for s in ran if s != "native"]      # a kernel ran: device
-    return max(ran, key=order.index)
+    worst = max(ran, key=order.index)
+    if order is not EAGER_STATUSES or worst == "fail":
+        return worst
+    kernel = "device" in ran or "mixed" in ran
+    if kernel and ("mixed" in ran or "cpu_fallback" in ran):
+        return "mixed"
+    return "device" if kernel else worst
 
 
 def compiled_placement(before: Any, after: Any, graph_breaks: int) -> str:
@@ -372,9 +383,12 @@ def cpu_partition_ops(before: Any, after: Any) -> List[str]:
 
 
 def short_error(exc: BaseException) -> str:
-    """``Type: first line of the message`` (at most 300 characters)."""
-    msg = str(exc).strip().splitlines()
-    text = f"{type(exc).__name__}: {msg[0] if msg else ''}"
+    """``Type: first line of the message`` and assert_close's mismatch and
+    greatest-difference lines (at most 300 characters)."""
+    msg = [m.strip() for m in str(exc).strip().splitlines()]
+    extra = [m for m in msg[1:] if m.startswith(("Mismatched elements", "Greatest absolute",
+                                                   "Greatest relative", "The failure occurred"))]
+    text = f"{type(exc).__name__}: " + " ".join(msg[:1] + extra)
     return text[:300]
 
 
@@ -407,10 +421,12 @@ def record_manifest(settings: Settings, family: str, ops: List[Any],
         return
     with open(settings.record_path, "a", encoding="utf-8") as f:
         for op in ops:
-            have = [dtype_name(d) for d in dtypes if d in op.supported_dtypes("cpu")]
+            supported = op.supported_dtypes("cpu")
+            have = [dtype_name(d) for d in dtypes if d in supported]
+            matrix = [dtype_name(d) for d in FULL_DTYPES if d in supported]
             f.write(json.dumps({"kind": "manifest", "family": family, "op": op.name,
-                                "variant": op.variant_test_name, "dtypes": have},
-                               sort_keys=True) + "\n")
+                                "variant": op.variant_test_name, "dtypes": have,
+                                "supported": matrix}, sort_keys=True) + "\n")
 
 
 def dtype_name(dtype: torch.dtype) -> str:

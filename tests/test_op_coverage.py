@@ -64,7 +64,9 @@ def test_eager_placement_and_combine():
     assert H.eager_placement(z, z) == "native"
     e = H.EAGER_STATUSES
     assert H.combine(["device", "native"], e) == "device"
-    assert H.combine(["device", "cpu_fallback"], e) == "cpu_fallback"
+    assert H.combine(["device", "cpu_fallback"], e) == "mixed"
+    assert H.combine(["native", "cpu_fallback"], e) == "cpu_fallback"
+    assert H.combine(["native", "native"], e) == "native"
     assert H.combine(["skip", "device"], e) == "device"
     assert H.combine(["skip", "skip"], e) == "skip"
     assert H.combine(["device", "fail"], e) == "fail"
@@ -202,3 +204,18 @@ def test_is_compile_error():
     except RuntimeError as exc:
         assert not H.is_compile_error(exc)
     assert H.short_error(ValueError("first line\nsecond")) == "ValueError: first line"
+
+
+def test_cpu_copies_keep_views_and_math_bits():
+    import torch
+
+    base = torch.arange(12.0)
+    view = base[2:8].view(2, 3)
+    c = H.to_cpu(view)
+    assert c.storage_offset() == 2 and torch.equal(c, view)
+    assert torch.equal(c.as_strided((2,), (1,), 0), base[:2])   # the storage around it too
+    z = torch.complex(torch.randn(6), torch.randn(6))[1:].conj()
+    assert torch.equal(H.to_cpu(z), z.resolve_conj())
+    with torch.no_grad():
+        c[0, 0] = -1
+    assert view[0, 0] == 2        # a copy, not the tensor itself

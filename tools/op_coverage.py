@@ -41,6 +41,8 @@ COMPILED = [("lowered", "fully lowered to the device", "dev"),
             ("compile_error", "compile error", "CERR"),
             ("skip", "not testable (raises eagerly too, sparse, ...)", "skip")]
 STATUSES = {"eager": EAGER, "compiled": COMPILED}
+#: (family, op, variant, dtype) the OpInfo supports, from the manifests loaded
+SUPPORTED: set = set()
 
 HEADER = """\
 # Operator coverage over PyTorch's OpInfo database
@@ -77,7 +79,8 @@ graph-break counter around each call):
 - **FAIL**: a wrong result or a crash at run time; **CERR**: an error while
   compiling; **skip**: not testable.
 
-"—": the OpInfo does not support the dtype (or the run did not cover it).
+"—": the OpInfo does not support the dtype; "n/r": supported, not run (the
+run's dtypes or samples left it out).
 "other": an op supporting none of the four dtypes, in one dtype it supports.
 """
 
@@ -97,6 +100,8 @@ def load(path: str) -> Dict[Tuple[str, str, str, str], Dict[str, Any]]:
                 if r.get("kind") == "manifest":
                     manifest.extend(((r["family"], r["op"], r["variant"], d)
                                      for d in r["dtypes"] if d in DTYPES))
+                    SUPPORTED.update((r["family"], r["op"], r["variant"], d)
+                                     for d in r.get("supported", ()))
                     continue
                 if r["dtype"] not in DTYPES:
                     r["dtype_tested"], r["dtype"] = r["dtype"], OTHER
@@ -137,25 +142,28 @@ def summarize(recs: Dict[Tuple[str, str, str, str], Dict[str, Any]]) -> Dict[str
     return summary
 
 
-def render(recs: Dict[Tuple[str, str, str, str], Dict[str, Any]], samples: Any) -> Tuple[str, Dict]:
+def render(recs: Dict[Tuple[str, str, str, str], Dict[str, Any]], samples: Any,
+           note: str = "") -> Tuple[str, Dict]:
     summary = summarize(recs)
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
     lines = [HEADER.format(date=date, samples=samples)]
+    if note:
+        lines.append(f"This run: {note}\n")
     lines.append("## Summary (ops per status)\n")
     for fam, table in STATUSES.items():
         lines.append(f"{fam.capitalize()}:\n")
         lines.append("| status | " + " | ".join(DTYPES) + " |")
         lines.append("|---|" + "---|" * len(DTYPES))
+        def row(label: str, key: str) -> str:
+            return f"| {label} | " + " | ".join(
+                str(summary[fam][dt][key]) if summary[fam][dt]["tested"] else "not run"
+                for dt in DTYPES) + " |"
         for s, words, code in table:
-            lines.append(f"| {code}: {words} | "
-                         + " | ".join(str(summary[fam][dt][s]) for dt in DTYPES) + " |")
+            lines.append(row(f"{code}: {words}", s))
         if fam == "eager":
-            lines.append("| a device kernel ran (dev + mix) | " + " | ".join(
-                str(summary[fam][dt]["with_device_kernel"]) for dt in DTYPES) + " |")
-        lines.append("| testable (all but skip) | " + " | ".join(
-            str(summary[fam][dt]["testable"]) for dt in DTYPES) + " |")
-        lines.append("| ops tested | " + " | ".join(
-            str(summary[fam][dt]["tested"]) for dt in DTYPES) + " |")
+            lines.append(row("a device kernel ran (dev + mix)", "with_device_kernel"))
+        lines.append(row("testable (all but skip)", "testable"))
+        lines.append(row("ops tested", "tested"))
         lines.append("")
 
     codes = {fam: {s: c for s, _, c in table} for fam, table in STATUSES.items()}
@@ -172,7 +180,8 @@ def render(recs: Dict[Tuple[str, str, str, str], Dict[str, Any]], samples: Any) 
             entry[fam] = {}
             for dt in DTYPES:
                 r = recs.get((fam, o, v, dt))
-                cells.append(codes[fam][r["status"]] if r else "—")
+                cells.append(codes[fam][r["status"]] if r else
+                             "n/r" if (fam, o, v, dt) in SUPPORTED else "—")
                 if r:
                     entry[fam][dt] = {k: r[k] for k in r if k not in ("family", "op",
                                                                        "variant", "dtype")}
@@ -190,12 +199,14 @@ def render(recs: Dict[Tuple[str, str, str, str], Dict[str, Any]], samples: Any) 
         lines.append(f"- {fam} `{label}` {dt}: {detail}")
     lines.append("")
     doc = {"generated": date, "samples_per_dtype": samples, "dtypes": list(DTYPES),
+           "note": note,
            "summary": summary, "ops": table_json}
     return "\n".join(lines), doc
 
 
-def write(recs: Dict[Tuple[str, str, str, str], Dict[str, Any]], out: str, samples: Any) -> None:
-    md, doc = render(recs, samples)
+def write(recs: Dict[Tuple[str, str, str, str], Dict[str, Any]], out: str, samples: Any,
+          note: str = "") -> None:
+    md, doc = render(recs, samples, note)
     with open(out + ".md", "w", encoding="utf-8") as f:
         f.write(md)
     with open(out + ".json", "w", encoding="utf-8") as f:
@@ -227,8 +238,8 @@ def run(args: argparse.Namespace) -> int:
             if os.path.exists(env["NKIPY_OPINFO_RECORD"]):     # the tests append
                 os.remove(env["NKIPY_OPINFO_RECORD"])
             log = open(os.path.abspath(args.records) + f".{fam}{shard}.log", "w")
-            cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:logging",
-                   TESTS[fam]]
+            cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                   "-p", "no:logging", TESTS[fam]]
             print("running", " ".join(cmd), f"(shard {shard}/{args.jobs})", flush=True)
             procs.append((subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log,
                                            stderr=subprocess.STDOUT), log))
@@ -266,6 +277,7 @@ def main(argv: List[str] = None) -> int:
     d.add_argument("records", nargs="+", help="JSONL files (later ones win)")
     d.add_argument("--samples", default="?", help="samples per (op, dtype) the records used")
     d.add_argument("--out", default=os.path.join(ROOT, "docs", "op-coverage"))
+    d.add_argument("--note", default="", help="a sentence on how this run was capped")
     args = ap.parse_args(argv)
     if args.cmd == "run":
         if not 1 <= args.samples <= 1000:
@@ -278,7 +290,7 @@ def main(argv: List[str] = None) -> int:
         if not os.path.isfile(path):
             ap.error(f"{path}: no such file")
         recs.update(load(path))
-    write(recs, args.out, args.samples)
+    write(recs, args.out, args.samples, args.note)
     return 0
 
 
