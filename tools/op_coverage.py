@@ -183,8 +183,8 @@ def render(recs: Dict[Tuple[str, str, str, str], Dict[str, Any]], samples: Any,
                 cells.append(codes[fam][r["status"]] if r else
                              "n/r" if (fam, o, v, dt) in SUPPORTED else "—")
                 if r:
-                    entry[fam][dt] = {k: r[k] for k in r if k not in ("family", "op",
-                                                                       "variant", "dtype")}
+                    entry[fam][dt] = {k: v for k, v in r.items() if v not in ("", [])
+                                      and k not in ("family", "op", "variant", "dtype")}
         table_json[label] = entry
         lines.append(f"| `{label}` | " + " | ".join(cells) + " |")
     lines.append("")
@@ -210,7 +210,7 @@ def write(recs: Dict[Tuple[str, str, str, str], Dict[str, Any]], out: str, sampl
     with open(out + ".md", "w", encoding="utf-8") as f:
         f.write(md)
     with open(out + ".json", "w", encoding="utf-8") as f:
-        json.dump(doc, f, indent=1, sort_keys=True)
+        json.dump(doc, f, sort_keys=True, separators=(",", ":"))
         f.write("\n")
     s = doc["summary"]
     print(f"wrote {out}.md and {out}.json")
