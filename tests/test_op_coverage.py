@@ -219,3 +219,20 @@ def test_cpu_copies_keep_views_and_math_bits():
     with torch.no_grad():
         c[0, 0] = -1
     assert view[0, 0] == 2        # a copy, not the tensor itself
+
+
+def test_mark_expected_failures():
+    class Op:
+        name, variant_test_name, formatted_name = "add", "", "add"
+
+    class Cls:
+        def test_eager_add_nkipy_float32(self):
+            pass
+
+    H.mark_expected_failures(Cls, "eager", {("add", "", "float32"): "why",
+                                            ("add", "", "float16"): "not instantiated"}, [Op])
+    marks = Cls.test_eager_add_nkipy_float32.pytestmark
+    assert marks[0].name == "xfail" and marks[0].kwargs == {"strict": True, "reason": "why"}
+    with pytest.raises(KeyError, match=r"expected-failure entry \('sub', '', 'float32'\): "
+                                       "no such OpInfo"):
+        H.mark_expected_failures(Cls, "eager", {("sub", "", "float32"): "why"}, [Op])
