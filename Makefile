@@ -191,6 +191,19 @@ fuzz-smoke: fuzz-build
 	done; \
 	if [ -n "$$failed" ]; then echo "fuzz-smoke: findings in:$$failed (reproduce: build/fuzz/<target> <input>)" >&2; exit 1; fi
 
+# ---- Operator coverage (docs/op-coverage.md; not part of make test) -------
+# The whole-op_db OpInfo tests over the full matrix (float32, float16, bfloat16,
+# int64; at most OPCOV_SAMPLES samples per op and dtype), eager and compiled,
+# in OPCOV_JOBS pytest processes per family; the records are rendered into
+# docs/op-coverage.md and docs/op-coverage.json (tools/op_coverage.py).
+OPCOV_JOBS    ?= 1
+OPCOV_SAMPLES ?= 4
+.PHONY: op-coverage
+op-coverage: venv $(NEFFS)
+	$(GEMM_ENV) NKRT_TEST_NEFF_DIR=$(BUILD)/neff NKIPY_CACHE_DIR=$(abspath $(BUILD))/opcov_cache \
+	  $(PY) tools/op_coverage.py run --jobs $(OPCOV_JOBS) --samples $(OPCOV_SAMPLES) \
+	  --records $(BUILD)/op-coverage.jsonl --out docs/op-coverage
+
 # ---- Demo and benchmarks ------------------------------------------------
 demo: venv
 	$(GEMM_ENV) $(PY) examples/demo_spike.py

@@ -4,14 +4,16 @@ Every call of a compiled graph records one execution: the bucket it ran in,
 how much padding that cost, and where the time went (host-to-device copies and
 padding, the kernel, device-to-host copies and unpadding). Compiles (kernels
 built by the C compiler or loaded from the cache for a new bucket or
-signature) are counted too.
+signature) are counted too, and so is how each graph the backend receives was
+lowered: fully to the device, or with CPU partitions (``graphs_compiled``,
+``graphs_partitioned``, ``cpu_partition_ops``).
 """
 from __future__ import annotations
 
 import copy
 import threading
 from dataclasses import dataclass, field
-from typing import Dict, Optional
+from typing import Dict, Optional, Sequence
 
 
 @dataclass
@@ -28,6 +30,9 @@ class RuntimeStats:
     total_h2d_time_ms: float = 0.0        # inputs to the device, padding included
     total_nrt_exec_time_ms: float = 0.0   # the kernels themselves
     total_d2h_time_ms: float = 0.0        # outputs back (or unpadded on the device)
+    graphs_compiled: int = 0              # FX graphs (forward, backward) the backend lowered
+    graphs_partitioned: int = 0           # ... of which some ops run in CPU partitions
+    cpu_partition_ops: Dict[str, int] = field(default_factory=dict)  # op -> graphs with it on the CPU
 
     @property
     def mean_pad_ratio(self) -> float:
@@ -68,6 +73,17 @@ def record_compile() -> None:
     """Counts one kernel made ready for a new bucket or input signature."""
     with _lock:
         _stats.total_compile_count += 1
+
+
+def record_graph(cpu_ops: Sequence[str]) -> None:
+    """Counts one FX graph the backend lowered; ``cpu_ops`` are the names of
+    the ops it left to CPU partitions (empty: fully lowered to the device)."""
+    with _lock:
+        _stats.graphs_compiled += 1
+        if cpu_ops:
+            _stats.graphs_partitioned += 1
+            for name in set(cpu_ops):
+                _stats.cpu_partition_ops[name] = _stats.cpu_partition_ops.get(name, 0) + 1
 
 
 def get_stats() -> RuntimeStats:

@@ -18,7 +18,7 @@ from torch.fx.passes.operator_support import OperatorSupport
 from spiky.buckets import infer_buckets, next_pow2, select_bucket
 from spiky.padding import get_metadata
 from spiky.profiling import ExecutionProfile, ntff_path
-from spiky.stats import record_compile
+from spiky.stats import record_compile, record_graph
 
 from . import kernel as kernel_mod
 from . import progress
@@ -342,6 +342,7 @@ def compile_fx_graph(gm: torch.fx.GraphModule, role: str = "forward",
         run_split._boxed_call = True  # type: ignore[attr-defined]
         return run_split
     unsupported = [n for n in gm.graph.nodes if n.op == "call_function" and not is_supported_node(n)]
+    record_graph([target_name(n.target) for n in unsupported])
     if not unsupported:
         compiled: Any = CompiledGraph(gm, role, opts)
 

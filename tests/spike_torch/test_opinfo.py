@@ -10,48 +10,14 @@ rtol/atol 1e-2; bfloat16: rtol/atol 2e-2. Backward (float32) for a subset.
 """
 from __future__ import annotations
 
-import sys
-import warnings
-
 import pytest
 import torch
 
 pytest.importorskip("expecttest")  # torch.testing._internal needs it
 
+from opinfo_helpers import import_framework, to_device  # noqa: E402
 
-def _import_framework():
-    """Imports spike_torch (registers the device, so that common_device_type sees
-    PrivateUse1 available) and PyTorch's test framework. Instantiating the tests
-    must happen at collection, so the process-wide state these imports change is
-    put back: the runtime that importing spike_torch brings up is closed again
-    (the session fixture configures its own), and common_utils' global-flag
-    freeze and ScriptFunction/ScriptMethod profiling hooks are undone, so that
-    nothing leaks into the other test directories."""
-    import spike
-    from spike import spike_singleton
-
-    runtime_before = spike_singleton.is_active()
-    first_import = "torch.testing._internal.common_utils" not in sys.modules
-    saved_calls = (torch._C.ScriptFunction.__call__, torch._C.ScriptMethod.__call__)
-    import spike_torch  # noqa: F401
-
-    from torch.testing._internal import common_device_type, common_utils
-    from torch.testing._internal.common_methods_invocations import op_db
-
-    if first_import:
-        torch._C.ScriptFunction.__call__, torch._C.ScriptMethod.__call__ = saved_calls
-        vars(torch.backends)["__allow_nonbracketed_mutation_flag"] = True
-    if common_device_type.PrivateUse1TestBase not in common_device_type.device_type_test_bases:
-        # common_device_type was imported before the device was registered
-        common_device_type.device_type_test_bases.append(common_device_type.PrivateUse1TestBase)
-    if not runtime_before:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)
-            spike_torch.reset()
-    return common_device_type, common_utils, op_db
-
-
-common_device_type, common_utils, op_db = _import_framework()
+common_device_type, common_utils, op_db = import_framework()
 ops = common_device_type.ops
 OpDTypes = common_device_type.OpDTypes
 
@@ -71,16 +37,6 @@ BACKWARD = {"mul", "exp", "tanh", "sum", "mm", "softmax", "sigmoid", "nn.functio
 NATIVE_OPS = [o for o in op_db if (o.name, o.variant_test_name) in NATIVE]
 BACKWARD_OPS = [o for o in NATIVE_OPS if o.name in BACKWARD and not o.variant_test_name]
 TOL = {torch.float32: (1e-4, 1e-5), torch.float16: (1e-2, 1e-2), torch.bfloat16: (2e-2, 2e-2)}
-
-
-def to_device(x, device):
-    if isinstance(x, torch.Tensor):
-        return x.detach().to(device)
-    if isinstance(x, (list, tuple)):
-        return type(x)(to_device(a, device) for a in x)
-    if isinstance(x, dict):
-        return {k: to_device(v, device) for k, v in x.items()}
-    return x
 
 
 def test_all_native_ops_found():
