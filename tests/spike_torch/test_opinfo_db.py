@@ -35,13 +35,7 @@ ops = common_device_type.ops
 
 # (OpInfo name, variant, dtype) -> why the eager result is known wrong today.
 # xfail(strict=True): the fix flips the test to a failure; then remove the entry.
-KNOWN_FAILURES = {
-    **{(name, "", "float32"): "convolution_overrideable is not implemented on the device "
-                              "(issue 15 §2: convolution as device kernels)"
-       for name in ("nn.functional.conv1d", "nn.functional.conv2d", "nn.functional.conv3d",
-                    "nn.functional.conv_transpose1d", "nn.functional.conv_transpose2d",
-                    "nn.functional.conv_transpose3d")},
-}
+KNOWN_FAILURES: dict = {}   # none today
 
 
 OPS = SETTINGS.ops(op_db)

@@ -34,27 +34,7 @@ ops = common_device_type.ops
 # (OpInfo name, variant, dtype) -> why the compiled result is known wrong today,
 # for the ops make test runs (every second entry of op_db, float32).
 # xfail(strict=True): the fix flips the test to a failure; then remove the entry.
-_RNG = ("with spike_torch imported, Dynamo traces into torch.nkipy's get_rng_state/"
-        "set_rng_state and fails a no_dispatch() assertion (issue 15 §2)")
-_COMPLEX = "complex dtypes raise instead of going to a CPU partition (issue 15 §1)"
-_AXIS = "a reduction of a 0-dim tensor raises AxisError (issue 15 §1)"
-_CEIL = "max_pool with ceil_mode=True raises instead of going to a CPU partition (issue 15 §1)"
-KNOWN_FAILURES = {
-    **{(name, variant, "float32"): _RNG for name, variant in (
-        ("bernoulli", ""), ("cauchy", ""), ("geometric", ""), ("item", ""),
-        ("nn.functional.dropout3d", ""), ("nn.functional.feature_alpha_dropout", "with_train"),
-        ("nn.functional.fractional_max_pool2d", ""), ("nn.functional.rrelu", ""),
-        ("normal", ""), ("normal", "in_place"), ("rand_like", ""), ("randint_like", ""),
-        ("randn", ""), ("svd_lowrank", ""))},
-    **{(name, "", dtype): _COMPLEX for name, dtype in (
-        ("fft.fftn", "float32"), ("fft.hfft2", "float32"), ("fft.ifft2", "float32"),
-        ("fft.irfft2", "float32"), ("istft", "complex64"), ("cdouble", "float32"),
-        ("chalf", "float32"))},
-    ("index_select", "", "float32"): _AXIS,
-    ("logsumexp", "", "float32"): _AXIS,
-    ("max_pool2d_with_indices_backward", "", "float32"): _CEIL,
-    ("nn.functional.max_pool1d", "", "float32"): _CEIL,
-}
+KNOWN_FAILURES: dict = {}   # none today
 
 # make test: every COMPILED_EVERY-th entry of op_db (a compile costs Dynamo,
 # AOTAutograd and a C compile, ~2 s an op on a loaded 2-core machine);
