@@ -23,7 +23,7 @@ takes one of two paths:
   with a warning once per operator (``SPIKE_TORCH_FALLBACK_WARN=0`` silences
   it). A signature that cannot be lowered (an op without a registry entry,
   data-dependent output shapes, random ops, complex or unsupported dtypes,
-  zero-size tensors, tensors on several devices, ...) is remembered, so later
+  tensors on several devices, ...) is remembered, so later
   calls go straight to it. Ops returning a view of an input are refused: on
   the host they could only return a copy.
 
@@ -557,15 +557,11 @@ class _Plan:
                 raise _Refuse("an output that is not a tensor")
             if val.dtype not in _KERNEL_DTYPES:
                 raise _Refuse(f"output dtype {val.dtype}")
-            if val.numel() == 0:
-                raise _Refuse("a zero-size output")
         output.args = (tuple(outs),)
         # inputs no node reads (out= tensors, shapes only) are not kernel inputs
         self.in_idx: List[int] = []
         for i, p in enumerate(placeholders):
             if p.users:
-                if ts[i].numel() == 0:
-                    raise _Refuse("a zero-size input")
                 self.in_idx.append(i)
             else:
                 graph.erase_node(p)
@@ -615,8 +611,8 @@ class _Plan:
                 raise _Refuse(f"kernel output {oname} is {meta.dtype}{list(meta.shape)}, "
                               f"expected {_KERNEL_DTYPES[dtype]}{list(shape)}")
         self.kern = kern
-        self.in_names = list(gen.tensor_inputs)
-        self.out_names = [o for o, _ in outs]
+        # the model's inputs in its own order, as positions among ours
+        self.in_order = [list(gen.tensor_inputs).index(n) for n in ins]
         logger.debug("eager kernel %s compiled for %s", self.info.name,
                      [(tuple(t.shape), t.dtype) for t in inputs])
 
@@ -655,12 +651,10 @@ class _Plan:
             direct.append(ok)
             outs.append(dst if ok else torch.empty(shape, dtype=dtype, device=dev))
         _C.check_live(ins + [ts[i] for i in self.mutations], f"nkipy {self.info.name}")
-        rt = spike.get_spike_singleton()
-        rt.execute(kern.model_ref,
-                   {n: rt.slice_from_address(t.data_ptr(), t.numel() * t.element_size())
-                    for n, t in zip(self.in_names, ins)},
-                   {n: rt.slice_from_address(t.data_ptr(), t.numel() * t.element_size())
-                    for n, t in zip(self.out_names, outs)})
+        # by address in the model's order (a zero-size tensor may have none)
+        spike.get_spike_singleton().execute_at(
+            kern.model_ref, [ins[j].data_ptr() for j in self.in_order] +
+            [t.data_ptr() for t in outs])
         stats["device_calls"] += 1
         for k, i in enumerate(self.mutations):
             if direct[k]:

@@ -34,11 +34,9 @@ from torch.utils import _pytree as pytree
 DEV = "nkipy"
 STEPS = 3
 #: The operators that still run through the CPU fallback during a loop's device
-#: steps (the names its warning gives), and why:
-#: - gpt2: ``cat`` of GPT-2's empty key/value cache with the new keys (the generic
-#:   eager path refuses zero-size inputs);
+#: steps (the names its warning gives): none.
 EXPECTED_FALLBACK: Dict[str, set] = {
-    "gpt2": {"aten::cat.out"},
+    "gpt2": set(),
     "resnet": set(),
 }
 

@@ -307,8 +307,22 @@ def test_batch_norm_training_updates_running_statistics():
     plain, plaind = (torch.nn.BatchNorm2d(3, track_running_stats=False) for _ in range(2))
     plaind.to("nkipy")
     torch.testing.assert_close(plaind(x.to("nkipy")).cpu(), plain(x), rtol=1e-5, atol=1e-5)
-    assert spike_torch.op_stats()["cpu_fallback_calls"] == before   # training: on the device
     torch.testing.assert_close(bnd.running_var.cpu(), bn.running_var)
-    bn.eval(), bnd.eval()   # the running statistics, not the batch's (zero-size saved
-    # statistics: the CPU path today)
+    bn.eval(), bnd.eval()   # the running statistics, not the batch's (zero-size saved stats)
     torch.testing.assert_close(bnd(x.to("nkipy")).cpu(), bn(x), rtol=1e-5, atol=1e-5)
+    assert spike_torch.op_stats()["cpu_fallback_calls"] == before   # all on the device
+
+
+def test_zero_size_tensors_run_on_the_device():
+    """A zero-size input or output (an empty KV cache concatenated with new keys,
+    a reduction over an empty dimension) is a device kernel too."""
+    import spike_torch
+
+    a, b, e = torch.randn(2, 0, 8), torch.randn(2, 3, 8), torch.empty(0, 4)
+    before = spike_torch.op_stats()
+    assert torch.equal(torch.cat([a.nkipy(), b.nkipy()], dim=1).cpu(), torch.cat([a, b], 1))
+    assert torch.equal(e.nkipy().sum(0).cpu(), torch.zeros(4))
+    assert (e.nkipy() + 1).shape == (0, 4)
+    after = spike_torch.op_stats()
+    assert after["cpu_fallback_calls"] == before["cpu_fallback_calls"]
+    assert after["device_calls"] == before["device_calls"] + 3
