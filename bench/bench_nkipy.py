@@ -173,6 +173,35 @@ def run(quick: bool) -> dict:
                                  f"{2 * size ** 3 / t_mm / 1e9:.0f} torch"))
             rows.append(row(f"matmul {size}^3 float32", t_dev,
                             median_time(lambda: p @ q, rep), "NumPy"))
+        # convolutions of a CNN's layers (bias and ReLU fused into the kernel),
+        # against torch's own CPU convolution with the same threads
+        from nkipy.core import ops as nkops
+        nb = 1 if quick else 4
+        for label, c_in, c_out, hw, stride, groups in (
+                ("3x3 64->64, 56x56", 64, 64, 56, 1, 1),
+                ("3x3 stride 2 64->128, 56x56", 64, 128, 56, 2, 1),
+                ("3x3 depthwise 128, 28x28", 128, 128, 28, 1, 128),
+                ("1x1 128->256, 28x28", 128, 256, 28, 1, 1)):
+            k = 1 if label.startswith("1x1") else 3
+            xi = rng.standard_normal((nb, c_in, hw, hw)).astype(np.float32)
+            wi = (rng.standard_normal((c_out, c_in // groups, k, k)) * 0.1).astype(np.float32)
+            bi = rng.standard_normal(c_out).astype(np.float32)
+
+            def conv(x, w, b, stride=stride, groups=groups, pad=k // 2):
+                y = nkops.conv2d(x, w, b, stride=stride, padding=pad, groups=groups)
+                return np.maximum(y, np.zeros((), np.float32))
+
+            dev = Device(conv, xi, wi, bi, cache_dir=cache,
+                         name=f"conv_{c_in}_{c_out}_{stride}_{groups}")
+            dev()
+            tx, tw, tb = (torch.from_numpy(v) for v in (xi, wi, bi))
+
+            def conv_torch(tx=tx, tw=tw, tb=tb, stride=stride, groups=groups, pad=k // 2):
+                return torch.relu(torch.nn.functional.conv2d(tx, tw, tb, stride, pad, 1, groups))
+
+            np.testing.assert_allclose(dev.result(), conv_torch().numpy(), rtol=1e-3, atol=1e-3)
+            rows.append(row(f"conv2d {label}, batch {nb}, bias+ReLU", median_time(dev, rep),
+                            median_time(conv_torch, rep), "torch conv2d+relu", 1.0))
         # compile times
         from nkipy.compiler.build import compile_graph
         from nkipy.core.trace import trace
