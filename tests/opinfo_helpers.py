@@ -433,6 +433,23 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).replace("torch.", "")
 
 
+def instantiate(generic: type, scope: Dict[str, Any]) -> type:
+    """``instantiate_device_type_tests(generic, scope, only_for="privateuse1")``
+    and the one class it made. Its name ends in the device type, which
+    PrivateUse1TestBase renames from PRIVATEUSE1 to NKIPY once a first class of
+    the session has been set up, so it depends on what ran before; found by prefix.
+    Raises when none was made (the tests would silently not exist)."""
+    from torch.testing._internal import common_device_type
+
+    before = set(scope)
+    common_device_type.instantiate_device_type_tests(generic, scope, only_for="privateuse1")
+    made = [scope[n] for n in set(scope) - before if n.startswith(generic.__name__)]
+    if len(made) != 1:
+        raise RuntimeError(f"instantiate_device_type_tests made {len(made)} classes from "
+                           f"{generic.__name__} for privateuse1, expected 1")
+    return made[0]
+
+
 def mark_expected_failures(cls: type, family: str, known: Dict[Tuple[str, str, str], str],
                            op_db: List[Any]) -> None:
     """Marks the instantiated tests of ``known`` ((op name, variant, dtype name) ->

@@ -142,7 +142,5 @@ class TestNkipyOpInfoCompiled(common_utils.TestCase):
         run_compiled(self, dtype, op)
 
 
-common_device_type.instantiate_device_type_tests(TestNkipyOpInfoCompiled, globals(),
-                                                 only_for="privateuse1")
-H.mark_expected_failures(TestNkipyOpInfoCompiledPRIVATEUSE1, "compiled",  # noqa: F821
-                         KNOWN_FAILURES, op_db)
+INSTANTIATED = H.instantiate(TestNkipyOpInfoCompiled, globals())
+H.mark_expected_failures(INSTANTIATED, "compiled", KNOWN_FAILURES, op_db)
