@@ -227,7 +227,8 @@ $(BUILD)/bench_comm: $(RT_SRC) $(RT_HDR) bench/bench_comm.c
 # survived counts at the end; `cd build/mutation && ../../.venv/bin/python -m
 # mutmut show <id>` prints a mutant. The whole set takes hours on 2 cores.
 MUTATE         ?= nkipy/compiler,spike_torch/lowering
-MUTATION_TESTS ?= tests/nkipy/test_layout_properties.py tests/nkipy/test_compiler_build.py \
+MUTATION_TESTS ?= tests/nkipy/test_compiler_passes.py tests/torch_to_nkipy/test_lowering_registry.py \
+  tests/nkipy/test_layout_properties.py tests/nkipy/test_compiler_build.py \
   tests/torch_to_nkipy/test_lowering_samples.py
 MUTATION_DIR   := $(BUILD)/mutation
 
