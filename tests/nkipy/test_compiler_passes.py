@@ -78,3 +78,38 @@ def test_fold_limit_boundary() -> None:
     assert _folded(passes.FOLD_LIMIT)
     assert not _folded(passes.FOLD_LIMIT + 1)
     assert _folded(4)
+
+
+def test_cse_merges_repeated_work() -> None:
+    def kernel(a):
+        return np.exp(a) + np.exp(a)
+    g = trace(kernel, np.ones((3,), np.float32))
+    assert [n.op for n in g.nodes] == ["exp", "exp", "add"]
+    assert passes.cse(g) == 1
+    assert [n.op for n in g.nodes] == ["exp", "add"]
+    add = g.nodes[1]
+    assert add.inputs[0] is add.inputs[1] is g.nodes[0].output
+
+
+def test_a_constant_division_by_zero_stays_for_run_time() -> None:
+    """With PyTorch's semantics an integer division by zero fails the execution:
+    folding must not turn it into a constant (and lose the error)."""
+    from nkipy.core.dtypes import torch_semantics
+
+    def kernel(a):
+        return a + ops.full((3,), 7, np.int32) // ops.full((3,), 0, np.int32)
+    with torch_semantics():
+        g = passes.optimize(trace(kernel, np.ones((3,), np.int32)))
+    assert "floor_div" in [n.op for n in g.nodes]
+
+
+def test_simplify_rewires_a_graph_output() -> None:
+    """A no-op producing a graph output: the output becomes its operand."""
+    g = Graph("passes")
+    x = g.add_input("x", (3, 4), F32)
+    e = g.add("exp", [x], {}, [((3, 4), F32)])
+    n = g.add("cast", [e.output], {"dtype": F32}, [((3, 4), F32)])
+    g.outputs = [n.output]
+    g.output_names = ["output0"]
+    assert passes.simplify(g) == 1
+    assert g.outputs[0] is e.output
