@@ -148,6 +148,11 @@ def run_samples_on_host(op, tmp: str) -> Dict[str, Any]:
         samples = list(op.sample_inputs("cpu", dtype, requires_grad=False))[:SAMPLES_PER_OP]
     for k, sample in enumerate(samples):
         tensors, rebuild = _flatten_sample(sample)
+        if op.name.startswith("as_strided") and any(t.storage_offset() for t in tensors):
+            # make_fx's placeholders drop the storage offset, which as_strided's
+            # storage_offset argument counts from: the trace is not this sample's
+            stats["untraceable"] += 1
+            continue
 
         def fn(*ts):
             inp, args, kwargs = rebuild(ts)
@@ -179,17 +184,9 @@ def run_samples_on_host(op, tmp: str) -> Dict[str, Any]:
 
 # Lowerings that handle only part of their OpInfo's argument sets (found by
 # this test; each reason names what is wrong). strict: a fix must remove it.
-# Those marked "issue 15 §1" are the compile errors that issue lists (0-d
-# reductions, ceil_mode pooling, empty gather index, zero-size cat), fixed on
-# the lower-breadth branch: remove an entry when its test XPASSes.
-_ZERO_D = "issue 15 §1: a 0-d input (dim 0 / -1 of a 0-d tensor) raises or changes the shape"
 KNOWN_FAILING: Dict[str, str] = {
-    **{name: _ZERO_D for name in (
-        "cumsum", "cumprod", "topk", "index_select", "scatter_add", "amax", "amin", "mean",
-        "sum", "linalg.vector_norm", "masked.sum", "masked.amax", "masked.amin", "masked.mean")},
-    "gather": "issue 15 §1: an empty index, and a 0-d input, raise",
-    "nn.functional.avg_pool2d": "issue 15 §1: avg_pool2d with ceil_mode=True raises",
-    "cat": "issue 15 §1: cat of zero-size tensors raises",
+    "scatter_add": "a 0-d input (dim 0 / -1 of a 0-d tensor) raises or changes the shape",
+    "cat": "cat of zero-size tensors raises",
 }
 
 
