@@ -71,8 +71,33 @@ def _shape(x: Any) -> tuple:
 
 # ---- elementwise -------------------------------------------------------------
 
+#: Unary ops whose result is floating: PyTorch computes them on an integer or
+#: bool input in the default float dtype (float32), as the FX graph's output
+#: dtype says -- never in the input's integer dtype (np.reciprocal of an int is 0).
+_FLOATING_UNARY = {
+    "aten.cos.default", "aten.sin.default", "aten.exp.default", "aten.log.default",
+    "aten.log1p.default", "aten.reciprocal.default", "aten.sqrt.default", "aten.tanh.default",
+    "aten.expm1.default", "aten.exp2.default", "aten.log2.default", "aten.log10.default",
+    "aten.tan.default", "aten.asin.default", "aten.acos.default", "aten.atan.default",
+    "aten.sinh.default", "aten.cosh.default", "aten.erf.default", "aten.rsqrt.default",
+    "aten.sigmoid.default"}
+
+
+def _is_integral(x: Any) -> bool:
+    dt = np.dtype(getattr(x, "dtype", np.float32))
+    return dt.kind in "iub"
+
+
 def _unary(name: str, fn):
-    reg(name)(fn)
+    if name not in _FLOATING_UNARY:
+        reg(name)(fn)
+        return
+
+    def floating(x):
+        return fn(cast(x, np.dtype(np.float32)) if _is_integral(x) else x)
+
+    floating.__name__ = name.split(".")[1]
+    reg(name)(floating)
 
 
 for _n, _f in {
@@ -173,6 +198,10 @@ def power(x, y):
 
 @reg("aten.pow.Scalar")
 def pow_scalar(x, y):
+    # a float base with an integer exponent tensor is a float32 power (PyTorch's
+    # promotion): 2.0 ** -2 is 0.25, not the integer 0
+    if isinstance(x, float) and _is_integral(y):
+        y = cast(y, np.dtype(np.float32))
     return np.power(ops.full((), x, y.dtype), y)
 
 
@@ -393,11 +422,21 @@ def mm(x, y):
 
 
 @reg("aten.addmm.default")
-def addmm(bias, x, y, beta=1, alpha=1):
-    prod = np.matmul(x, y)
+def _scaled_sum(prod, bias, beta, alpha):
+    """``beta * bias + alpha * prod`` as PyTorch's add{mm,mv,bmm} compute it: on
+    integer tensors the scalars are first cast to the integer type (0.6 is 0),
+    and ``beta == 0`` ignores ``bias`` (a NaN or inf in it does not propagate)."""
+    if _is_integral(prod):
+        beta, alpha = int(beta), int(alpha)
     if alpha != 1:
         prod = prod * alpha
+    if beta == 0:
+        return prod    # bias broadcasts to the product's shape: nothing else to add
     return prod + (bias if beta == 1 else bias * beta)
+
+
+def addmm(bias, x, y, beta=1, alpha=1):
+    return _scaled_sum(np.matmul(x, y), bias, beta, alpha)
 
 
 @reg("aten.embedding.default")
@@ -881,10 +920,7 @@ def addmv(bias, m, v, beta=1, alpha=1):
 
 @reg("aten.addbmm.default")
 def addbmm(bias, b1, b2, beta=1, alpha=1):
-    prod = np.sum(np.matmul(b1, b2), axis=0)
-    if alpha != 1:
-        prod = prod * alpha
-    return prod + (bias if beta == 1 else bias * beta)
+    return _scaled_sum(np.sum(np.matmul(b1, b2), axis=0), bias, beta, alpha)
 
 
 @reg("aten.var_mean.correction")

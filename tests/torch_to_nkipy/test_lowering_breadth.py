@@ -494,3 +494,29 @@ def test_every_aten_math_entry_has_a_case():
     for fn, make in ALL_CASES:
         seen |= _aten_ops(fn, make())
     assert sorted(mine - seen - {"aten.diagonal_copy.default"}) == []
+
+
+def test_integer_inputs_of_floating_ops_and_scaled_products(backend):
+    """Floating unary ops on integer tensors compute in float32 (reciprocal of an
+    int is not 0), a float base to integer powers is a float power (ldexp with a
+    negative exponent), add{mm,mv,bmm} cast float scalars to the integer type on
+    integer tensors and ignore the bias when beta is 0 (a NaN in it included)."""
+    x = torch.tensor([3, -2, 5, 0, 7])
+    m, v = torch.arange(10).reshape(5, 2) - 4, torch.tensor([2, -3])
+    f = torch.tensor([1.5, 2.0, -3.0, 0.25, 8.0])
+    nan_bias = torch.tensor([float("nan")] * 5)
+
+    def fn(x, m, v, f, nb):
+        return (torch.reciprocal(x), 3.5 / x, torch.cos(x), torch.ldexp(f, x),
+                torch.addmv(x, m, v, beta=0.2, alpha=1.6), torch.addmv(x, m, v, beta=2, alpha=3),
+                torch.addmv(nb, m.float(), v.float(), beta=0.0))
+
+    want = fn(x, m, v, f, nan_bias)
+    got = torch.compile(fn, backend="nkipy")(x, m, v, f, nan_bias)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype
+        torch.testing.assert_close(g, w, rtol=1.3e-6, atol=1e-5, equal_nan=False)
+    # the same lowerings serve eager ops on the device
+    dev = [t.to("nkipy") for t in (x, m, v, f, nan_bias)]
+    for g, w in zip(fn(*dev), want):
+        torch.testing.assert_close(g.cpu(), w, rtol=1.3e-6, atol=1e-5, equal_nan=False)
