@@ -18,6 +18,7 @@ import numpy as np
 
 from nkipy.core import ops
 
+from .aten_numpy import cast
 from .registry import AtenOpRegistry
 
 reg = AtenOpRegistry.register
@@ -116,8 +117,11 @@ def erfinv(x):
 @reg("aten.digamma.default")
 def digamma(x):
     """psi(x): reflection for x < 0.5, recurrence up to x >= 6, then the
-    asymptotic series; -inf at 0 and NaN at the negative integers, as torch."""
-    x = _fl(x)
+    asymptotic series; -inf at 0 and NaN at the negative integers, as torch.
+    Computed in float64 and rounded once: in float32 the reflection's
+    pi / tan(pi x) loses ~1e-5 relative near the poles."""
+    out_dtype = np.dtype(_fl(x).dtype) if hasattr(x, "dtype") else np.dtype(np.float32)
+    x = cast(x, np.dtype(np.float64))
     refl = x < 0.5
     xr = np.where(refl, 1.0 - x, x)
     acc = np.zeros_like(xr)
@@ -134,7 +138,7 @@ def digamma(x):
     r = np.where(refl, r - math.pi / np.tan(math.pi * x), r)
     pole = (x <= 0) & (x == np.floor(x))
     r = np.where(pole, math.nan, r)
-    return np.where(x == 0, -math.inf, r)
+    return cast(np.where(x == 0, -math.inf, r), out_dtype)
 
 
 @reg("aten.i0.default")

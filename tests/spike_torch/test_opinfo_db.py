@@ -35,7 +35,13 @@ ops = common_device_type.ops
 
 # (OpInfo name, variant, dtype) -> why the eager result is known wrong today.
 # xfail(strict=True): the fix flips the test to a failure; then remove the entry.
-KNOWN_FAILURES: dict = {}   # none today
+_POLYGAMMA_0 = ("polygamma(0, x) is digamma, computed in float64 and rounded once; on "
+                "OpInfo's samples next to a pole (results ~1e3) it differs from PyTorch's "
+                "float32 polygamma by ~2e-5 relative, past float32's tolerance")
+KNOWN_FAILURES = {
+    ("polygamma", "polygamma_n_0", "float32"): _POLYGAMMA_0,
+    ("special.polygamma", "special_polygamma_n_0", "float32"): _POLYGAMMA_0,
+}
 
 
 OPS = SETTINGS.ops(op_db)

@@ -34,7 +34,13 @@ ops = common_device_type.ops
 # (OpInfo name, variant, dtype) -> why the compiled result is known wrong today,
 # for the ops make test runs (every second entry of op_db, float32).
 # xfail(strict=True): the fix flips the test to a failure; then remove the entry.
-KNOWN_FAILURES: dict = {}   # none today
+_POLYGAMMA_0 = ("polygamma(0, x) is digamma, computed in float64 and rounded once; on "
+                "OpInfo's samples next to a pole (results ~1e3) it differs from PyTorch's "
+                "float32 polygamma by ~2e-5 relative, past float32's tolerance")
+KNOWN_FAILURES = {
+    ("polygamma", "polygamma_n_0", "float32"): _POLYGAMMA_0,
+    ("special.polygamma", "special_polygamma_n_0", "float32"): _POLYGAMMA_0,
+}
 
 # make test: every COMPILED_EVERY-th entry of op_db (a compile costs Dynamo,
 # AOTAutograd and a C compile, ~2 s an op on a loaded 2-core machine);
