@@ -421,7 +421,6 @@ def mm(x, y):
     return np.matmul(x, y)
 
 
-@reg("aten.addmm.default")
 def _scaled_sum(prod, bias, beta, alpha):
     """``beta * bias + alpha * prod`` as PyTorch's add{mm,mv,bmm} compute it: on
     integer tensors the scalars are first cast to the integer type (0.6 is 0),
@@ -435,6 +434,7 @@ def _scaled_sum(prod, bias, beta, alpha):
     return prod + (bias if beta == 1 else bias * beta)
 
 
+@reg("aten.addmm.default")
 def addmm(bias, x, y, beta=1, alpha=1):
     return _scaled_sum(np.matmul(x, y), bias, beta, alpha)
 

@@ -103,22 +103,28 @@ def test_memory_stats_move_with_device_outputs_and_trim_releases(backend):
     assert after["total_bytes"] == after["used_bytes"] + after["cached_bytes"]
 
 
-def test_memory_stats_count_buffers_of_calls_on_cpu_tensors(backend):
-    """A compiled graph called with CPU tensors keeps persistent device buffers
-    outside the pool; the figures count them (they were all zero)."""
+def test_calls_on_cpu_tensors_hold_no_device_memory(backend):
+    """A compiled graph called with CPU tensors runs the kernel on them where
+    they lie: after its first call, later calls allocate no device memory, and
+    the figures stay consistent (total = used + cached; the pool's cache)."""
+    import spike
     import spike_torch
 
     c = torch.compile(lambda x, w: torch.relu(x @ w) - 3.5, backend="nkipy")
+    x, w = torch.randn(248, 264), torch.randn(264, 232)
     with torch.no_grad():                             # shapes no other test compiles
-        c(torch.randn(248, 264), torch.randn(264, 232))
+        want = torch.relu(x @ w) - 3.5
+        torch.testing.assert_close(c(x, w), want)
+        rt = spike.get_spike_singleton()
+        allocs = rt.memory_stats(0)["total_allocations"]
+        for _ in range(3):
+            torch.testing.assert_close(c(x, w), want)
+        assert rt.memory_stats(0)["total_allocations"] == allocs
     stats = spiky.get_memory_stats()
     pool = spike_torch.memory_pool_stats()
-    held = (248 * 264 + 264 * 232 + 248 * 232) * 4    # two input buffers and the output
-    assert stats["used_bytes"] - pool["used_bytes"] >= held
-    assert stats["total_bytes"] - pool["total_bytes"] >= held
     assert stats["total_bytes"] == stats["used_bytes"] + stats["cached_bytes"]
     assert stats["cached_bytes"] == pool["cached_bytes"]
-    assert spiky.get_memory_stats(0)["used_bytes"] == stats["used_bytes"]
+    assert stats["used_bytes"] >= pool["used_bytes"]
 
 
 def test_trim_to_a_target_and_errors(backend):
