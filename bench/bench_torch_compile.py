@@ -467,18 +467,24 @@ def render_png(result: Dict[str, Any], path: Path) -> bool:
     ax1.set_xlabel("speed-up over eager CPU PyTorch (x, log scale)")
     ax1.set_title("per-call time vs eager")
     ax1.legend(fontsize=7, loc="lower right")
-    for k, (v, color) in enumerate((("nkipy", "#3b7dd8"), ("inductor", "#e0873a"))):
-        ax2.barh([i + (k - 0.5) * hgt for i in range(len(cases))],
-                 [c["cold_s"][v] for c in cases], height=hgt, color=color, label=v)
-    ax2.set_yticks(range(len(cases)), [c["key"] for c in cases], fontsize=7)
-    ax2.invert_yaxis()
-    ax2.set_xlabel("cold compile, s (first call, empty caches)")
-    ax2.set_title("cold compile")
-    ax2.legend(fontsize=7)
+    cold_compile_panel(ax2, cases, hgt)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return True
+
+
+def cold_compile_panel(ax: Any, cases: List[Dict[str, Any]], hgt: float) -> None:
+    """The chart's right panel: each case's cold compile, nkipy beside inductor
+    (also drawn by bench_models.py)."""
+    for k, (v, color) in enumerate((("nkipy", "#3b7dd8"), ("inductor", "#e0873a"))):
+        ax.barh([i + (k - 0.5) * hgt for i in range(len(cases))],
+                [c["cold_s"][v] for c in cases], height=hgt, color=color, label=v)
+    ax.set_yticks(range(len(cases)), [c["key"] for c in cases], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("cold compile, s (first call, empty caches)")
+    ax.set_title("cold compile")
+    ax.legend(fontsize=7)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
