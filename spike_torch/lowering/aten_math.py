@@ -106,12 +106,16 @@ def erfinv(x):
               0.00943887047, 1.00167406, 2.83297682):
         pt = pt * wt + c
     y = np.where(w < 5.0, pc, pt) * x
+    # the Newton steps in float64: near |x| = 1, erf(y) - x cancels in float32
+    out_dtype = np.dtype(x.dtype) if hasattr(x, "dtype") else np.dtype(np.float32)
+    f64 = np.dtype(np.float64)
+    x64, y = cast(x, f64), cast(y, f64)
     for _ in range(2):
-        err = ops.erf(y) - x
+        err = ops.erf(y) - x64
         y = y - err / (1.1283791670955126 * np.exp(-y * y))
-    a = np.abs(x)
-    y = np.where(a == 1.0, x * math.inf, y)
-    return np.where(a > 1.0, math.nan, y)
+    a = np.abs(x64)
+    y = np.where(a == 1.0, x64 * math.inf, y)
+    return cast(np.where(a > 1.0, math.nan, y), out_dtype)
 
 
 @reg("aten.digamma.default")
