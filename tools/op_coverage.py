@@ -142,6 +142,29 @@ def summarize(recs: Dict[Tuple[str, str, str, str], Dict[str, Any]]) -> Dict[str
     return summary
 
 
+#: Issue 15's targets: (what, family, dtypes, count key, goal, at least?)
+TARGETS = (
+    ("eager: a device kernel runs (float32)", "eager", ("float32",), "with_device_kernel",
+     450, True),
+    ("compiled: fully lowered (float32)", "compiled", ("float32",), "lowered", 580, True),
+    ("compiled: compile errors (float32)", "compiled", ("float32",), "compile_error", 0, False),
+    ("float16/bfloat16: device kernels within OpInfo's tolerance (eager failures)", "eager",
+     ("float16", "bfloat16"), "fail", 0, False),
+)
+
+
+def targets(summary: Dict[str, Any]) -> List[str]:
+    """The "Targets" section: each goal, this run's figure and whether it is met."""
+    out = ["## Targets\n", "| target | goal | this run | met? |", "|---|---:|---:|---|"]
+    for what, fam, dts, key, goal, at_least in TARGETS:
+        got = sum(summary[fam][d].get(key, 0) for d in dts)
+        ran = any(summary[fam][d]["tested"] for d in dts)
+        met = "not run" if not ran else ("yes" if (got >= goal if at_least else got <= goal)
+                                         else "**no**")
+        out.append(f"| {what} | {'>= ' if at_least else '<= '}{goal} | {got} | {met} |")
+    return out + [""]
+
+
 def render(recs: Dict[Tuple[str, str, str, str], Dict[str, Any]], samples: Any,
            note: str = "") -> Tuple[str, Dict]:
     summary = summarize(recs)
@@ -168,6 +191,7 @@ def render(recs: Dict[Tuple[str, str, str, str], Dict[str, Any]], samples: Any,
 
     codes = {fam: {s: c for s, _, c in table} for fam, table in STATUSES.items()}
     ops = sorted({(o, v) for (_, o, v, _) in recs})
+    lines += targets(summary)
     lines.append("## Every op\n")
     lines.append("| op | " + " | ".join(f"eager {d}" for d in DTYPES) + " | "
                  + " | ".join(f"compiled {d}" for d in DTYPES) + " |")
