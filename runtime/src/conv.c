@@ -6,8 +6,10 @@
  * GEMM uses) through nkrt_pool_parallel_for:
  *
  * - One input channel per output channel (depthwise): a direct loop per
- *   output plane, each tap adding a shifted input row to the output row
- *   (contiguous for stride 1, so the compiler vectorises it). No GEMM.
+ *   output plane, no GEMM. Stride 1: the plane is copied with its zero
+ *   border into a per-worker buffer and each tap is one long vectorised
+ *   multiply-add over it; other strides add shifted input rows to each
+ *   output row.
  * - 1x1, stride 1, no padding (pointwise): per image and group the output
  *   is W[o, c] @ X[c, h*w], the input read in place as the GEMM's B.
  * - Otherwise im2col + GEMM, blocked: the output columns (positions) are cut
@@ -39,6 +41,14 @@
  * share to the others. */
 #define TASKS_PER_WORKER 4
 
+/* The hot loops are compiled for AVX-512 and AVX2+FMA too (the runtime
+ * itself targets plain x86-64), the CPU's best picked at load. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#define NKRT_CONV_SIMD NKRT_HOT __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define NKRT_CONV_SIMD NKRT_HOT
+#endif
+
 typedef struct conv_job {
   const nkrt_conv2d_params_t *p;
   const nkrt_gemm_provider_t *prov;
@@ -48,6 +58,8 @@ typedef struct conv_job {
   bool pointwise;         /* the input is its own column matrix */
   bool shared;            /* cols holds every (image, group)'s columns */
   float *cols;            /* per worker k x pc, or shared n*groups x k x pos */
+  int64_t pad_h, pad_w;   /* depthwise, stride 1: the padded plane's extent */
+  int64_t per_worker;     /* depthwise, stride 1: floats of cols per worker */
 } conv_job_t;
 
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -56,7 +68,7 @@ static inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /* Bias and activation over a rows x cols block of y (rows = output channels
  * from o0, leading dimension ld). */
-static NKRT_HOT void epilogue(const nkrt_conv2d_params_t *p, float *y, int64_t ld, int64_t o0,
+static NKRT_CONV_SIMD void epilogue(const nkrt_conv2d_params_t *p, float *y, int64_t ld, int64_t o0,
                               int64_t rows, int64_t cols) {
   const float lo = p->act_lo, hi = p->act_hi;
   for (int64_t r = 0; r < rows; r++) {
@@ -85,7 +97,7 @@ static NKRT_HOT void epilogue(const nkrt_conv2d_params_t *p, float *y, int64_t l
 
 /* ---- depthwise: one input channel per output channel ------------------- */
 
-static NKRT_HOT void depthwise_plane(const conv_job_t *j, int64_t plane) {
+static NKRT_CONV_SIMD void depthwise_plane(const conv_job_t *j, int64_t plane) {
   const nkrt_conv2d_params_t *p = j->p;
   const int64_t n = plane / p->o, o = plane % p->o;
   const float *xc = p->x + (n * p->c + o / j->og) * p->h * p->w;
@@ -124,9 +136,46 @@ static NKRT_HOT void depthwise_plane(const conv_job_t *j, int64_t plane) {
   }
 }
 
+/* Stride 1 (j->cols: per worker, a zero-bordered copy of the input plane
+ * and an accumulator, both wp wide): the output is computed wp wide, so each
+ * tap is one long multiply-add over the whole plane (wp - ow columns of
+ * every row are discarded), then copied out with the bias and activation. */
+static NKRT_CONV_SIMD void depthwise_plane_padded(const conv_job_t *j, int64_t plane, uint32_t worker) {
+  const nkrt_conv2d_params_t *p = j->p;
+  const int64_t n = plane / p->o, o = plane % p->o;
+  const int64_t wp = j->pad_w, hp = j->pad_h, OW = p->ow, OH = p->oh;
+  float *xp = j->cols + (int64_t)worker * j->per_worker, *acc = xp + hp * wp + wp;
+  const float *xc = p->x + (n * p->c + o / j->og) * p->h * p->w;
+  const float *wo = p->weight + o * p->kh * p->kw;
+  /* zero border; rows and columns of the input past the padded plane are never read */
+  memset(xp, 0, (size_t)(hp * wp + wp) * sizeof(float));
+  for (int64_t iy = 0; iy < p->h; iy++) {
+    int64_t ry = iy + p->pad_top;
+    if (ry >= hp) break;
+    int64_t cols = min64(p->w, wp - p->pad_left);
+    if (cols > 0) memcpy(xp + ry * wp + p->pad_left, xc + iy * p->w, (size_t)cols * sizeof(float));
+  }
+  const int64_t len = (OH - 1) * wp + OW;
+  for (int64_t i = 0; i < len; i++) acc[i] = 0.0f;
+  for (int64_t a = 0; a < p->kh; a++)
+    for (int64_t t = 0; t < p->kw; t++) {
+      const float wv = wo[a * p->kw + t];
+      const float *xs = xp + a * p->dil_h * wp + t * p->dil_w;
+      for (int64_t i = 0; i < len; i++) acc[i] += wv * xs[i];
+    }
+  float *yp = p->y + plane * j->pos;
+  for (int64_t oy = 0; oy < OH; oy++) memcpy(yp + oy * OW, acc + oy * wp, (size_t)OW * sizeof(float));
+  epilogue(p, yp, j->pos, o, 1, j->pos);
+}
+
 static void depthwise_range(void *arg, int64_t begin, int64_t end, uint32_t worker) {
-  NKRT_UNUSED(worker);
-  for (int64_t t = begin; t < end; t++) depthwise_plane(arg, t);
+  const conv_job_t *j = arg;
+  for (int64_t t = begin; t < end; t++) {
+    if (j->cols)
+      depthwise_plane_padded(j, t, worker);
+    else
+      depthwise_plane(j, t);
+  }
 }
 
 /* ---- im2col ------------------------------------------------------------ */
@@ -134,7 +183,7 @@ static void depthwise_range(void *arg, int64_t begin, int64_t end, uint32_t work
 /* Rows [r0, r1) (of k) and positions [p0, p1) of one (image, group)'s column
  * matrix, xg its first input channel, into dst (row r0, position p0 first;
  * leading dimension ld). */
-static NKRT_HOT void im2col(const conv_job_t *j, const float *xg, int64_t r0, int64_t r1,
+static NKRT_CONV_SIMD void im2col(const conv_job_t *j, const float *xg, int64_t r0, int64_t r1,
                             int64_t p0, int64_t p1, float *dst, int64_t ld) {
   const nkrt_conv2d_params_t *p = j->p;
   const int64_t khw = p->kh * p->kw, W = p->w, OW = p->ow, sw = p->stride_w;
@@ -222,6 +271,18 @@ static void gemm_range(void *arg, int64_t begin, int64_t end, uint32_t worker) {
 
 /* ---- entry ----------------------------------------------------------------- */
 
+const nkrt_gemm_provider_t *nkrt_conv_provider(const nkrt_gemm_provider_t *selected) {
+  const char *want = getenv("NKRT_GEMM");
+  if (selected == &nkrt_gemm_reference || (want && *want && strcmp(want, "auto") != 0))
+    return selected;
+  bool intel = true;
+#if defined(__x86_64__) && defined(__GNUC__)
+  __builtin_cpu_init();
+  intel = __builtin_cpu_is("intel");
+#endif
+  return !intel && strcmp(nkrt_gemm_ref_isa(), "avx512f") == 0 ? &nkrt_gemm_reference : selected;
+}
+
 static const char *check(const nkrt_conv2d_params_t *p) {
   if (!p || p->struct_size < sizeof(nkrt_conv2d_params_t))
     return "conv2d given a parameter block older than this runtime's (struct_size too small)";
@@ -254,10 +315,20 @@ const char *nkrt_conv2d_run(const nkrt_gemm_provider_t *prov, nkrt_pool_t *pool,
 
   if (j.cg == 1 && j.k) { /* depthwise (and any one-channel-per-group convolution) */
     const int64_t planes = p->n * p->o;
+    if (p->stride_h == 1 && p->stride_w == 1 && p->pad_top >= 0 && p->pad_left >= 0) {
+      /* the padded plane: every tap of every output inside it */
+      j.pad_h = p->oh + p->dil_h * (p->kh - 1);
+      j.pad_w = p->ow + p->dil_w * (p->kw - 1);
+      j.per_worker = (j.pad_h * j.pad_w + j.pad_w + p->oh * j.pad_w + 15) / 16 * 16;
+      if ((double)workers * (double)j.per_worker * sizeof(float) < 0x1p40)
+        j.cols = nkrt_gemm_buffer_get((uint64_t)workers * (uint64_t)j.per_worker * sizeof(float));
+      /* without the buffer: the direct loop */
+    }
     if (workers > 1 && planes > 1)
       nkrt_pool_parallel_for(pool, planes, 1, depthwise_range, &j);
     else
       depthwise_range(&j, 0, planes, 0);
+    if (j.cols) nkrt_gemm_buffer_put(j.cols);
     return NULL;
   }
 

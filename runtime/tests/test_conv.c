@@ -108,6 +108,11 @@ static const ccase_t cases[] = {
     {1, 128, 7, 7, 256, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, NKRT_ACT_RELU},
     {1, 64, 30, 30, 64, 3, 3, 64, 1, 1, 1, 1, 1, 1, 1, 1, 1, NKRT_ACT_CLAMP},
     {4, 32, 9, 9, 64, 3, 3, 2, 2, 2, 1, 1, 1, 1, 1, 1, 0, NKRT_ACT_NONE},
+    /* depthwise, stride 1: dilated, uneven and negative (cropping) padding */
+    {2, 6, 11, 12, 6, 3, 3, 6, 1, 1, 2, 2, 2, 2, 2, 2, 1, NKRT_ACT_RELU},
+    {1, 4, 9, 10, 8, 3, 5, 4, 1, 1, 0, 3, 2, 1, 1, 1, 1, NKRT_ACT_NONE},
+    {1, 4, 9, 10, 4, 3, 3, 4, 1, 1, -1, -2, 1, 0, 1, 1, 1, NKRT_ACT_NONE},
+    {1, 4, 9, 10, 4, 3, 3, 1, 1, 1, -1, 1, 0, -2, 1, 1, 0, NKRT_ACT_NONE},
 };
 
 static nkrt_pool_t *make_pool(uint32_t workers) {
@@ -153,6 +158,16 @@ TEST(conv2d_edge_cases) {
   CHECK(y2[0] == 0.0f && y2[1] == 6.0f);
 }
 
+TEST(conv2d_provider_choice) {
+  /* the built-in kernel stays itself; MKL stays unless the CPU favours the built-in one */
+  CHECK(nkrt_conv_provider(&nkrt_gemm_reference) == &nkrt_gemm_reference);
+  const nkrt_gemm_provider_t *mkl = nkrt_gemm_find("mkl");
+  if (mkl) {
+    const nkrt_gemm_provider_t *p = nkrt_conv_provider(mkl);
+    CHECK(p == mkl || (p == &nkrt_gemm_reference && strcmp(nkrt_gemm_ref_isa(), "avx512f") == 0));
+  }
+}
+
 TEST(conv2d_argument_errors) {
   float x = 1.0f, w = 1.0f, y = 0.0f;
   nkrt_conv2d_params_t ok = {.struct_size = sizeof(ok), .n = 1, .c = 1, .h = 1, .w = 1, .o = 1,
@@ -184,6 +199,6 @@ TEST(conv2d_argument_errors) {
   p = ok;
   p.weight = NULL;
   e = nkrt_conv2d_run(&nkrt_gemm_reference, NULL, &p);
-  CHECK(e && strstr(e, "NULL tensor"));
+  CHECK(e && strstr(e, "conv2d given a NULL tensor"));
   CHECK(nkrt_conv2d_run(&nkrt_gemm_reference, NULL, &ok) == NULL && y == 1.0f);
 }
