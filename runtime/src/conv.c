@@ -20,6 +20,11 @@
  *   are too few to keep every worker busy (late layers of a CNN), the
  *   output channels are cut too, and the columns are built once, in
  *   parallel, into a shared buffer first.
+ * - Wide (groups == 1, weights over 1 MB or an image's columns within one
+ *   chunk): every image's columns side by side, then one GEMM on the pool
+ *   (gemm.c splits it into panels) - the weights are read once, not once
+ *   per chunk - then the product is scattered into the images' planes with
+ *   the bias and activation.
  *
  * The split follows gemm.c: small convolutions run on the calling thread
  * (waking the pool costs tens of microseconds here). docs/gemm.md has the
@@ -37,6 +42,11 @@
 #define MIN_CHUNK_COLS 32
 #define MAX_CHUNK_COLS 4096
 #define MIN_CHUNK_ROWS 16
+/* Weights larger than this (floats: 1 MB) are not re-read per chunk: the
+ * columns of every image go to one GEMM instead, if they take at most
+ * WIDE_MAX_BYTES. */
+#define WIDE_MIN_WEIGHTS (256.0 * 1024)
+#define WIDE_MAX_BYTES (256.0 * 1024 * 1024)
 /* Tasks per worker the split aims at, so a worker that wakes late leaves its
  * share to the others. */
 #define TASKS_PER_WORKER 4
@@ -60,6 +70,7 @@ typedef struct conv_job {
   float *cols;            /* per worker k x pc, or shared n*groups x k x pos */
   int64_t pad_h, pad_w;   /* depthwise, stride 1: the padded plane's extent */
   int64_t per_worker;     /* depthwise, stride 1: floats of cols per worker */
+  float *tmp;             /* wide, batches: the product [o, n * pos] */
 } conv_job_t;
 
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -269,6 +280,70 @@ static void gemm_range(void *arg, int64_t begin, int64_t end, uint32_t worker) {
   for (int64_t t = begin; t < end; t++) gemm_task(arg, t, worker);
 }
 
+/* ---- wide: one GEMM over every image's columns (groups == 1) ------------- */
+
+/* Task t is row t % k of image t / k's columns, into [k, n * pos]. */
+static void wide_cols_range(void *arg, int64_t begin, int64_t end, uint32_t worker) {
+  NKRT_UNUSED(worker);
+  const conv_job_t *j = arg;
+  const nkrt_conv2d_params_t *p = j->p;
+  const int64_t ld = p->n * j->pos;
+  for (int64_t t = begin; t < end;) {
+    const int64_t n = t / j->k, r0 = t % j->k, r1 = min64(j->k, r0 + (end - t));
+    im2col(j, p->x + n * p->c * p->h * p->w, r0, r1, 0, j->pos,
+           j->cols + r0 * ld + n * j->pos, ld);
+    t += r1 - r0;
+  }
+}
+
+/* Task t is output plane t (image t / o, channel t % o): from the product
+ * [o, n * pos] (j->tmp; NULL: the product is y itself) with bias and activation. */
+static void wide_out_range(void *arg, int64_t begin, int64_t end, uint32_t worker) {
+  NKRT_UNUSED(worker);
+  const conv_job_t *j = arg;
+  const nkrt_conv2d_params_t *p = j->p;
+  for (int64_t t = begin; t < end; t++) {
+    const int64_t n = t / p->o, o = t % p->o;
+    float *y = p->y + t * j->pos;
+    if (j->tmp) memcpy(y, j->tmp + o * p->n * j->pos + n * j->pos, (size_t)j->pos * sizeof(float));
+    epilogue(p, y, j->pos, o, 1, j->pos);
+  }
+}
+
+static const char *run_wide(conv_job_t *j, nkrt_pool_t *pool, int64_t workers) {
+  const nkrt_conv2d_params_t *p = j->p;
+  const int64_t np = p->n * j->pos;
+  j->cols = nkrt_gemm_buffer_get((uint64_t)j->k * (uint64_t)np * sizeof(float));
+  if (!j->cols) return "conv2d: out of host memory for its columns";
+  if (p->n > 1) {
+    j->tmp = nkrt_gemm_buffer_get((uint64_t)p->o * (uint64_t)np * sizeof(float));
+    if (!j->tmp) {
+      nkrt_gemm_buffer_put(j->cols);
+      return "conv2d: out of host memory for its columns";
+    }
+  }
+  const int64_t rows = p->n * j->k;
+  if (workers > 1)
+    nkrt_pool_parallel_for(pool, rows, max64(1, rows / (TASKS_PER_WORKER * workers)),
+                           wide_cols_range, j);
+  else
+    wide_cols_range(j, 0, rows, 0);
+  const char *err = nkrt_gemm_sgemm_job(j->prov, workers > 1 ? pool : NULL, NULL, 0, 1, 0, 0,
+                                        p->o, np, j->k, 1.0f, p->weight, j->k, 0, j->cols, np, 0,
+                                        0.0f, j->tmp ? j->tmp : p->y, np, 0);
+  const int64_t planes = p->n * p->o;
+  if (!err && (j->tmp || p->bias || p->activation != NKRT_ACT_NONE)) {
+    if (workers > 1)
+      nkrt_pool_parallel_for(pool, planes, max64(1, planes / (TASKS_PER_WORKER * workers)),
+                             wide_out_range, j);
+    else
+      wide_out_range(j, 0, planes, 0);
+  }
+  nkrt_gemm_buffer_put(j->cols);
+  if (j->tmp) nkrt_gemm_buffer_put(j->tmp);
+  return err;
+}
+
 /* ---- entry ----------------------------------------------------------------- */
 
 const nkrt_gemm_provider_t *nkrt_conv_provider(const nkrt_gemm_provider_t *selected) {
@@ -338,6 +413,13 @@ const char *nkrt_conv2d_run(const nkrt_gemm_provider_t *prov, nkrt_pool_t *pool,
   /* positions per chunk: the chunk's columns stay in cache */
   j.pc = j.k ? COLS_TARGET_FLOATS / j.k : MAX_CHUNK_COLS;
   j.pc = min64(MAX_CHUNK_COLS, max64(MIN_CHUNK_COLS, j.pc / 16 * 16));
+  /* One GEMM over every image's columns when the weights would be re-read
+   * from memory by every chunk (more than WIDE_MIN_WEIGHTS floats) or an
+   * image's columns fit one chunk anyway (7x7 maps late in a CNN). */
+  if (p->groups == 1 && j.k &&
+      ((double)p->o * (double)j.k > WIDE_MIN_WEIGHTS || j.pos <= j.pc) &&
+      (double)j.k * (double)p->n * (double)j.pos * sizeof(float) <= WIDE_MAX_BYTES)
+    return run_wide(&j, pool, workers);
   if (ig * cdiv(j.pos, j.pc) < want) /* smaller chunks, to keep every worker busy */
     j.pc = max64(MIN_CHUNK_COLS, cdiv(cdiv(j.pos, cdiv(want, ig)), 16) * 16);
   j.pc = min64(j.pc, j.pos);
