@@ -36,9 +36,9 @@
 
 /* Below this many flops a convolution runs on the calling thread. */
 #define CONV_PARALLEL_MIN_FLOPS (4.0 * 1024 * 1024)
-/* A chunk's column matrix is at most about this many floats (512 KB): it
+/* A chunk's column matrix is at most about this many floats (1 MB): it
  * stays in a core's L2 cache while the GEMM reads it. */
-#define COLS_TARGET_FLOATS (128 * 1024)
+#define COLS_TARGET_FLOATS (256 * 1024)
 #define MIN_CHUNK_COLS 32
 #define MAX_CHUNK_COLS 4096
 #define MIN_CHUNK_ROWS 16
@@ -50,7 +50,7 @@
 #define WIDE_TRANSPOSED_BELOW 128
 /* Tasks per worker the split aims at, so a worker that wakes late leaves its
  * share to the others. */
-#define TASKS_PER_WORKER 4
+#define TASKS_PER_WORKER 2
 
 /* The hot loops are compiled for AVX-512 and AVX2+FMA too (the runtime
  * itself targets plain x86-64), the CPU's best picked at load. */
