@@ -108,6 +108,9 @@ static const ccase_t cases[] = {
     {1, 128, 7, 7, 256, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, NKRT_ACT_RELU},
     {1, 64, 30, 30, 64, 3, 3, 64, 1, 1, 1, 1, 1, 1, 1, 1, 1, NKRT_ACT_CLAMP},
     {4, 32, 9, 9, 64, 3, 3, 2, 2, 2, 1, 1, 1, 1, 1, 1, 0, NKRT_ACT_NONE},
+    /* one input channel, many outputs (the direct path, multiplier 5) */
+    {2, 1, 12, 12, 5, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, NKRT_ACT_RELU},
+    {1, 1, 12, 13, 3, 5, 5, 1, 2, 1, 2, 2, 2, 2, 1, 1, 0, NKRT_ACT_NONE},
     /* depthwise, stride 1: dilated, uneven and negative (cropping) padding */
     {2, 6, 11, 12, 6, 3, 3, 6, 1, 1, 2, 2, 2, 2, 2, 2, 1, NKRT_ACT_RELU},
     {1, 4, 9, 10, 8, 3, 5, 4, 1, 1, 0, 3, 2, 1, 1, 1, 1, NKRT_ACT_NONE},
