@@ -8,7 +8,7 @@ ratios are baseline time / our time, so higher is better for us.
 Writes docs/benchmarks/nkipy.json and docs/benchmarks/nkipy.md (and
 nkipy.png when matplotlib is installed).
 
-    python bench/bench_nkipy.py [--quick] [--out docs/benchmarks]
+    python bench/bench_nkipy.py [--quick] [--only conv|other] [--out docs/benchmarks]
 """
 from __future__ import annotations
 
@@ -113,7 +113,7 @@ def row(name, ours_s, base_s, baseline, target=None, note=""):
             "note": note}
 
 
-def run(quick: bool) -> dict:
+def run(quick: bool, only: str | None = None) -> dict:
     import torch
     threads = os.cpu_count() or 1
     torch.set_num_threads(threads)
@@ -122,110 +122,113 @@ def run(quick: bool) -> dict:
     cache = tempfile.mkdtemp(prefix="nkipy_bench_")
     rows = []
     try:
-        # elementwise chain, 16M float32
-        n = (1 << 22) if quick else (1 << 24)
-        x = rng.standard_normal(n).astype(np.float32)
-        dev = Device(chain, x, cache_dir=cache, name="chain")
-        dev()
-        np.testing.assert_allclose(dev.result(), chain(x), rtol=1e-5, atol=1e-5)
-        t_dev = median_time(dev, rep)
-        t_np = median_time(lambda: chain(x), rep)
-        tx = torch.from_numpy(x)
-        t_torch = median_time(lambda: chain_torch(tx), rep)
-        rows.append(row(f"10-op elementwise chain, {n // (1 << 20)}M float32", t_dev, t_np,
-                        "NumPy", 3.0))
-        rows.append(row(f"10-op elementwise chain, {n // (1 << 20)}M float32", t_dev, t_torch,
-                        "eager torch", 1.0))
-        # row softmax and RMS norm, 4096x4096
-        m = 1024 if quick else 4096
-        a = rng.standard_normal((m, m)).astype(np.float32)
-        w = rng.standard_normal(m).astype(np.float32)
-        ta, tw = torch.from_numpy(a), torch.from_numpy(w)
-        dev = Device(softmax, a, cache_dir=cache, name="softmax")
-        dev()
-        np.testing.assert_allclose(dev.result(), softmax(a), rtol=1e-4, atol=1e-7)
-        t_dev = median_time(dev, rep)
-        rows.append(row(f"row softmax {m}x{m} float32", t_dev,
-                        median_time(lambda: softmax(a), rep), "NumPy", 2.0))
-        rows.append(row(f"row softmax {m}x{m} float32", t_dev,
-                        median_time(lambda: torch.softmax(ta, -1), rep), "eager torch"))
-        dev = Device(rms_norm, a, w, cache_dir=cache, name="rms_norm")
-        dev()
-        np.testing.assert_allclose(dev.result(), rms_norm(a, w), rtol=1e-4, atol=1e-5)
-        t_dev = median_time(dev, rep)
-        rows.append(row(f"RMS norm {m}x{m} float32", t_dev,
-                        median_time(lambda: rms_norm(a, w), rep), "NumPy", 2.0))
-        rows.append(row(f"RMS norm {m}x{m} float32", t_dev, median_time(
-            lambda: ta * torch.rsqrt(ta.pow(2).mean(-1, keepdim=True) + 1e-6) * tw, rep),
-            "eager torch"))
-        # fp32 matmul
-        for size in ([512] if quick else [1024, 2048]):
-            p = rng.standard_normal((size, size)).astype(np.float32)
-            q = rng.standard_normal((size, size)).astype(np.float32)
-            dev = Device(lambda p, q: p @ q, p, q, cache_dir=cache, name=f"matmul{size}")
+        if only in (None, "other"):
+            # elementwise chain, 16M float32
+            n = (1 << 22) if quick else (1 << 24)
+            x = rng.standard_normal(n).astype(np.float32)
+            dev = Device(chain, x, cache_dir=cache, name="chain")
             dev()
-            np.testing.assert_allclose(dev.result(), p @ q, rtol=1e-3, atol=1e-3)
-            tp, tq = torch.from_numpy(p), torch.from_numpy(q)
+            np.testing.assert_allclose(dev.result(), chain(x), rtol=1e-5, atol=1e-5)
             t_dev = median_time(dev, rep)
-            t_mm = median_time(lambda: torch.mm(tp, tq), rep)
-            rows.append(row(f"matmul {size}^3 float32", t_dev, t_mm, "torch.mm", 0.8,
-                            note=f"{2 * size ** 3 / t_dev / 1e9:.0f} GFLOP/s ours, "
-                                 f"{2 * size ** 3 / t_mm / 1e9:.0f} torch"))
-            rows.append(row(f"matmul {size}^3 float32", t_dev,
-                            median_time(lambda: p @ q, rep), "NumPy"))
-        # convolutions of a CNN's layers (bias and ReLU fused into the kernel),
-        # against torch's own CPU convolution with the same threads
-        from nkipy.core import ops as nkops
-        nb = 1 if quick else 4
-        for label, c_in, c_out, hw, stride, groups in (
-                ("3x3 64->64, 56x56", 64, 64, 56, 1, 1),
-                ("3x3 stride 2 64->128, 56x56", 64, 128, 56, 2, 1),
-                ("3x3 depthwise 128, 28x28", 128, 128, 28, 1, 128),
-                ("1x1 128->256, 28x28", 128, 256, 28, 1, 1)):
-            k = 1 if label.startswith("1x1") else 3
-            xi = rng.standard_normal((nb, c_in, hw, hw)).astype(np.float32)
-            wi = (rng.standard_normal((c_out, c_in // groups, k, k)) * 0.1).astype(np.float32)
-            bi = rng.standard_normal(c_out).astype(np.float32)
-
-            def conv(x, w, b, stride=stride, groups=groups, pad=k // 2):
-                y = nkops.conv2d(x, w, b, stride=stride, padding=pad, groups=groups)
-                return np.maximum(y, np.zeros((), np.float32))
-
-            dev = Device(conv, xi, wi, bi, cache_dir=cache,
-                         name=f"conv_{c_in}_{c_out}_{stride}_{groups}")
+            t_np = median_time(lambda: chain(x), rep)
+            tx = torch.from_numpy(x)
+            t_torch = median_time(lambda: chain_torch(tx), rep)
+            rows.append(row(f"10-op elementwise chain, {n // (1 << 20)}M float32", t_dev, t_np,
+                            "NumPy", 3.0))
+            rows.append(row(f"10-op elementwise chain, {n // (1 << 20)}M float32", t_dev, t_torch,
+                            "eager torch", 1.0))
+            # row softmax and RMS norm, 4096x4096
+            m = 1024 if quick else 4096
+            a = rng.standard_normal((m, m)).astype(np.float32)
+            w = rng.standard_normal(m).astype(np.float32)
+            ta, tw = torch.from_numpy(a), torch.from_numpy(w)
+            dev = Device(softmax, a, cache_dir=cache, name="softmax")
             dev()
-            tx, tw, tb = (torch.from_numpy(v) for v in (xi, wi, bi))
+            np.testing.assert_allclose(dev.result(), softmax(a), rtol=1e-4, atol=1e-7)
+            t_dev = median_time(dev, rep)
+            rows.append(row(f"row softmax {m}x{m} float32", t_dev,
+                            median_time(lambda: softmax(a), rep), "NumPy", 2.0))
+            rows.append(row(f"row softmax {m}x{m} float32", t_dev,
+                            median_time(lambda: torch.softmax(ta, -1), rep), "eager torch"))
+            dev = Device(rms_norm, a, w, cache_dir=cache, name="rms_norm")
+            dev()
+            np.testing.assert_allclose(dev.result(), rms_norm(a, w), rtol=1e-4, atol=1e-5)
+            t_dev = median_time(dev, rep)
+            rows.append(row(f"RMS norm {m}x{m} float32", t_dev,
+                            median_time(lambda: rms_norm(a, w), rep), "NumPy", 2.0))
+            rows.append(row(f"RMS norm {m}x{m} float32", t_dev, median_time(
+                lambda: ta * torch.rsqrt(ta.pow(2).mean(-1, keepdim=True) + 1e-6) * tw, rep),
+                "eager torch"))
+            # fp32 matmul
+            for size in ([512] if quick else [1024, 2048]):
+                p = rng.standard_normal((size, size)).astype(np.float32)
+                q = rng.standard_normal((size, size)).astype(np.float32)
+                dev = Device(lambda p, q: p @ q, p, q, cache_dir=cache, name=f"matmul{size}")
+                dev()
+                np.testing.assert_allclose(dev.result(), p @ q, rtol=1e-3, atol=1e-3)
+                tp, tq = torch.from_numpy(p), torch.from_numpy(q)
+                t_dev = median_time(dev, rep)
+                t_mm = median_time(lambda: torch.mm(tp, tq), rep)
+                rows.append(row(f"matmul {size}^3 float32", t_dev, t_mm, "torch.mm", 0.8,
+                                note=f"{2 * size ** 3 / t_dev / 1e9:.0f} GFLOP/s ours, "
+                                     f"{2 * size ** 3 / t_mm / 1e9:.0f} torch"))
+                rows.append(row(f"matmul {size}^3 float32", t_dev,
+                                median_time(lambda: p @ q, rep), "NumPy"))
+        if only in (None, "conv"):
+            # convolutions of a CNN's layers (bias and ReLU fused into the kernel),
+            # against torch's own CPU convolution with the same threads
+            from nkipy.core import ops as nkops
+            nb = 1 if quick else 4
+            for label, c_in, c_out, hw, stride, groups in (
+                    ("3x3 64->64, 56x56", 64, 64, 56, 1, 1),
+                    ("3x3 stride 2 64->128, 56x56", 64, 128, 56, 2, 1),
+                    ("3x3 depthwise 128, 28x28", 128, 128, 28, 1, 128),
+                    ("1x1 128->256, 28x28", 128, 256, 28, 1, 1)):
+                k = 1 if label.startswith("1x1") else 3
+                xi = rng.standard_normal((nb, c_in, hw, hw)).astype(np.float32)
+                wi = (rng.standard_normal((c_out, c_in // groups, k, k)) * 0.1).astype(np.float32)
+                bi = rng.standard_normal(c_out).astype(np.float32)
 
-            def conv_torch(tx=tx, tw=tw, tb=tb, stride=stride, groups=groups, pad=k // 2):
-                return torch.relu(torch.nn.functional.conv2d(tx, tw, tb, stride, pad, 1, groups))
+                def conv(x, w, b, stride=stride, groups=groups, pad=k // 2):
+                    y = nkops.conv2d(x, w, b, stride=stride, padding=pad, groups=groups)
+                    return np.maximum(y, np.zeros((), np.float32))
 
-            np.testing.assert_allclose(dev.result(), conv_torch().numpy(), rtol=1e-3, atol=1e-3)
-            rows.append(row(f"conv2d {label}, batch {nb}, bias+ReLU", median_time(dev, rep),
-                            median_time(conv_torch, rep), "torch conv2d+relu", 1.0))
-        # compile times
-        from nkipy.compiler.build import compile_graph
-        from nkipy.core.trace import trace
-        from nkipy.runtime import device_kernel
-        s1, s2 = (rng.standard_normal((256, 256)).astype(np.float32) for _ in range(2))
-        colds, loads = [], []
-        for i in range(3 if quick else 5):
-            d = tempfile.mkdtemp(prefix="nkipy_cold_", dir=cache)
-            t = time.perf_counter()
-            compile_graph(trace(twenty_ops, s1, s2, name="twenty_ops"), cache_dir=d)
-            colds.append(time.perf_counter() - t)
-            device_kernel._LOADED.clear()
-            t = time.perf_counter()
-            k = device_kernel.DeviceKernel.compile_and_load(twenty_ops, s1, s2, name="twenty_ops",
-                                                            build_dir=d)
-            loads.append(time.perf_counter() - t)
-            assert k.compiled.cache_hit
-        cold, load = statistics.median(colds), statistics.median(loads)
-        rows.append({"benchmark": "cold compile of a 20-op kernel (trace + C + cc)",
-                     "ours_ms": cold * 1e3, "baseline": "target 1000 ms", "baseline_ms": 1000.0,
-                     "ratio": 1.0 / cold, "target": 1.0, "met": cold < 1.0, "note": ""})
-        rows.append({"benchmark": "cached load of that kernel (trace + cache hit + load)",
-                     "ours_ms": load * 1e3, "baseline": "target 20 ms", "baseline_ms": 20.0,
-                     "ratio": 0.020 / load, "target": 1.0, "met": load < 0.020, "note": ""})
+                dev = Device(conv, xi, wi, bi, cache_dir=cache,
+                             name=f"conv_{c_in}_{c_out}_{stride}_{groups}")
+                dev()
+                tx, tw, tb = (torch.from_numpy(v) for v in (xi, wi, bi))
+
+                def conv_torch(tx=tx, tw=tw, tb=tb, stride=stride, groups=groups, pad=k // 2):
+                    return torch.relu(torch.nn.functional.conv2d(tx, tw, tb, stride, pad, 1, groups))
+
+                np.testing.assert_allclose(dev.result(), conv_torch().numpy(), rtol=1e-3, atol=1e-3)
+                rows.append(row(f"conv2d {label}, batch {nb}, bias+ReLU", median_time(dev, rep),
+                                median_time(conv_torch, rep), "torch conv2d+relu", 1.0))
+        if only in (None, "other"):
+            # compile times
+            from nkipy.compiler.build import compile_graph
+            from nkipy.core.trace import trace
+            from nkipy.runtime import device_kernel
+            s1, s2 = (rng.standard_normal((256, 256)).astype(np.float32) for _ in range(2))
+            colds, loads = [], []
+            for i in range(3 if quick else 5):
+                d = tempfile.mkdtemp(prefix="nkipy_cold_", dir=cache)
+                t = time.perf_counter()
+                compile_graph(trace(twenty_ops, s1, s2, name="twenty_ops"), cache_dir=d)
+                colds.append(time.perf_counter() - t)
+                device_kernel._LOADED.clear()
+                t = time.perf_counter()
+                k = device_kernel.DeviceKernel.compile_and_load(twenty_ops, s1, s2, name="twenty_ops",
+                                                                build_dir=d)
+                loads.append(time.perf_counter() - t)
+                assert k.compiled.cache_hit
+            cold, load = statistics.median(colds), statistics.median(loads)
+            rows.append({"benchmark": "cold compile of a 20-op kernel (trace + C + cc)",
+                         "ours_ms": cold * 1e3, "baseline": "target 1000 ms", "baseline_ms": 1000.0,
+                         "ratio": 1.0 / cold, "target": 1.0, "met": cold < 1.0, "note": ""})
+            rows.append({"benchmark": "cached load of that kernel (trace + cache hit + load)",
+                         "ours_ms": load * 1e3, "baseline": "target 20 ms", "baseline_ms": 20.0,
+                         "ratio": 0.020 / load, "target": 1.0, "met": load < 0.020, "note": ""})
     finally:
         shutil.rmtree(cache, ignore_errors=True)
     import spike
@@ -283,8 +286,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small sizes, few repeats")
     ap.add_argument("--out", default=str(REPO / "docs" / "benchmarks"))
+    ap.add_argument("--only", choices=("conv", "other"),
+                    help="run only the convolution rows, or only the others")
     args = ap.parse_args()
-    result = run(args.quick)
+    result = run(args.quick, args.only)
     write(result, Path(args.out))
     print((Path(args.out) / "nkipy.md").read_text())
     return 0

@@ -1,10 +1,11 @@
 /* kernel_env.c - what a kernel gets while it runs: the env (worker pool,
  * scratch, log, error) with its execution context, and the library table
- * (GEMMs, collectives); and running one kernel on its tensors. */
+ * (GEMMs, collectives, convolution); and running one kernel on its tensors. */
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "comm.h"
+#include "conv.h"
 #include "gemm.h"
 #include "gemm_pack.h"
 #include "kernel_env.h"
@@ -163,12 +164,22 @@ static int lib_collective(void *ctx, uint32_t kind, uint32_t dtype, uint32_t red
   return 1;
 }
 
+/* A convolution of the execution `ctx` on the runtime's pool (conv.c). */
+static int lib_conv2d(void *ctx, const nkrt_conv2d_params_t *params) {
+  const char *err = nkrt_conv2d_run(nkrt_conv_provider(nkrt_gemm_selected()),
+                                    ((exec_ctx_t *)ctx)->model->runtime->pool, params);
+  if (!err) return 0;
+  env_set_error(ctx, err);
+  return 1;
+}
+
 static const nkrt_kernel_lib_t kernel_lib = {
     .struct_size = sizeof(nkrt_kernel_lib_t),
     .sgemm = lib_sgemm,
     .sgemm_batched = lib_sgemm_batched,
     .gemm_batched_lowp = lib_gemm_batched_lowp,
     .collective = lib_collective,
+    .conv2d = lib_conv2d,
 };
 
 /* ---- running a kernel ---------------------------------------------------- */

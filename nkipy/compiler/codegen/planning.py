@@ -180,7 +180,7 @@ class Planning:
         precede the group, so no later decision depends on it."""
         g = self.g
         emit = [n for n in g.nodes if n.op not in VIEW_OPS and n.output.id not in self.inline
-                and id(n) not in self.scaled_by_gemm]
+                and id(n) not in self.scaled_by_gemm and id(n) not in self.fused_into_conv]
         groups: list[Group] = []
         i = 0
         while i < len(emit):

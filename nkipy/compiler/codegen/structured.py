@@ -1,7 +1,7 @@
 """Structured ops: the materialising ops lowered to straightforward serial
 loops (concat, pad, cumulative ops, argmax/argmin, take, slice updates,
-topk, conv2d as im2col + GEMM) and collectives through the runtime's
-communicator."""
+topk), conv2d through the runtime's convolution routine and collectives
+through the runtime's communicator."""
 from __future__ import annotations
 
 from typing import Callable
@@ -67,6 +67,9 @@ class Structured:
         becomes a static array instead)."""
         if n.op == "constant":
             self._gen_constant(n)
+            return
+        if n.op == "conv2d":     # writes a fused activation's buffer (plan_conv_epilogue)
+            self._gen_conv2d(n)
             return
         out = self.new_output_buffer(n.output)
         gen = STRUCTURED_OPS.get(n.op)
@@ -422,63 +425,118 @@ class Structured:
             ]
         self.body += self.serial_nest(outer, body)
 
-    def _gen_conv2d(self, n: Node, out: Buffer) -> None:
+    # -- conv2d: the runtime's convolution routine --
+
+    def plan_conv_epilogue(self) -> None:
+        """``maximum(conv2d(...), lo)`` and/or ``minimum(..., hi)`` for scalar
+        constants (ReLU, ReLU6, hardtanh) where each step has no other reader:
+        the runtime's convolution applies the clamp while it writes its
+        output (env->lib->conv2d's activation), and the elementwise nodes are
+        not emitted. float32 convolutions only."""
+        for n in self.g.nodes:
+            if n.op != "conv2d" or n.output.dtype != np.float32:
+                continue
+            cur, lo, hi, chain = n.output, -np.inf, np.inf, []
+            while len(chain) < 2 and cur.id not in self.out_ids:
+                readers = self.users.get(cur.id, [])
+                if len(readers) != 1:
+                    break
+                u = readers[0]
+                if u.op not in ("maximum", "minimum") or len(u.outputs) != 1 or \
+                        u.output.dtype != cur.dtype or u.output.shape != cur.shape or \
+                        (u.inputs[0] is cur) == (u.inputs[1] is cur):
+                    break
+                c = self.scalar_constant(u.inputs[1] if u.inputs[0] is cur else u.inputs[0])
+                if c is None or c != c:
+                    break
+                nlo, nhi = (max(lo, c), hi) if u.op == "maximum" else (lo, min(hi, c))
+                if nlo > nhi:     # min(max(v, lo), hi) would differ from the nodes' order
+                    break
+                lo, hi = nlo, nhi
+                chain.append(u)
+                cur = u.output
+            # the last node is materialised (the convolution writes its buffer);
+            # the ones before it have no reader but the next
+            while chain and chain[-1].output.id in self.inline:
+                chain.pop()
+            if not chain:
+                continue
+            self.conv_epilogue[id(n)] = (lo, hi, chain[-1])
+            self.fused_into_conv.update(id(u) for u in chain)
+
+    def _f32_pointer(self, x: Value) -> str:
+        """A C float pointer to x's elements, row-major (converted to float32
+        and/or copied into scratch when x is not that already)."""
+        if x.dtype == np.float32:
+            return self.contiguous_ptr(x)
+        tmp = Value(x.shape, np.dtype("float32"))
+        self.gen_copy(tmp, x)
+        return f"kc.{self.buffers[tmp.id].name}"
+
+    def _gen_conv2d(self, n: Node, out: Buffer | None = None) -> None:
+        """conv2d through the runtime's convolution (env->lib->conv2d,
+        runtime/src/conv.c): float32 operands (float16 / bfloat16 converted
+        first, the result rounded after), bias and a following clamp fused."""
         x, wgt = n.inputs[0], n.inputs[1]
         bias = n.inputs[2] if len(n.inputs) > 2 else None
         v = n.output
-        N, C, H, W = x.shape
-        O, Cg, KH, KW = wgt.shape
-        _, _, OH, OW = v.shape
-        sh, sw = n.attrs["stride"]
-        (pt, _), (pl, _) = n.attrs["padding"]
-        dh, dw = n.attrs["dilation"]
-        groups = n.attrs["groups"]
-        og = O // groups
         if any(t.dtype.itemsize == 8 for t in n.inputs):
             raise CodegenError("conv2d in float64 is not supported by the C code generator "
                                "(its im2col GEMM computes in float32): convert the model to "
                                "float32 to compile it")
-        # im2col into scratch (float32), then one GEMM per (image, group)
-        cols = Value((Cg * KH * KW, OH * OW), np.dtype("float32"))
-        cbuf = Buffer(self.fresh("t"), cols.dtype, cols.shape, "scratch", nbytes=cols.nbytes)
-        self.scratch.append(cbuf)
-        self.buffers[cols.id] = cbuf
-        wf = Value((O, Cg * KH * KW), np.dtype("float32"))
-        wbuf = Buffer(self.fresh("t"), wf.dtype, wf.shape, "scratch", nbytes=wf.nbytes)
-        self.scratch.append(wbuf)
-        of = Value((og, OH * OW), np.dtype("float32"))
-        obuf = Buffer(self.fresh("t"), of.dtype, of.shape, "scratch", nbytes=of.nbytes)
-        self.scratch.append(obuf)
-        lines = ["  {"]
-        lines += self.serial_nest((O, Cg, KH, KW), lambda i: [
-            f"kc.{wbuf.name}[{i[0]} * {Cg * KH * KW} + {i[1]} * {KH * KW} + {i[2]} * {KW} + "
-            f"{i[3]}] = {load_expr(wgt.dtype, self.reader(wgt, i))};"], "    ")
-        lines.append(f"    for (int64_t nn = 0; nn < {N}; nn++) for (int64_t gg = 0; gg < {groups}; gg++) {{")
-
-        def col_body(i):
-            c, kh, kw, oh, ow = i
-            return [f"int64_t ih = {oh} * {sh} - {pt} + {kh} * {dh}, iw = {ow} * {sw} - {pl} + "
-                    f"{kw} * {dw};",
-                    f"kc.{cbuf.name}[(({c}) * {KH * KW} + {kh} * {KW} + {kw}) * {OH * OW} + "
-                    f"{oh} * {OW} + {ow}] = (ih >= 0 && ih < {H} && iw >= 0 && iw < {W}) ? "
-                    f"{load_expr(x.dtype, self.reader(x, ['nn', f'gg * {Cg} + {c}', 'ih', 'iw']))}"
-                    " : 0.0f;"]
-        lines += self.serial_nest((Cg, KH, KW, OH, OW), col_body, "      ")
-        lines.append(f"      env->lib->sgemm(env->ctx, 0, 0, {og}, {OH * OW}, {Cg * KH * KW}, "
-                     f"1.0f, kc.{wbuf.name} + gg * {og * Cg * KH * KW}, {Cg * KH * KW}, "
-                     f"kc.{cbuf.name}, {OH * OW}, 0.0f, kc.{obuf.name}, {OH * OW});")
-
-        def out_body(i):
-            o, p = i
-            val = f"kc.{obuf.name}[{o} * {OH * OW} + {p}]"
-            if bias is not None:
-                val = f"({val} + {load_expr(bias.dtype, self.reader(bias, [f'gg * {og} + {o}']))})"
-            return [f"kc.{out.name}[nn * {O * OH * OW} + (gg * {og} + {o}) * {OH * OW} + {p}] = "
-                    f"{store_expr(v.dtype, val)};"]
-        lines += self.serial_nest((og, OH * OW), out_body, "      ")
-        lines.append("    }")
-        lines.append("  }")
-        self.body += lines
+        lo, hi, fused = self.conv_epilogue.get(id(n), (-np.inf, np.inf, None))
+        if fused is not None:            # the convolution writes the clamped result
+            out = self.new_output_buffer(fused.output)
+            self.buffers[v.id] = out
+        elif out is None:
+            out = self.new_output_buffer(v)
+        N, C, H, W = x.shape
+        O, _, KH, KW = wgt.shape
+        _, _, OH, OW = v.shape
+        sh, sw = n.attrs["stride"]
+        (pt, _), (pl, _) = n.attrs["padding"]
+        dh, dw = n.attrs["dilation"]
+        if v.size == 0:
+            return
+        xp = self._f32_pointer(x) if x.size else "NULL"
+        wp = self._f32_pointer(wgt) if wgt.size else "NULL"
+        bp = self._f32_pointer(bias) if bias is not None else "NULL"
+        if v.dtype == np.float32:
+            yp = f"kc.{out.name}"
+            yf = None
+        else:
+            yf = Value(v.shape, np.dtype("float32"))
+            ybuf = self._scratch(yf.dtype, v.shape)
+            self.buffers[yf.id] = ybuf
+            yp = f"kc.{ybuf.name}"
+        if lo == -np.inf and hi == np.inf:
+            act = "NKRT_ACT_NONE"
+        elif lo == 0.0 and hi == np.inf:
+            act = "NKRT_ACT_RELU"
+        else:
+            act = "NKRT_ACT_CLAMP"
+        f32 = np.dtype("float32")
+        self.body += [
+            "  {",
+            "    if (!NKRT_KERNEL_LIB_HAS_CONV2D(env->lib)) { env->set_error(env->ctx, "
+            "\"conv2d: this runtime has no convolution routine (env->lib->conv2d); run the "
+            "kernel with the runtime it was compiled for\"); return 1; }",
+            "    const nkrt_conv2d_params_t cp = {",
+            f"      .struct_size = sizeof(nkrt_conv2d_params_t), .activation = {act},",
+            f"      .n = {N}, .c = {C}, .h = {H}, .w = {W}, .o = {O}, .kh = {KH}, .kw = {KW},",
+            f"      .oh = {OH}, .ow = {OW}, .groups = {n.attrs['groups']},",
+            f"      .stride_h = {sh}, .stride_w = {sw}, .pad_top = {pt}, .pad_left = {pl}, "
+            f".dil_h = {dh}, .dil_w = {dw},",
+            f"      .act_lo = {c_literal(np.float32(lo), f32)}, "
+            f".act_hi = {c_literal(np.float32(hi), f32)},",
+            f"      .x = {xp}, .weight = {wp}, .bias = {bp}, .y = {yp}}};",
+            "    if (env->lib->conv2d(env->ctx, &cp)) return 1;",
+            "  }"]
+        if yf is not None:               # round the float32 result into v's dtype
+            def build(idx):
+                leaves: list = []
+                return leaves, [self.expr(yf, identity_map(yf.ndim), leaves, v.ndim, idx)]
+            self.emit_loop(v.shape, [(out, out.strides, 0)], build)
 
 
 #: The structured ops: op name -> the Structured method that emits it, called

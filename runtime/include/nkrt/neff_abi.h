@@ -73,6 +73,8 @@ typedef void (*nkrt_range_fn)(void *arg, int64_t begin, int64_t end, uint32_t wo
  * leading dimensions in elements; trans_* is 0 (use as stored) or 1 (use the
  * transpose). Calls parallelise over the runtime's worker pool themselves:
  * call them from the kernel's own thread, not from inside parallel_for. */
+struct nkrt_conv2d_params;
+
 typedef struct nkrt_kernel_lib {
   uint32_t struct_size;
   uint32_t reserved0;
@@ -104,7 +106,40 @@ typedef struct nkrt_kernel_lib {
    * kernel then returns non-zero). */
   int (*collective)(void *ctx, uint32_t kind, uint32_t dtype, uint32_t reduce_op,
                     const int32_t *ranks, uint32_t n, const void *src, void *dst, int64_t count);
+  /* Added after collective: check struct_size before use
+   * (NKRT_KERNEL_LIB_HAS_CONV2D). A float32 2-D convolution with its bias
+   * and activation fused (nkrt_conv2d_params_t below), parallel over the
+   * worker pool. Returns 0, or non-zero after recording the error. */
+  int (*conv2d)(void *ctx, const struct nkrt_conv2d_params *params);
 } nkrt_kernel_lib_t;
+
+/* The activation applied to each output of conv2d after its bias. NaN stays
+ * NaN (as np.maximum / np.minimum propagate it). Values are only appended. */
+enum {
+  NKRT_ACT_NONE = 0,
+  NKRT_ACT_RELU = 1,  /* max(v, 0) */
+  NKRT_ACT_CLAMP = 2  /* min(max(v, act_lo), act_hi); act_lo may be -inf, act_hi +inf */
+};
+
+/* One convolution: y = act(conv(x, w) + bias), float32, all contiguous
+ * row-major: x is n x c x h x w (NCHW), w is o x (c / groups) x kh x kw
+ * (OIHW), y is n x o x oh x ow, bias o floats or NULL. Output (i, j) reads
+ * input row i * stride_h - pad_top + a * dil_h, column j * stride_w -
+ * pad_left + b * dil_w for tap (a, b); positions outside the input read 0
+ * (so the bottom / right padding follows from oh, ow). Starts with
+ * struct_size (sizeof when built); fields are only appended. */
+typedef struct nkrt_conv2d_params {
+  uint32_t struct_size;
+  uint32_t activation; /* NKRT_ACT_* */
+  int64_t n, c, h, w;
+  int64_t o, kh, kw;
+  int64_t oh, ow;
+  int64_t groups;
+  int64_t stride_h, stride_w, pad_top, pad_left, dil_h, dil_w;
+  float act_lo, act_hi; /* NKRT_ACT_CLAMP's bounds */
+  const float *x, *weight, *bias;
+  float *y;
+} nkrt_conv2d_params_t;
 
 enum {
   NKRT_CC_ALL_REDUCE = 0,
@@ -114,6 +149,10 @@ enum {
   NKRT_CC_BROADCAST = 4
 };
 enum { NKRT_CC_ADD = 0, NKRT_CC_MUL = 1, NKRT_CC_MAX = 2, NKRT_CC_MIN = 3 };
+
+#define NKRT_KERNEL_LIB_HAS_CONV2D(lib)                                                     \
+  ((lib)->struct_size >= offsetof(nkrt_kernel_lib_t, conv2d) + sizeof(void *) &&            \
+   (lib)->conv2d != NULL)
 
 #define NKRT_KERNEL_LIB_HAS_COLLECTIVE(lib)                                                   \
   ((lib)->struct_size >= offsetof(nkrt_kernel_lib_t, collective) + sizeof(void *) &&        \
