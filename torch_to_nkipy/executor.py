@@ -187,20 +187,29 @@ class Executor:
 
     def _fast_plan(self) -> Optional[Tuple[Any, ...]]:
         """Precomputed bindings for calls on CPU tensors: no padding, no aliasing,
-        no constant outputs (None when the kernel is not like that):
-        (inputs, outputs, model), both in the model's order."""
+        no constant tensor outputs (None when the kernel is not like that; Python
+        values the graph returns, such as the ``None`` gradients of a backward
+        graph, are fine): (inputs, outputs, results, model), inputs and outputs
+        in the model's order, results in the graph's."""
         k = self.k
         ins = self._fast_inputs()
-        if ins is None or k.aliases or k.static_outputs or len(k.out_names) != k.n_outputs:
+        if ins is None or k.aliases or len(k.out_names) != len(k.tensor_out_pos) or any(
+                isinstance(v, (np.ndarray, torch.Tensor)) for v in k.static_outputs.values()):
             return None
         outs = []
-        for pos, name in zip(k.tensor_out_pos, k.out_names):
+        results: List[Any] = [None] * k.n_outputs
+        for j, (pos, name) in enumerate(zip(k.tensor_out_pos, k.out_names)):
             shape, dt = next((sh, d) for n, sh, d in self.out_specs if n == name)
             want = k.out_dtypes[pos] if pos < len(k.out_dtypes) else None
             if dt not in _FAST_DTYPES or (want is not None and want != _FAST_DTYPES[dt]):
                 return None
             outs.append((name, torch.Size(shape), _FAST_DTYPES[dt]))
-        return ins, tuple(outs), k.device_kernel.model_ref
+            results[pos] = ("output", j)
+        for pos, val in k.static_outputs.items():
+            results[pos] = ("value", val)
+        if any(r is None for r in results):
+            return None
+        return ins, tuple(outs), results, k.device_kernel.model_ref
 
     def _cpu_call(self) -> Any:
         """The native call for CPU tensors (``kernel_calls``), made on first use:
@@ -210,10 +219,9 @@ class Executor:
         (so kernels only ever called on nkipy tensors allocate no buffers)."""
         call = self.__dict__.get("_cpu_call_made")
         if call is None:
-            ins, outs, model = self._plan
+            ins, outs, results, model = self._plan
             inputs = [(i, shape, dt) for i, _, shape, _, dt in ins]
             outputs = [(shape, dt) for _, shape, dt in outs]
-            results = [("output", j) for j in range(len(outs))]
             if kernel_calls.host_addressable():
                 call = self._cpu_call_made = kernel_calls.kernel_call(
                     model, self.core, inputs, outputs, results, "host")
