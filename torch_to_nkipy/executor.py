@@ -295,6 +295,8 @@ class Executor:
             results[pos] = ("value", val)
         if any(r is None for r in results):
             return None
+        self._dslots = ({pos: (r[1], outputs[r[1]]) for pos, r in enumerate(results)
+                         if r[0] == "output"}, len(outputs))
         return kernel_calls.kernel_call(dk.model_ref, self.core, inputs, outputs, results)
 
     def _run_fast_device(self, args: Sequence[Any], plan: Any) -> Optional[List[Any]]:
@@ -312,6 +314,43 @@ class Executor:
         if results is not None:
             ms = (time.perf_counter() - t0) * 1e3
             record_execution(None, 1.0, ms, 0.0, ms, 0.0)
+        return results
+
+    def output_slots(self, on_cpu: bool) -> Optional[Tuple[Dict[int, Any], int]]:
+        """For :meth:`run_into`: each tensor result's position -> (kernel output
+        index, (sizes, torch dtype)), and the number of kernel outputs; None when
+        calls on such tensors (CPU or nkipy) have no fast path."""
+        if not on_cpu:
+            return self.__dict__.get("_dslots") if self._dplan is not None else None
+        if self._plan is None:
+            return None
+        outs, results = self._plan[1], self._plan[2]
+        return ({pos: (r[1], (tuple(outs[r[1]][1]), outs[r[1]][2]))
+                 for pos, r in enumerate(results) if r[0] == "output"}, len(outs))
+
+    def run_into(self, args: Sequence[Any], into: Dict[int, torch.Tensor], on_cpu: bool,
+                 bucket: Optional[int] = None) -> Optional[List[Any]]:
+        """A call through the fast path (CPU tensors read in place, or nkipy
+        tensors) whose tensor results at the positions of ``into`` are written
+        into those tensors (contiguous views of bigger ones are fine: a slice of
+        a bucketed call's output); None when the call cannot take that path.
+        Recorded in spiky's statistics as an execution of ``bucket`` (unpadded)."""
+        slots = self.output_slots(on_cpu)
+        if slots is None:
+            return None
+        index, n_out = slots
+        targets: List[Any] = [None] * n_out
+        for pos, t in into.items():
+            targets[index[pos][0]] = t
+        call = self._cpu_call() if on_cpu else self._dplan
+        with self.lock:
+            for b in self.sets:
+                b.wait()
+            t0 = time.perf_counter()
+            results = kernel_calls.run_kernel_call(call, args, targets)
+            if results is not None:
+                ms = (time.perf_counter() - t0) * 1e3
+                record_execution(bucket, 1.0, ms, 0.0, ms, 0.0)
         return results
 
     def run(self, args: Sequence[Any], pad: Optional[PadCall], opts: ExecOptions,
@@ -427,3 +466,49 @@ def _host_pad(arr: np.ndarray, dim: int, shape: Sequence[int]) -> np.ndarray:
     out = np.zeros(shape, arr.dtype)
     out[tuple(slice(0, n) for n in arr.shape)] = arr
     return out
+
+
+def run_sliced(parts: Sequence[Tuple["NKIPyKernel", int, int, int]], args: Sequence[Any],
+               in_pad: Dict[int, Any], out_pad: Dict[int, Any], n: int,
+               opts: ExecOptions) -> Optional[List[Any]]:
+    """One bucketed call of actual size ``n`` run as consecutive slices along the
+    leading dynamic dimension: ``parts`` are (kernel, start, size, bucket), a
+    slice of its bucket's size run in place (inputs read where they lie, outputs
+    written straight into their slice of the result), a smaller last one padded
+    as usual and copied into its slice. None when the call cannot run that way
+    (no fast path for these tensors): the caller pads it whole."""
+    first = parts[0][0].executor
+    on_cpu = args[next(iter(in_pad))].is_cpu
+    if on_cpu and opts.keep_outputs_on_device:
+        return None
+    slots = first.output_slots(on_cpu)
+    if slots is None or set(slots[0]) != set(out_pad):
+        return None
+    dev = torch.device("cpu") if on_cpu else first.out_dev
+    outs = {}
+    for pos, (_, (shape, dt)) in slots[0].items():
+        pd = out_pad[pos]
+        outs[pos] = torch.empty((pd.mult * n,) + tuple(shape[1:]), dtype=dt, device=dev)
+    res: Optional[List[Any]] = None
+    for k, start, size, bucket in parts:
+        part = list(args)
+        for i, pd in in_pad.items():
+            part[i] = args[i].narrow(0, pd.mult * start, pd.mult * size)
+        if size == bucket:
+            r = k.executor.run_into(part, {pos: t.narrow(0, out_pad[pos].mult * start,
+                                                            out_pad[pos].mult * size)
+                                           for pos, t in outs.items()}, on_cpu, bucket)
+            if r is None:
+                return None
+        else:
+            r = k.executor.run(part, PadCall(bucket, size, in_pad, out_pad, {}), opts, None)
+            with torch.no_grad():
+                for pos, t in outs.items():
+                    t.narrow(0, out_pad[pos].mult * start,
+                             out_pad[pos].mult * size).copy_(r[pos])
+        if res is None:
+            res = list(r)
+    assert res is not None
+    for pos, t in outs.items():
+        res[pos] = t
+    return res
