@@ -68,6 +68,8 @@ class CompiledGraph:
         self._static: Optional[kernel_mod.NKIPyKernel] = None
         self.sig = dynamic_signature(gm)
         self.buckets: Optional[List[int]] = None
+        # sizes -> (kernel generation, slices or None): how a call runs sliced
+        self._slices: Dict[Tuple[int, ...], Tuple[int, Optional[List[Any]]]] = {}
         progress.graph_created(self)
         if self.sig is not None:
             if self.sig.hazard:
@@ -175,19 +177,30 @@ class CompiledGraph:
                 return None
         env = sig.bind(args)
         n = env[sig.primary]
+        key = tuple(env[x] for x in sig.symbols)
+        gen = kernel_mod._GENERATION[0]
+        cached = self._slices.get(key)
+        if cached is None or cached[0] != gen:
+            cached = self._slices[key] = (gen, self._slice_parts(env, n))
+        parts = cached[1]
+        if parts is None:
+            return None
+        return run_sliced(parts, args, sig.in_pad, sig.out_pad, n, self.opts)
+
+    def _slice_parts(self, env: Dict[Any, int], n: int) -> Optional[List[Any]]:
+        """(kernel, start, size, bucket) of each slice of a call at ``env``'s sizes
+        (kernels built as needed), or None when it runs as one padded call."""
+        assert self.buckets is not None
         plan = plan_chunks(self.buckets, n)
         if plan is None or len(plan) < 2:
             return None
-        kernels = []
-        for _, _, b in plan:
+        parts = []
+        for start, size, b in plan:
             k = self._bucket_kernel(b, env)
-            if k is None:
+            if k is None or k.aliases:        # in-place updates: one call only
                 return None
-            kernels.append(k)
-        if any(k.aliases for k in kernels):       # in-place updates: one call only
-            return None
-        return run_sliced([(k, start, size, b) for k, (start, size, b) in zip(kernels, plan)],
-                          args, sig.in_pad, sig.out_pad, n, self.opts)
+            parts.append((k, start, size, b))
+        return parts
 
     def _compiler_args(self, cfg: Any) -> str:
         from .custom_ops import custom_kernel_for

@@ -324,9 +324,13 @@ class Executor:
             return self.__dict__.get("_dslots") if self._dplan is not None else None
         if self._plan is None:
             return None
-        outs, results = self._plan[1], self._plan[2]
-        return ({pos: (r[1], (tuple(outs[r[1]][1]), outs[r[1]][2]))
-                 for pos, r in enumerate(results) if r[0] == "output"}, len(outs))
+        slots = self.__dict__.get("_cslots")
+        if slots is None:
+            outs, results = self._plan[1], self._plan[2]
+            slots = self._cslots = ({pos: (r[1], (tuple(outs[r[1]][1]), outs[r[1]][2]))
+                                     for pos, r in enumerate(results) if r[0] == "output"},
+                                    len(outs))
+        return slots
 
     def run_into(self, args: Sequence[Any], into: Dict[int, torch.Tensor], on_cpu: bool,
                  bucket: Optional[int] = None) -> Optional[List[Any]]:
