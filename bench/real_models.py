@@ -52,7 +52,7 @@ def load_minilm(path: str, sentences: List[str] = SENTENCES
     from transformers import AutoModel, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
-    model = AutoModel.from_pretrained(path, local_files_only=True,
+    model = AutoModel.from_pretrained(path, local_files_only=True, use_safetensors=True,
                                       dtype=torch.float32).eval()
     enc = tok(sentences, padding=True, truncation=True, max_length=128, return_tensors="pt")
     return model, (enc["input_ids"], enc["attention_mask"])
