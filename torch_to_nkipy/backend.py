@@ -231,14 +231,14 @@ class CompiledGraph:
             if k is None or k.generation != kernel_mod._GENERATION[0]:
                 k = self._static = self.kernel_for(args)
             return k.executor.run(args, None, self.opts, None)
-        if self.buckets is None:
+        if (self.buckets is not None and profile is None and self.opts.slice_buckets
+                and self.sig.sliceable and self.opts.output_layout == "unpad"):
+            res = self._sliced_call(args)
+            if res is not None:
+                return res
+        if self.buckets is None:     # (also when a slice's kernel failed to build just now)
             k, pad = self.kernel_for(args), None
         else:
-            if (profile is None and self.opts.slice_buckets and self.sig.sliceable
-                    and self.opts.output_layout == "unpad"):
-                res = self._sliced_call(args)
-                if res is not None:
-                    return res
             k, pad = self.bucket_for(args)
         if profile is not None and self._compile_span is not None:
             profile.span(f"compile kernel_{k.hash}", *self._compile_span)

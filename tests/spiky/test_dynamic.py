@@ -505,3 +505,19 @@ def test_in_place_updates_are_not_sliced(backend):
             got = c(x, acc)
             torch.testing.assert_close(got, want, **TOL)
             torch.testing.assert_close(acc, ref_acc, **TOL)
+
+
+def test_a_slice_kernel_that_fails_to_build_falls_back_to_exact_sizes(backend, monkeypatch,
+                                                                      caplog):
+    """A size that would run as slices (100 = 64 + 32 + 4) whose bucket kernels fail
+    to build: the call is compiled for its exact size, with eager's result."""
+    from torch_to_nkipy import dynamic
+
+    def broken(self, env):
+        raise ValueError("operands could not be broadcast together")
+
+    monkeypatch.setattr(dynamic.DynamicSignature, "concrete", broken)
+    with caplog.at_level(logging.WARNING, logger="torch_to_nkipy"):
+        _check_sizes(lambda x: x * 2 + 1, lambda n: (torch.randn(n, 3),), [100, 200])
+    assert any("compiling each size exactly" in r.getMessage() for r in caplog.records)
+    assert spiky.get_stats().bucket_hits == {}
