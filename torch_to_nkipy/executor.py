@@ -187,20 +187,29 @@ class Executor:
 
     def _fast_plan(self) -> Optional[Tuple[Any, ...]]:
         """Precomputed bindings for calls on CPU tensors: no padding, no aliasing,
-        no constant outputs (None when the kernel is not like that):
-        (inputs, outputs, model), both in the model's order."""
+        no constant tensor outputs (None when the kernel is not like that; Python
+        values the graph returns, such as the ``None`` gradients of a backward
+        graph, are fine): (inputs, outputs, results, model), inputs and outputs
+        in the model's order, results in the graph's."""
         k = self.k
         ins = self._fast_inputs()
-        if ins is None or k.aliases or k.static_outputs or len(k.out_names) != k.n_outputs:
+        if ins is None or k.aliases or len(k.out_names) != len(k.tensor_out_pos) or any(
+                isinstance(v, (np.ndarray, torch.Tensor)) for v in k.static_outputs.values()):
             return None
         outs = []
-        for pos, name in zip(k.tensor_out_pos, k.out_names):
+        results: List[Any] = [None] * k.n_outputs
+        for j, (pos, name) in enumerate(zip(k.tensor_out_pos, k.out_names)):
             shape, dt = next((sh, d) for n, sh, d in self.out_specs if n == name)
             want = k.out_dtypes[pos] if pos < len(k.out_dtypes) else None
             if dt not in _FAST_DTYPES or (want is not None and want != _FAST_DTYPES[dt]):
                 return None
             outs.append((name, torch.Size(shape), _FAST_DTYPES[dt]))
-        return ins, tuple(outs), k.device_kernel.model_ref
+            results[pos] = ("output", j)
+        for pos, val in k.static_outputs.items():
+            results[pos] = ("value", val)
+        if any(r is None for r in results):
+            return None
+        return ins, tuple(outs), results, k.device_kernel.model_ref
 
     def _cpu_call(self) -> Any:
         """The native call for CPU tensors (``kernel_calls``), made on first use:
@@ -210,10 +219,9 @@ class Executor:
         (so kernels only ever called on nkipy tensors allocate no buffers)."""
         call = self.__dict__.get("_cpu_call_made")
         if call is None:
-            ins, outs, model = self._plan
+            ins, outs, results, model = self._plan
             inputs = [(i, shape, dt) for i, _, shape, _, dt in ins]
             outputs = [(shape, dt) for _, shape, dt in outs]
-            results = [("output", j) for j in range(len(outs))]
             if kernel_calls.host_addressable():
                 call = self._cpu_call_made = kernel_calls.kernel_call(
                     model, self.core, inputs, outputs, results, "host")
@@ -287,6 +295,8 @@ class Executor:
             results[pos] = ("value", val)
         if any(r is None for r in results):
             return None
+        self._dslots = ({pos: (r[1], outputs[r[1]]) for pos, r in enumerate(results)
+                         if r[0] == "output"}, len(outputs))
         return kernel_calls.kernel_call(dk.model_ref, self.core, inputs, outputs, results)
 
     def _run_fast_device(self, args: Sequence[Any], plan: Any) -> Optional[List[Any]]:
@@ -304,6 +314,47 @@ class Executor:
         if results is not None:
             ms = (time.perf_counter() - t0) * 1e3
             record_execution(None, 1.0, ms, 0.0, ms, 0.0)
+        return results
+
+    def output_slots(self, on_cpu: bool) -> Optional[Tuple[Dict[int, Any], int]]:
+        """For :meth:`run_into`: each tensor result's position -> (kernel output
+        index, (sizes, torch dtype)), and the number of kernel outputs; None when
+        calls on such tensors (CPU or nkipy) have no fast path."""
+        if not on_cpu:
+            return self.__dict__.get("_dslots") if self._dplan is not None else None
+        if self._plan is None:
+            return None
+        slots = self.__dict__.get("_cslots")
+        if slots is None:
+            outs, results = self._plan[1], self._plan[2]
+            slots = self._cslots = ({pos: (r[1], (tuple(outs[r[1]][1]), outs[r[1]][2]))
+                                     for pos, r in enumerate(results) if r[0] == "output"},
+                                    len(outs))
+        return slots
+
+    def run_into(self, args: Sequence[Any], into: Dict[int, torch.Tensor], on_cpu: bool,
+                 bucket: Optional[int] = None) -> Optional[List[Any]]:
+        """A call through the fast path (CPU tensors read in place, or nkipy
+        tensors) whose tensor results at the positions of ``into`` are written
+        into those tensors (contiguous views of bigger ones are fine: a slice of
+        a bucketed call's output); None when the call cannot take that path.
+        Recorded in spiky's statistics as an execution of ``bucket`` (unpadded)."""
+        slots = self.output_slots(on_cpu)
+        if slots is None:
+            return None
+        index, n_out = slots
+        targets: List[Any] = [None] * n_out
+        for pos, t in into.items():
+            targets[index[pos][0]] = t
+        call = self._cpu_call() if on_cpu else self._dplan
+        with self.lock:
+            for b in self.sets:
+                b.wait()
+            t0 = time.perf_counter()
+            results = kernel_calls.run_kernel_call(call, args, targets)
+            if results is not None:
+                ms = (time.perf_counter() - t0) * 1e3
+                record_execution(bucket, 1.0, ms, 0.0, ms, 0.0)
         return results
 
     def run(self, args: Sequence[Any], pad: Optional[PadCall], opts: ExecOptions,
@@ -419,3 +470,49 @@ def _host_pad(arr: np.ndarray, dim: int, shape: Sequence[int]) -> np.ndarray:
     out = np.zeros(shape, arr.dtype)
     out[tuple(slice(0, n) for n in arr.shape)] = arr
     return out
+
+
+def run_sliced(parts: Sequence[Tuple["NKIPyKernel", int, int, int]], args: Sequence[Any],
+               in_pad: Dict[int, Any], out_pad: Dict[int, Any], n: int,
+               opts: ExecOptions) -> Optional[List[Any]]:
+    """One bucketed call of actual size ``n`` run as consecutive slices along the
+    leading dynamic dimension: ``parts`` are (kernel, start, size, bucket), a
+    slice of its bucket's size run in place (inputs read where they lie, outputs
+    written straight into their slice of the result), a smaller last one padded
+    as usual and copied into its slice. None when the call cannot run that way
+    (no fast path for these tensors): the caller pads it whole."""
+    first = parts[0][0].executor
+    on_cpu = args[next(iter(in_pad))].is_cpu
+    if on_cpu and opts.keep_outputs_on_device:
+        return None
+    slots = first.output_slots(on_cpu)
+    if slots is None or set(slots[0]) != set(out_pad):
+        return None
+    dev = torch.device("cpu") if on_cpu else first.out_dev
+    outs = {}
+    for pos, (_, (shape, dt)) in slots[0].items():
+        pd = out_pad[pos]
+        outs[pos] = torch.empty((pd.mult * n,) + tuple(shape[1:]), dtype=dt, device=dev)
+    res: Optional[List[Any]] = None
+    for k, start, size, bucket in parts:
+        part = list(args)
+        for i, pd in in_pad.items():
+            part[i] = args[i].narrow(0, pd.mult * start, pd.mult * size)
+        if size == bucket:
+            r = k.executor.run_into(part, {pos: t.narrow(0, out_pad[pos].mult * start,
+                                                            out_pad[pos].mult * size)
+                                           for pos, t in outs.items()}, on_cpu, bucket)
+            if r is None:
+                return None
+        else:
+            r = k.executor.run(part, PadCall(bucket, size, in_pad, out_pad, {}), opts, None)
+            with torch.no_grad():
+                for pos, t in outs.items():
+                    t.narrow(0, out_pad[pos].mult * start,
+                             out_pad[pos].mult * size).copy_(r[pos])
+        if res is None:
+            res = list(r)
+    assert res is not None
+    for pos, t in outs.items():
+        res[pos] = t
+    return res

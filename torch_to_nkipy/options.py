@@ -15,7 +15,7 @@ OPTION_TYPES: Dict[str, Any] = {
     "buckets": (list, tuple), "jit": bool, "pipelined": bool, "pad_on_device": bool,
     "keep_outputs_on_device": bool, "input_layout": str, "output_layout": str,
     "unpad_outputs": bool, "save_ntff": bool, "save_ntff_dir": str,
-    "save_ntff_exe_idx": (list, tuple),
+    "save_ntff_exe_idx": (list, tuple), "slice_buckets": bool,
 }
 
 
@@ -30,6 +30,7 @@ class ExecOptions:
     keep_outputs_on_device: bool = False   # outputs as nkipy tensors (no host round trip)
     input_layout: str = "auto"       # "padded": inputs may come padded (PaddingMetadata)
     output_layout: str = "unpad"     # "padded": outputs stay padded, with PaddingMetadata
+    slice_buckets: bool = True       # a size between buckets runs as slices (200: 128+64+8)
     save_ntff: bool = False          # write a Perfetto trace per selected execution
     save_ntff_dir: str = "./ntff_dir"
     save_ntff_exe_idx: Optional[Tuple[int, ...]] = None   # None: every execution

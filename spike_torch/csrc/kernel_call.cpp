@@ -4,6 +4,8 @@
 //   call = spike_torch._C.kernel_call(model, core, inputs, outputs, results,
 //                                     staged=None)
 //   results = spike_torch._C.run_kernel_call(call, args)   # None: not this path
+//   results = spike_torch._C.run_kernel_call(call, args, into)  # outputs written into
+//                                                              # given tensors
 //
 // It checks every input tensor against the kernel's signature, allocates the
 // fresh outputs on the nkipy device, runs the kernel with every tensor given by
@@ -330,7 +332,28 @@ PyObject* results_list(const KernelCall* kc, const std::vector<at::Tensor>& fres
   return out;
 }
 
-PyObject* run_staged(KernelCall* kc, PyObject* const* args, Py_ssize_t nargs) {
+// The tensor output j of a call writes into: `into[j]` when the caller gave one
+// (None: a fresh one), checked against the output's sizes and dtype, on
+// `device`, contiguous. Returns false (no exception) when it does not match.
+bool output_tensor(const KernelCall* kc, PyObject* into, size_t j, c10::Device device,
+                   at::Tensor* out) {
+  const OutSpec& s = kc->outs[j];
+  PyObject* given = into ? PySequence_Fast_GET_ITEM(into, static_cast<Py_ssize_t>(j)) : Py_None;
+  if (given == Py_None) {
+    *out = at::empty(s.sizes, at::TensorOptions().dtype(s.dtype).device(device));
+    return true;
+  }
+  if (!THPVariable_Check(given)) return false;
+  const at::Tensor& t = THPVariable_Unpack(given);
+  if (t.device() != device || t.scalar_type() != s.dtype ||
+      t.sizes() != c10::IntArrayRef(s.sizes) || !t.is_contiguous())
+    return false;
+  *out = t;
+  return true;
+}
+
+PyObject* run_staged(KernelCall* kc, PyObject* const* args, Py_ssize_t nargs,
+                     PyObject* into) {
   const spike_capi_t& a = spike_torch::capi();
   size_t n_in = kc->ins.size(), n_out = kc->outs.size();
   std::vector<const void*> host(n_in);
@@ -349,7 +372,8 @@ PyObject* run_staged(KernelCall* kc, PyObject* const* args, Py_ssize_t nargs) {
   }
   std::vector<at::Tensor> fresh(n_out);
   for (size_t j = 0; j < n_out; j++)
-    fresh[j] = at::empty(kc->outs[j].sizes, at::TensorOptions().dtype(kc->outs[j].dtype));
+    if (!output_tensor(kc, into, j, c10::Device(c10::DeviceType::CPU), &fresh[j]))
+      Py_RETURN_NONE;
   if (kc->host) {
     std::vector<void*> addresses(n_in + n_out);
     for (size_t k = 0; k < n_in; k++) addresses[k] = const_cast<void*>(host[k]);  // read only
@@ -384,8 +408,9 @@ PyObject* run_staged(KernelCall* kc, PyObject* const* args, Py_ssize_t nargs) {
 // what the kernel was built for (another device or core, dtype, shape, a
 // non-contiguous layout): the caller then takes its general path.
 PyObject* run_kernel_call(PyObject*, PyObject* const* argv, Py_ssize_t argc) {
-  if (argc != 2) {
-    PyErr_SetString(PyExc_TypeError, "run_kernel_call(call, args) takes 2 arguments");
+  if (argc != 2 && argc != 3) {
+    PyErr_SetString(PyExc_TypeError, "run_kernel_call(call, args, into=None) takes 2 or 3 "
+                    "arguments");
     return nullptr;
   }
   if (!PyCapsule_IsValid(argv[0], kCapsule)) {
@@ -403,10 +428,22 @@ PyObject* run_kernel_call(PyObject*, PyObject* const* argv, Py_ssize_t argc) {
   // (so their memory cannot be handed to another tensor meanwhile).
   PyRef snapshot(PySequence_Tuple(argv[1]));
   if (!snapshot.p) return nullptr;
+  // `into`: where each kernel output (the model's order) is written, None for a
+  // fresh tensor (a tuple of our own, so the tensors stay alive meanwhile)
+  PyRef into(nullptr);
+  if (argc == 3 && argv[2] != Py_None) {
+    into.p = PySequence_Tuple(argv[2]);
+    if (!into.p) return nullptr;
+    if (PyTuple_GET_SIZE(into.p) != static_cast<Py_ssize_t>(kc->outs.size())) {
+      PyErr_Format(PyExc_ValueError, "run_kernel_call: into has %zd entries, the kernel %zu "
+                   "outputs", PyTuple_GET_SIZE(into.p), kc->outs.size());
+      return nullptr;
+    }
+  }
   try {
     Py_ssize_t nargs;
     PyObject* const* args = items_of(snapshot.p, &nargs);
-    if (kc->staged || kc->host) return run_staged(kc, args, nargs);
+    if (kc->staged || kc->host) return run_staged(kc, args, nargs, into.p);
     size_t n_in = kc->ins.size(), n_out = kc->outs.size();
     std::vector<void*> addresses(n_in + n_out, nullptr);
     std::vector<c10::Storage> pinned(n_in);
@@ -432,7 +469,8 @@ PyObject* run_kernel_call(PyObject*, PyObject* const* argv, Py_ssize_t argc) {
     for (size_t j = 0; j < n_out; j++) {
       const OutSpec& s = kc->outs[j];
       if (!s.fresh) continue;
-      fresh[j] = at::empty(s.sizes, at::TensorOptions().dtype(s.dtype).device(kNkipy, kc->core));
+      if (!output_tensor(kc, into.p, j, c10::Device(kNkipy, kc->core), &fresh[j]))
+        Py_RETURN_NONE;
       addresses[n_in + j] = fresh[j].data_ptr();
     }
     if (spike_torch::capi().model_execute_at(kc->model, addresses.data(),
@@ -466,9 +504,12 @@ PyMethodDef g_methods[] = {
      "memory (the CPU driver), so CPU tensors need no staging copies."},
     {"run_kernel_call", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(run_kernel_call)),
      METH_FASTCALL,
-     "run_kernel_call(call, args) -> list or None\n\n"
+     "run_kernel_call(call, args, into=None) -> list or None\n\n"
      "Runs the kernel of a kernel_call on args (nkipy tensors) and returns its results; None "
-     "when an input does not match (the caller's general path handles it)."},
+     "when an input does not match (the caller's general path handles it). into: one entry "
+     "per kernel output (the model's order), a tensor the output is written into (right "
+     "device, sizes and dtype, contiguous: a view of a bigger tensor is fine) or None for a "
+     "fresh one; None as a whole when one does not match."},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef g_module = {PyModuleDef_HEAD_INIT, "spike_torch._kernel_call",

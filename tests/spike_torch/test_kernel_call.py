@@ -58,6 +58,28 @@ def test_fresh_output_argument_and_value(models):
     assert out2.data_ptr() != out.data_ptr()
 
 
+def test_outputs_written_into_given_tensors(models):
+    """``into``: the kernel writes its output straight into a given tensor (a
+    contiguous view of a bigger one: one slice of a sliced bucketed call), which
+    is what the call returns; a tensor that does not fit is refused (None)."""
+    call = sleep_call(models)
+    x = torch.arange(N, dtype=torch.float32).to("nkipy")
+    ms = torch.zeros(1, dtype=torch.int32).to("nkipy")
+    big = torch.zeros(3 * N).to("nkipy")
+    (out,) = calls().run_kernel_call(call, (x, ms), [big.narrow(0, N, N)])
+    assert out.data_ptr() == big.data_ptr() + N * 4
+    want = torch.cat([torch.zeros(N), torch.arange(N, dtype=torch.float32) + 1, torch.zeros(N)])
+    assert torch.equal(big.cpu(), want)
+    (fresh,) = calls().run_kernel_call(call, (x, ms), [None])     # None: a fresh output
+    assert fresh.data_ptr() != big.data_ptr() + N * 4
+    run = calls().run_kernel_call
+    assert run(call, (x, ms), [torch.zeros(N)]) is None                   # another device
+    assert run(call, (x, ms), [torch.zeros(N).to("nkipy").double()]) is None  # dtype
+    assert run(call, (x, ms), [torch.zeros(N + 1).to("nkipy")]) is None   # shape
+    assert run(call, (x, ms), [big[::3]]) is None                         # layout
+    assert run(call, (x, ms), ["no"]) is None                             # not a tensor
+
+
 def test_int64_argument_passed_as_is(models):
     """int64 inputs are no longer narrowed to int32 (kernels compute int64 in 64
     bits): the call takes the tensor's own memory, whatever its values."""
@@ -110,8 +132,11 @@ def test_errors(models):
         kc.kernel_call(models["sleep"], 0, 5, outs, [])
     call = kc.kernel_call(models["sleep"], 0, spec, outs, [("output", 0)])
     x, ms = torch.ones(N).to("nkipy"), torch.zeros(1, dtype=torch.int32).to("nkipy")
-    with pytest.raises(TypeError, match=r"run_kernel_call\(call, args\) takes 2 arguments"):
+    with pytest.raises(TypeError, match=r"run_kernel_call\(call, args, into=None\) takes 2 or 3 "):
         kc.run_kernel_call(call)
+    with pytest.raises(ValueError, match="run_kernel_call: into has 2 entries, the kernel 1 "
+                                         "outputs"):
+        kc.run_kernel_call(call, (x, ms), [None, None])
     with pytest.raises(TypeError, match="expected a list or tuple, got dict"):
         kc.run_kernel_call(call, {0: x})
     with pytest.raises(IndexError, match="input 1 is argument 1 of 1"):
@@ -199,7 +224,11 @@ def test_host_call_reads_and_writes_cpu_tensors_in_place(models):
     sliced.copy_(x)
     out, _ = kc.run_kernel_call(call, [sliced, ms])
     assert torch.equal(out, x + 1)
+    into = torch.zeros(2 * N)
+    out, _ = kc.run_kernel_call(call, [x, ms], [into.narrow(0, N, N)])   # written in place
+    assert out.data_ptr() == into.data_ptr() + N * 4 and torch.equal(into[N:], x + 1)
     run = kc.run_kernel_call
+    assert run(call, (x, ms), [torch.zeros(N).to("nkipy")]) is None  # output not on the CPU
     assert run(call, (x.to("nkipy"), ms)) is None           # not a CPU tensor
     assert run(call, (x.double(), ms)) is None              # dtype
     assert run(call, (torch.ones(2 * N)[::2], ms)) is None  # layout

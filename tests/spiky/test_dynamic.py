@@ -30,7 +30,9 @@ def compiled_calls(f, sizes, make, dim=0, options=None, dynamic=None):
 def test_power_of_two_buckets_no_recompile_within_a_bucket(backend):
     torch.manual_seed(0)
     m = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 8))
-    _, outs = compiled_calls(m, [5, 6, 7, 8, 3, 17], lambda n: torch.randn(n, 16))
+    # padding only (slice_buckets off): 17 runs in bucket 32, not as 16 + 1
+    _, outs = compiled_calls(m, [5, 6, 7, 8, 3, 17], lambda n: torch.randn(n, 16),
+                             options={"slice_buckets": False})
     for got, want in outs:
         torch.testing.assert_close(got, want, **TOL)
     s = spiky.get_stats()
@@ -48,7 +50,7 @@ def test_explicit_buckets_and_jit_growth(backend, caplog):
     m = nn.Linear(8, 4)
     with caplog.at_level(logging.INFO, logger="torch_to_nkipy"):
         _, outs = compiled_calls(m, [3, 10, 40, 33], lambda n: torch.randn(n, 8),
-                                 options={"buckets": [16, 8]})
+                                 options={"buckets": [16, 8], "slice_buckets": False})
     for got, want in outs:
         torch.testing.assert_close(got, want, **TOL)
     assert spiky.get_stats().bucket_hits == {8: 1, 16: 1, 64: 2}
@@ -428,4 +430,94 @@ def test_a_bucket_kernel_that_fails_to_build_falls_back_to_exact_sizes(backend, 
         _check_sizes(lambda x: x * 2 + 1, lambda n: (torch.randn(n, 3),), [3, 5])
     assert any("failed to build (ValueError: operands could not be broadcast together); "
                "compiling each size exactly" in r.getMessage() for r in caplog.records)
+    assert spiky.get_stats().bucket_hits == {}
+
+
+def test_sizes_between_buckets_run_as_unpadded_slices(backend):
+    """slice_buckets (the default): a size between buckets runs as consecutive
+    slices of the inputs, each through one bucket's kernel at its own size (200 =
+    128 + 64 + 8, nothing padded; 100 = 64 + 32 + 4); results are eager's, on
+    nkipy and on CPU tensors, and a padded single call is still used where one
+    bucket fits best."""
+    from spiky.buckets import plan_chunks
+
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 8))
+    sizes = [200, 100, 3, 129]
+    _, outs = compiled_calls(m, sizes, lambda n: torch.randn(n, 16))
+    for got, want in outs:
+        assert got.shape == want.shape and got.device.type == "cpu"
+        torch.testing.assert_close(got, want, **TOL)
+    s = spiky.get_stats()
+    # 200: 128 + 64 + 8; 100: 64 + 32 + 4; 3: padded to 4; 129: 128 + 1
+    assert s.bucket_hits == {128: 2, 64: 2, 8: 1, 32: 1, 4: 2, 1: 1}
+    assert s.total_executions == 9
+    assert s.total_pad_ratio_sum == pytest.approx(8 + 4 / 3)
+    dev = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 8))
+    dev.load_state_dict(m.state_dict())
+    dev.to("nkipy")
+    c = torch.compile(dev, backend="nkipy")
+    with torch.no_grad():
+        for n in (200, 100, 77):
+            x = torch.randn(n, 16)
+            xd = x.to("nkipy")
+            torch._dynamo.maybe_mark_dynamic(xd, 0)
+            got = c(xd)
+            assert got.device.type == "nkipy" and len(plan_chunks(list(range(1, 300)), n)) >= 1
+            torch.testing.assert_close(got.cpu(), m(x), **TOL)
+
+
+def test_slices_overlap_rather_than_pad():
+    from spiky.buckets import plan_chunks
+
+    pow2 = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+    assert plan_chunks(pow2, 200) == [(0, 128, 128), (128, 64, 64), (192, 8, 8)]
+    assert plan_chunks(pow2, 128) == [(0, 128, 128)]
+    assert plan_chunks(pow2, 255) == [(0, 255, 256)]         # one padded call is cheaper
+    assert plan_chunks(pow2, 300) is None                    # beyond the buckets
+    # a last slice overlapping the one before instead of padding
+    assert plan_chunks([8, 64, 128], 70) == [(0, 64, 64), (62, 8, 8)]
+    assert plan_chunks([64, 128], 100) == [(0, 100, 128)]     # 64 + 64 costs more
+    for n in range(1, 257):
+        plan = plan_chunks(pow2, n)
+        covered = set()
+        for start, size, bucket in plan:
+            assert size == bucket or len(plan) == 1
+            covered |= set(range(start, start + size))
+        assert covered == set(range(n)) and len(plan) <= 4
+
+
+def test_in_place_updates_are_not_sliced(backend):
+    """A graph that updates an input in place runs as one padded call (slices would
+    each write back), with eager's result and update."""
+    def f(x, acc):
+        acc.add_(x * 2)
+        return acc + 1
+
+    c = torch.compile(f, backend="nkipy")
+    with torch.no_grad():
+        for n in (200, 100):
+            x, acc = torch.randn(n, 4), torch.randn(n, 4)
+            ref_acc = acc.clone()
+            want = f(x, ref_acc)
+            torch._dynamo.maybe_mark_dynamic(x, 0)
+            torch._dynamo.maybe_mark_dynamic(acc, 0)
+            got = c(x, acc)
+            torch.testing.assert_close(got, want, **TOL)
+            torch.testing.assert_close(acc, ref_acc, **TOL)
+
+
+def test_a_slice_kernel_that_fails_to_build_falls_back_to_exact_sizes(backend, monkeypatch,
+                                                                      caplog):
+    """A size that would run as slices (100 = 64 + 32 + 4) whose bucket kernels fail
+    to build: the call is compiled for its exact size, with eager's result."""
+    from torch_to_nkipy import dynamic
+
+    def broken(self, env):
+        raise ValueError("operands could not be broadcast together")
+
+    monkeypatch.setattr(dynamic.DynamicSignature, "concrete", broken)
+    with caplog.at_level(logging.WARNING, logger="torch_to_nkipy"):
+        _check_sizes(lambda x: x * 2 + 1, lambda n: (torch.randn(n, 3),), [100, 200])
+    assert any("compiling each size exactly" in r.getMessage() for r in caplog.records)
     assert spiky.get_stats().bucket_hits == {}

@@ -49,3 +49,45 @@ def test_host_addressable_runtime():
 
     pytest.importorskip("torch_to_nkipy")
     assert kernel_calls.host_addressable() is True   # the CPU driver
+
+
+def test_cpu_backward_with_none_gradients_takes_the_host_path(backend, monkeypatch):
+    """A backward graph returns None for inputs without gradients (a Python value
+    beside its tensors): such kernels still run on the CPU tensors where they lie
+    (the fast path), and the gradients are eager's."""
+    from torch_to_nkipy import kernel as kernel_mod
+    from torch_to_nkipy.executor import Executor
+
+    fast, general = [], []
+    orig_fast, orig_run = Executor._run_fast, Executor.run
+
+    def counting_fast(self, args, plan):
+        fast.append(self.k.hash)
+        return orig_fast(self, args, plan)
+
+    def counting_run(self, args, pad, opts, profile):
+        general.append(self.k.hash)
+        return orig_run(self, args, pad, opts, profile)
+
+    monkeypatch.setattr(Executor, "_run_fast", counting_fast)
+    monkeypatch.setattr(Executor, "run", counting_run)
+    lin = _linear(16, 8)
+    x = torch.randn(4, 16)                     # no gradient: a None in the backward graph
+
+    def step(m, x):
+        m.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.gelu(m(x)).square().mean()
+        loss.backward()
+        return loss.detach(), m.weight.grad.clone(), m.bias.grad.clone()
+
+    ref = step(lin, x)
+    compiled = torch.compile(step, backend="nkipy")
+    for _ in range(2):
+        out = compiled(lin, x)
+        for a, b in zip(out, ref):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    with_values = [k for k in kernel_mod._BY_HASH.values() if k.static_outputs]
+    assert with_values, "expected a backward kernel returning a Python value"
+    for k in with_values:
+        assert k.executor._plan is not None
+        assert fast.count(k.hash) == general.count(k.hash) > 0
