@@ -388,6 +388,63 @@ def _decompositions() -> Dict[Any, Any]:
     return _decomp_table
 
 
+#: How many times a plan traces an op again, each time decomposing the ops of
+#: its graph that the registry does not lower but PyTorch can decompose.
+_MAX_EXTRA_DECOMPOSITION_ROUNDS = 3
+
+#: Graph nodes the plan itself handles (copies and resizes into mutated inputs).
+_PLAN_NODES = ("aten::copy_", "aten::resize_", "aten::as_strided_")
+
+
+def _extra_decompositions(gm: torch.fx.GraphModule, table: Dict[Any, Any]) -> Dict[Any, Any]:
+    """Decompositions (from PyTorch's whole table, beyond the core ATen ones) of
+    the ops in ``gm`` that the registry does not lower and ``table`` does not
+    decompose yet."""
+    from torch._decomp import decomposition_table
+
+    lowering = _lowering()
+    extra: Dict[Any, Any] = {}
+    for n in gm.graph.nodes:
+        t = n.target
+        if n.op != "call_function" or not isinstance(t, torch._ops.OpOverload) or \
+                t in table or t in extra or t._schema.name in _PLAN_NODES:
+            continue
+        fn = decomposition_table.get(t)
+        if fn is not None and not lowering.is_supported_node(n):
+            extra[t] = fn
+    return extra
+
+
+# ---- backend helpers ----------------------------------------------------------------
+#
+# Some public ops are CompositeExplicitAutograd kernels that call a per-backend
+# helper, so the device's fallback receives the helper (cummax ->
+# _cummax_helper, which writes its outputs into arguments its schema marks
+# mutable but returns nothing; index_put_ -> _index_put_impl_). A helper traces
+# as the public op it implements, which the registry lowers.
+
+def _cum_helper(public: Any) -> Callable[..., None]:
+    def run(self: torch.Tensor, values: torch.Tensor, indices: torch.Tensor, dim: int) -> None:
+        v, i = public(self, dim)
+        values.copy_(v)
+        indices.copy_(i)
+    return run
+
+
+def _index_put_impl_(self: torch.Tensor, indices: Any, values: torch.Tensor,
+                     accumulate: bool = False, unsafe: bool = False) -> torch.Tensor:
+    return self.copy_(torch.ops.aten.index_put.default(self, indices, values, accumulate))
+
+
+_SUBSTITUTES: Dict[str, Callable[..., Any]] = {
+    "aten::_cummax_helper": _cum_helper(torch.ops.aten.cummax.default),
+    "aten::_cummin_helper": _cum_helper(torch.ops.aten.cummin.default),
+    "aten::_logcumsumexp": torch.ops.aten.logcumsumexp.default,
+    "aten::_index_put_impl_": _index_put_impl_,
+    "aten::_cholesky_solve_helper": torch.ops.aten.cholesky_solve.default,
+}
+
+
 def _lowering() -> Any:
     """spike_torch.lowering with every module of entries registered (the nn
     entries of ``aten_nn`` too, where the tree has them)."""
@@ -443,7 +500,8 @@ def _check_inputs(ts: List[torch.Tensor]) -> torch.device:
                 device = t.device
             elif t.device != device:
                 raise _Refuse(f"tensors on {device} and {t.device}")
-        elif not (t.device.type == "cpu" and t.dim() == 0):
+        elif not (t.device.type == "cpu" and (t.dim() == 0 or not t.is_floating_point())):
+            # CPU index tensors (index_put's indices) are copied to the device per call
             raise _Refuse(f"a tensor on {t.device}")
         if t.dtype not in _KERNEL_DTYPES:
             raise _Refuse(f"dtype {t.dtype}")
@@ -506,10 +564,23 @@ class _Plan:
                     raise _Refuse(f"returns a {type(r).__name__}")
             return out
 
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")   # e.g. out= resize warnings: the call gives them
-            gm = make_fx(functionalize(f, remove="mutations_and_views"),
-                         decomposition_table=_decompositions(), tracing_mode="fake")(*fakes)
+        sub = _SUBSTITUTES.get(info.name)
+        if sub is not None:
+            op = sub     # a backend helper: traced as the public ops it implements
+
+        # core ATen decompositions first; an op the registry does not lower is
+        # decomposed further with PyTorch's other decompositions where it has one
+        # (upsample_bilinear2d.default, the backend form the eager op dispatches to)
+        table = _decompositions()
+        for _ in range(_MAX_EXTRA_DECOMPOSITION_ROUNDS + 1):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")   # e.g. out= resize warnings: the call gives them
+                gm = make_fx(functionalize(f, remove="mutations_and_views"),
+                             decomposition_table=table, tracing_mode="fake")(*fakes)
+            extra = _extra_decompositions(gm, table)
+            if not extra:
+                break
+            table = {**table, **extra}
         self.counts = list(counts)
         self._rewrite(gm, ts)
 
@@ -524,18 +595,20 @@ class _Plan:
             [output.args[0]]
         mutations: List[Tuple[int, torch.fx.Node]] = []     # (tensor index, value)
         copy_ = torch.ops.aten.copy_.default
-        resize_ = torch.ops.aten.resize_.default
+        # an out= tensor resized (or, holding no elements, restrided) to the result's shape
+        resizes = (torch.ops.aten.resize_.default, torch.ops.aten.as_strided_.default)
         for n in list(graph.nodes):
             if n.op == "call_function" and n.target is copy_ and not n.users:
                 dst = n.args[0]
                 if isinstance(dst, torch.fx.Node) and dst.op == "call_function" and \
-                        dst.target is resize_:
+                        dst.target in resizes:
                     dst = dst.args[0]
                 if isinstance(dst, torch.fx.Node) and dst.op == "placeholder":
                     mutations.append((placeholders.index(dst), n.args[1]))
                     graph.erase_node(n)
         for n in reversed(list(graph.nodes)):
-            if n.op == "call_function" and n.target is resize_ and not n.users:
+            if n.op == "call_function" and n.target in resizes and not n.users and \
+                    isinstance(n.args[0], torch.fx.Node) and n.args[0].op == "placeholder":
                 graph.erase_node(n)
         for n in graph.nodes:
             if n.op == "get_attr":
