@@ -378,12 +378,12 @@ def _decompositions() -> Dict[Any, Any]:
             if str(o) in KEEP_UNDECOMPOSED:
                 del table[o]
         # batch norm in training writes its running statistics without its schema
-        # saying so (_UNMARKED_WRITES); its decomposition writes them with copy_,
-        # which functionalization turns into updates the plan makes on the device
-        from torch._decomp import decomposition_table
-
-        for o in (torch.ops.aten.native_batch_norm.default,):
-            table[o] = decomposition_table[o]
+        # saying so (_UNMARKED_WRITES): it runs as the registry's functional form,
+        # whose new statistics copy_ writes back (functionalization turns that into
+        # updates the plan makes on the device)
+        table[torch.ops.aten.native_batch_norm.default] = _batch_norm_update
+        table[torch.ops.aten._batch_norm_with_update_functional.default] = \
+            _batch_norm_with_update_functional
         _decomp_table = table
     return _decomp_table
 
@@ -443,6 +443,37 @@ _SUBSTITUTES: Dict[str, Callable[..., Any]] = {
     "aten::_index_put_impl_": _index_put_impl_,
     "aten::_cholesky_solve_helper": torch.ops.aten.cholesky_solve.default,
 }
+
+
+def _batch_norm_update(input: torch.Tensor, weight: Optional[torch.Tensor],
+                       bias: Optional[torch.Tensor], running_mean: Optional[torch.Tensor],
+                       running_var: Optional[torch.Tensor], training: bool, momentum: float,
+                       eps: float) -> Any:
+    """native_batch_norm in training with running statistics, as
+    ``_native_batch_norm_legit_functional`` and copies into the statistics
+    (other calls mutate nothing and lower as they are)."""
+    if not (training and running_mean is not None and running_var is not None):
+        return NotImplemented
+    out, mean, invstd, new_mean, new_var = \
+        torch.ops.aten._native_batch_norm_legit_functional.default(
+            input, weight, bias, running_mean, running_var, True, momentum, eps)
+    running_mean.copy_(new_mean)
+    running_var.copy_(new_var)
+    return out, mean, invstd
+
+
+def _batch_norm_with_update_functional(
+        input: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor],
+        running_mean: torch.Tensor, running_var: torch.Tensor, momentum: float,
+        eps: float) -> Any:
+    """The functional form of ``_batch_norm_with_update`` (what ``F.batch_norm``
+    calls in training) as ``_native_batch_norm_legit_functional`` and an empty
+    reserve buffer."""
+    out, mean, invstd, new_mean, new_var = \
+        torch.ops.aten._native_batch_norm_legit_functional.default(
+            input, weight, bias, running_mean, running_var, True, momentum, eps)
+    reserve = torch.empty((0,), dtype=torch.uint8, device=input.device)
+    return out, mean, invstd, reserve, new_mean, new_var
 
 
 def _lowering() -> Any:
