@@ -10,8 +10,9 @@ arguments in order and returns what the schema returns (``None`` for an
 output that ``output_mask`` leaves out).
 
 Half-precision operands are computed in float32 and rounded once, as
-PyTorch's CPU kernels do; convolutions and matrix products run on the
-runtime's GEMM.
+PyTorch's CPU kernels do (batch norm in training rounds its batch statistics
+to the parameters' dtype first, as the CPU kernel stores them); convolutions
+and matrix products run on the runtime's GEMM.
 
 Ops whose ATen schema mutates an argument (``_native_batch_norm_legit`` and
 ``native_batch_norm`` in training mode with running statistics) are lowered

@@ -326,3 +326,62 @@ def test_zero_size_tensors_run_on_the_device():
     after = spike_torch.op_stats()
     assert after["cpu_fallback_calls"] == before["cpu_fallback_calls"]
     assert after["device_calls"] == before["device_calls"] + 3
+
+
+def test_backend_helpers_run_as_the_ops_they_implement():
+    """cummax, logcumsumexp, index_put_ and cholesky_solve reach the device as the
+    per-backend helpers their CPU kernels call (_cummax_helper writes arguments
+    its schema marks, returning nothing): each is a device kernel."""
+    x = torch.randn(4, 5)
+    on_device(lambda a: torch.cummax(a, 1), x)
+    on_device(lambda a: torch.cummin(a, 0), x)
+    on_device(lambda a: torch.logcumsumexp(a, 1), x, rtol=1e-5, atol=1e-5)
+    idx = torch.tensor([0, 2])
+    on_device(lambda a, v: a.index_put((idx.to(a.device),), v, accumulate=True), x,
+              torch.randn(2, 5))
+    m = torch.randn(3, 3)
+    a = m @ m.T + 3 * torch.eye(3)
+    low = torch.linalg.cholesky(a)
+    on_device(lambda b, l: torch.cholesky_solve(b, l), torch.randn(3, 2), low,
+              rtol=1e-4, atol=1e-4)
+
+
+def test_cpu_index_tensors_are_copied_to_the_device():
+    """index_put with indices on the CPU (as CUDA accepts) is a device kernel."""
+    x, v = torch.randn(5, 4), torch.randn(2, 4)
+    idx = torch.tensor([4, 1])
+    on_device(lambda a, b: a.index_put((idx,), b), x, v)
+
+
+def test_ops_decomposed_beyond_core_aten():
+    """upsample_bilinear2d with an output size (the backend form F.interpolate
+    calls) has no registry entry; PyTorch's decomposition of it lowers."""
+    x = torch.randn(2, 3, 4, 4)
+    on_device(lambda a: F.interpolate(a, size=(6, 5), mode="bilinear", align_corners=False), x)
+    on_device(lambda a: F.interpolate(a, scale_factor=2, mode="bicubic", align_corners=True), x,
+              rtol=1e-5, atol=1e-5)
+
+
+def test_zero_size_out_tensors_restrided():
+    """An out= tensor PyTorch restrides (as_strided_) to a zero-size result's
+    layout, and eye(0): device kernels, not the CPU path."""
+    on_device(torch.logical_not, torch.randn(1, 0, 3))
+    before = stats()
+    assert torch.eye(0, device="nkipy").shape == (0, 0)
+    assert stats()["cpu_fallback_calls"] == before["cpu_fallback_calls"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_batch_norm_rounds_statistics_as_the_cpu(dtype):
+    """Half-precision batch norm in training normalises with the batch
+    statistics rounded to the parameters' dtype, as PyTorch's CPU kernel does
+    (unrounded statistics differ where the output cancels)."""
+    torch.manual_seed(0)
+    x = (torch.randn(5, 5, 5) * 5 + 3).to(dtype)
+    w, b = torch.randn(5).to(dtype), torch.randn(5).to(dtype)
+    rm, rv = torch.randn(5).to(dtype), torch.rand(5).to(dtype)
+    want = torch.native_batch_norm(x, w, b, rm.clone(), rv.clone(), True, 0.5, 0.6)
+    got = torch.native_batch_norm(*(t.nkipy() for t in (x, w, b, rm, rv)), True, 0.5, 0.6)
+    rtol, atol = (1e-3, 1e-3) if dtype == torch.float16 else (1.6e-2, 1e-2)
+    for g, e in zip(got, want):
+        torch.testing.assert_close(g.cpu(), e, rtol=rtol, atol=atol)
