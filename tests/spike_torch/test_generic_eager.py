@@ -385,3 +385,17 @@ def test_half_batch_norm_rounds_statistics_as_the_cpu(dtype):
     rtol, atol = (1e-3, 1e-3) if dtype == torch.float16 else (1.6e-2, 1e-2)
     for g, e in zip(got, want):
         torch.testing.assert_close(g.cpu(), e, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_addmm_and_addbmm_round_once_per_product_as_the_cpu(dtype):
+    """addmm in half precision is computed in float32 and rounded once (the
+    hand-written kernel and the registry's entry); addbmm rounds after each
+    batch's addmm, as PyTorch's CPU kernel: both equal the CPU bit for bit."""
+    torch.manual_seed(0)
+    s = (torch.randn(5, 5) * 3).to(dtype)
+    b1, b2 = (torch.randn(4, 5, 6) * 3).to(dtype), (torch.randn(4, 6, 5) * 3).to(dtype)
+    for fn in (lambda a, x, y: torch.addmm(a, x[0], y[0], beta=0.2, alpha=0.6),
+               lambda a, x, y: torch.addbmm(a, x, y, beta=0.2, alpha=0.6)):
+        got = on_device(fn, s, b1, b2)
+        assert torch.equal(got.cpu(), fn(s, b1, b2))
