@@ -411,8 +411,25 @@ def _extra_decompositions(gm: torch.fx.GraphModule, table: Dict[Any, Any]) -> Di
             continue
         fn = decomposition_table.get(t)
         if fn is not None and not lowering.is_supported_node(n):
-            extra[t] = fn
+            extra[t] = _not_half(fn)
     return extra
+
+
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def _not_half(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` (a decomposition beyond core ATen) for operands in float32, float64
+    and integer dtypes; half-precision operands decline it (the op runs on the
+    CPU). Those decompositions compute in the operands' dtype step by step, and
+    PyTorch's CPU kernels for half differ among themselves: upsampling computes
+    in float32 and rounds once, grid_sampler_2d rounds every step; neither
+    matches a device kernel across ops."""
+    def run(*args: Any, **kwargs: Any) -> Any:
+        if any(t.dtype in _HALF for t in _leaves(list(args) + list(kwargs.values()))):
+            return NotImplemented
+        return fn(*args, **kwargs)
+    return run
 
 
 # ---- backend helpers ----------------------------------------------------------------
