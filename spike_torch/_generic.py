@@ -242,6 +242,9 @@ def _fallback(op: Any, *args: Any, **kwargs: Any) -> Any:
 def call(op: Any, args: Sequence[Any], kwargs: Dict[str, Any]) -> Any:
     """Runs ``op(*args, **kwargs)`` for tensors on the nkipy device: as a device
     kernel when the op lowers, else on the CPU."""
+    hook = _HOOKS.get(op)
+    if hook is not None:
+        return hook(*args, **kwargs)
     info = _ops.get(op) or _info(op)
     if info.device_op:
         ts: List[torch.Tensor] = []
@@ -256,6 +259,20 @@ def call(op: Any, args: Sequence[Any], kwargs: Dict[str, Any]) -> Any:
         if plan is not _CPU:
             return plan.run(args, kwargs, ts)
     return _cpu(op, info, args, kwargs)
+
+
+def _equal(self: torch.Tensor, other: torch.Tensor) -> bool:
+    """``torch.equal``: a Python bool, which no kernel returns; computed as the
+    device kernels of ``eq`` and ``all`` and one element read back."""
+    if self.shape != other.shape:
+        return False
+    if self.numel() == 0:
+        return True
+    return bool(torch.ops.aten.eq.Tensor(self, other).all().item())
+
+
+#: ops whose result is not a tensor, run as device ops they are made of
+_HOOKS: Dict[Any, Callable[..., Any]] = {torch.ops.aten.equal.default: _equal}
 
 
 # ---- the CPU path -----------------------------------------------------------------

@@ -399,3 +399,20 @@ def test_half_addmm_and_addbmm_round_once_per_product_as_the_cpu(dtype):
                lambda a, x, y: torch.addbmm(a, x, y, beta=0.2, alpha=0.6)):
         got = on_device(fn, s, b1, b2)
         assert torch.equal(got.cpu(), fn(s, b1, b2))
+
+
+def test_equal_runs_as_device_kernels():
+    """torch.equal returns a Python bool: eq and all run on the device."""
+    x = torch.randn(3, 4)
+    d = x.nkipy()
+    before = stats()
+    assert torch.equal(d, x.clone().nkipy())
+    assert not torch.equal(d, (x + 1).nkipy())
+    assert not torch.equal(d, d.reshape(4, 3))                  # shapes differ
+    assert torch.equal(torch.ones(0).nkipy(), torch.ones(0).nkipy())
+    assert torch.equal(torch.tensor([1]).nkipy(), torch.tensor([1.0]).nkipy())   # promoted
+    assert not torch.equal(torch.tensor([float("nan")]).nkipy(),
+                           torch.tensor([float("nan")]).nkipy())
+    after = stats()
+    assert after["cpu_fallback_calls"] == before["cpu_fallback_calls"]
+    assert after["device_calls"] > before["device_calls"]
