@@ -271,8 +271,69 @@ def _equal(self: torch.Tensor, other: torch.Tensor) -> bool:
     return bool(torch.ops.aten.eq.Tensor(self, other).all().item())
 
 
-#: ops whose result is not a tensor, run as device ops they are made of
-_HOOKS: Dict[Any, Callable[..., Any]] = {torch.ops.aten.equal.default: _equal}
+def _flat_nonzero(flat: torch.Tensor) -> torch.Tensor:
+    """The positions of the nonzero elements of a 1-D device tensor, ascending
+    (int64): the count read back, then a sort of position keys in which the
+    zero elements' come last (device kernels of known output shapes)."""
+    n = flat.numel()
+    mask = flat if flat.dtype == torch.bool else flat != 0
+    k = int(mask.sum().item())
+    pos = torch.arange(n, device=flat.device)
+    if k == n:
+        return pos
+    keys = torch.where(mask, pos, pos + n)
+    return torch.sort(keys).values[:k]
+
+
+def _coords(flat_idx: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
+    """Flat positions as (k, ndim) coordinates in ``shape``."""
+    cols = []
+    rest = flat_idx
+    for size in reversed(shape):
+        cols.append(torch.remainder(rest, size))
+        rest = torch.div(rest, size, rounding_mode="floor")
+    return torch.stack(cols[::-1], dim=1)
+
+
+def _nonzero(self: torch.Tensor) -> torch.Tensor:
+    """``nonzero``: the output's length depends on the values, so the count is
+    read back first and the indices computed by device kernels of that length."""
+    if self.dim() == 0 or self.numel() == 0:
+        k = int(self.ne(0).sum().item()) if self.numel() else 0
+        return torch.zeros((k, self.dim()), dtype=torch.int64, device=self.device)
+    idx = _flat_nonzero(self.reshape(-1))
+    if idx.numel() == 0:
+        return torch.zeros((0, self.dim()), dtype=torch.int64, device=self.device)
+    return _coords(idx, self.shape)
+
+
+def _nonzero_static(self: torch.Tensor, *, size: int, fill_value: int = -1) -> torch.Tensor:
+    """``nonzero_static``: the first ``size`` rows of :func:`_nonzero`, padded with
+    ``fill_value``."""
+    rows = _nonzero(self)[:size]
+    if rows.shape[0] == size:
+        return rows.contiguous()
+    pad = torch.full((size - rows.shape[0], self.dim()), fill_value, dtype=torch.int64,
+                     device=self.device)
+    return torch.cat([rows, pad])
+
+
+def _masked_select(self: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``masked_select``: the broadcast elements where ``mask`` holds, by their
+    positions (:func:`_flat_nonzero`)."""
+    a, m = torch.broadcast_tensors(self, mask)
+    idx = _flat_nonzero(m.reshape(-1))
+    return a.reshape(-1)[idx]
+
+
+#: ops whose result is not a tensor or has a data-dependent shape, run as the
+#: device ops they are made of
+_HOOKS: Dict[Any, Callable[..., Any]] = {
+    torch.ops.aten.equal.default: _equal,
+    torch.ops.aten.nonzero.default: _nonzero,
+    torch.ops.aten.nonzero_static.default: _nonzero_static,
+    torch.ops.aten.masked_select.default: _masked_select,
+}
 
 
 # ---- the CPU path -----------------------------------------------------------------
