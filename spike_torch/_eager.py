@@ -403,17 +403,23 @@ def _addmm(self: torch.Tensor, mat1: torch.Tensor, mat2: torch.Tensor, *,
         return _host(torch.ops.aten.addmm.default, (self, mat1, mat2),
                      {"beta": beta, "alpha": alpha}, _dev_of(self, mat1, mat2))
     b, a = float(beta), float(alpha)
+    # half precision: the product, scaling and sum in float32, rounded once, as
+    # PyTorch's CPU addmm (a half GEMM output would round the product first)
+    half = mat1.dtype in (torch.float16, torch.bfloat16)
 
     def k(x0, x1, x2):
+        dtype = x1.dtype
+        if half:
+            x0, x1, x2 = (x.astype(np.float32) for x in (x0, x1, x2))
         y = np.matmul(x1, x2)
         if a != 1.0:
             y = y * a
-        if b == 0.0:
-            return y
-        return y + (x0 if b == 1.0 else x0 * b)
+        if b != 0.0:
+            y = y + (x0 if b == 1.0 else x0 * b)
+        return y.astype(dtype) if half else y
 
     out = torch.empty(mat1.shape[0], mat2.shape[1], dtype=mat1.dtype, device=mat1.device)
-    return _launch("addmm", k, ts, out, (b, a))
+    return _launch("addmm", k, ts, out, (b, a, half))
 
 
 _lib.impl("addmm", _addmm, "PrivateUse1")

@@ -242,6 +242,9 @@ def _fallback(op: Any, *args: Any, **kwargs: Any) -> Any:
 def call(op: Any, args: Sequence[Any], kwargs: Dict[str, Any]) -> Any:
     """Runs ``op(*args, **kwargs)`` for tensors on the nkipy device: as a device
     kernel when the op lowers, else on the CPU."""
+    hook = _HOOKS.get(op)
+    if hook is not None:
+        return hook(*args, **kwargs)
     info = _ops.get(op) or _info(op)
     if info.device_op:
         ts: List[torch.Tensor] = []
@@ -256,6 +259,81 @@ def call(op: Any, args: Sequence[Any], kwargs: Dict[str, Any]) -> Any:
         if plan is not _CPU:
             return plan.run(args, kwargs, ts)
     return _cpu(op, info, args, kwargs)
+
+
+def _equal(self: torch.Tensor, other: torch.Tensor) -> bool:
+    """``torch.equal``: a Python bool, which no kernel returns; computed as the
+    device kernels of ``eq`` and ``all`` and one element read back."""
+    if self.shape != other.shape:
+        return False
+    if self.numel() == 0:
+        return True
+    return bool(torch.ops.aten.eq.Tensor(self, other).all().item())
+
+
+def _flat_nonzero(flat: torch.Tensor) -> torch.Tensor:
+    """The positions of the nonzero elements of a 1-D device tensor, ascending
+    (int64): the count read back, then a sort of position keys in which the
+    zero elements' come last (device kernels of known output shapes)."""
+    n = flat.numel()
+    mask = flat if flat.dtype == torch.bool else flat != 0
+    k = int(mask.sum().item())
+    pos = torch.arange(n, device=flat.device)
+    if k == n:
+        return pos
+    keys = torch.where(mask, pos, pos + n)
+    return torch.sort(keys).values[:k]
+
+
+def _coords(flat_idx: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
+    """Flat positions as (k, ndim) coordinates in ``shape``."""
+    cols = []
+    rest = flat_idx
+    for size in reversed(shape):
+        cols.append(torch.remainder(rest, size))
+        rest = torch.div(rest, size, rounding_mode="floor")
+    return torch.stack(cols[::-1], dim=1)
+
+
+def _nonzero(self: torch.Tensor) -> torch.Tensor:
+    """``nonzero``: the output's length depends on the values, so the count is
+    read back first and the indices computed by device kernels of that length."""
+    if self.dim() == 0 or self.numel() == 0:
+        k = int(self.ne(0).sum().item()) if self.numel() else 0
+        return torch.zeros((k, self.dim()), dtype=torch.int64, device=self.device)
+    idx = _flat_nonzero(self.reshape(-1))
+    if idx.numel() == 0:
+        return torch.zeros((0, self.dim()), dtype=torch.int64, device=self.device)
+    return _coords(idx, self.shape)
+
+
+def _nonzero_static(self: torch.Tensor, *, size: int, fill_value: int = -1) -> torch.Tensor:
+    """``nonzero_static``: the first ``size`` rows of :func:`_nonzero`, padded with
+    ``fill_value``."""
+    rows = _nonzero(self)[:size]
+    if rows.shape[0] == size:
+        return rows.contiguous()
+    pad = torch.full((size - rows.shape[0], self.dim()), fill_value, dtype=torch.int64,
+                     device=self.device)
+    return torch.cat([rows, pad])
+
+
+def _masked_select(self: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``masked_select``: the broadcast elements where ``mask`` holds, by their
+    positions (:func:`_flat_nonzero`)."""
+    a, m = torch.broadcast_tensors(self, mask)
+    idx = _flat_nonzero(m.reshape(-1))
+    return a.reshape(-1)[idx]
+
+
+#: ops whose result is not a tensor or has a data-dependent shape, run as the
+#: device ops they are made of
+_HOOKS: Dict[Any, Callable[..., Any]] = {
+    torch.ops.aten.equal.default: _equal,
+    torch.ops.aten.nonzero.default: _nonzero,
+    torch.ops.aten.nonzero_static.default: _nonzero_static,
+    torch.ops.aten.masked_select.default: _masked_select,
+}
 
 
 # ---- the CPU path -----------------------------------------------------------------
@@ -378,14 +456,119 @@ def _decompositions() -> Dict[Any, Any]:
             if str(o) in KEEP_UNDECOMPOSED:
                 del table[o]
         # batch norm in training writes its running statistics without its schema
-        # saying so (_UNMARKED_WRITES); its decomposition writes them with copy_,
-        # which functionalization turns into updates the plan makes on the device
-        from torch._decomp import decomposition_table
-
-        for o in (torch.ops.aten.native_batch_norm.default,):
-            table[o] = decomposition_table[o]
+        # saying so (_UNMARKED_WRITES): it runs as the registry's functional form,
+        # whose new statistics copy_ writes back (functionalization turns that into
+        # updates the plan makes on the device)
+        table[torch.ops.aten.native_batch_norm.default] = _batch_norm_update
+        table[torch.ops.aten._batch_norm_with_update_functional.default] = \
+            _batch_norm_with_update_functional
         _decomp_table = table
     return _decomp_table
+
+
+#: How many times a plan traces an op again, each time decomposing the ops of
+#: its graph that the registry does not lower but PyTorch can decompose.
+_MAX_EXTRA_DECOMPOSITION_ROUNDS = 3
+
+#: Graph nodes the plan itself handles (copies and resizes into mutated inputs).
+_PLAN_NODES = ("aten::copy_", "aten::resize_", "aten::as_strided_")
+
+
+def _extra_decompositions(gm: torch.fx.GraphModule, table: Dict[Any, Any]) -> Dict[Any, Any]:
+    """Decompositions (from PyTorch's whole table, beyond the core ATen ones) of
+    the ops in ``gm`` that the registry does not lower and ``table`` does not
+    decompose yet."""
+    from torch._decomp import decomposition_table
+
+    lowering = _lowering()
+    extra: Dict[Any, Any] = {}
+    for n in gm.graph.nodes:
+        t = n.target
+        if n.op != "call_function" or not isinstance(t, torch._ops.OpOverload) or \
+                t in table or t in extra or t._schema.name in _PLAN_NODES:
+            continue
+        fn = decomposition_table.get(t)
+        if fn is not None and not lowering.is_supported_node(n):
+            extra[t] = _not_half(fn)
+    return extra
+
+
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def _not_half(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` (a decomposition beyond core ATen) for operands in float32, float64
+    and integer dtypes; half-precision operands decline it (the op runs on the
+    CPU). Those decompositions compute in the operands' dtype step by step, and
+    PyTorch's CPU kernels for half differ among themselves: upsampling computes
+    in float32 and rounds once, grid_sampler_2d rounds every step; neither
+    matches a device kernel across ops."""
+    def run(*args: Any, **kwargs: Any) -> Any:
+        if any(t.dtype in _HALF for t in _leaves(list(args) + list(kwargs.values()))):
+            return NotImplemented
+        return fn(*args, **kwargs)
+    return run
+
+
+# ---- backend helpers ----------------------------------------------------------------
+#
+# Some public ops are CompositeExplicitAutograd kernels that call a per-backend
+# helper, so the device's fallback receives the helper (cummax ->
+# _cummax_helper, which writes its outputs into arguments its schema marks
+# mutable but returns nothing; index_put_ -> _index_put_impl_). A helper traces
+# as the public op it implements, which the registry lowers.
+
+def _cum_helper(public: Any) -> Callable[..., None]:
+    def run(self: torch.Tensor, values: torch.Tensor, indices: torch.Tensor, dim: int) -> None:
+        v, i = public(self, dim)
+        values.copy_(v)
+        indices.copy_(i)
+    return run
+
+
+def _index_put_impl_(self: torch.Tensor, indices: Any, values: torch.Tensor,
+                     accumulate: bool = False, unsafe: bool = False) -> torch.Tensor:
+    return self.copy_(torch.ops.aten.index_put.default(self, indices, values, accumulate))
+
+
+_SUBSTITUTES: Dict[str, Callable[..., Any]] = {
+    "aten::_cummax_helper": _cum_helper(torch.ops.aten.cummax.default),
+    "aten::_cummin_helper": _cum_helper(torch.ops.aten.cummin.default),
+    "aten::_logcumsumexp": torch.ops.aten.logcumsumexp.default,
+    "aten::_index_put_impl_": _index_put_impl_,
+    "aten::_cholesky_solve_helper": torch.ops.aten.cholesky_solve.default,
+}
+
+
+def _batch_norm_update(input: torch.Tensor, weight: Optional[torch.Tensor],
+                       bias: Optional[torch.Tensor], running_mean: Optional[torch.Tensor],
+                       running_var: Optional[torch.Tensor], training: bool, momentum: float,
+                       eps: float) -> Any:
+    """native_batch_norm in training with running statistics, as
+    ``_native_batch_norm_legit_functional`` and copies into the statistics
+    (other calls mutate nothing and lower as they are)."""
+    if not (training and running_mean is not None and running_var is not None):
+        return NotImplemented
+    out, mean, invstd, new_mean, new_var = \
+        torch.ops.aten._native_batch_norm_legit_functional.default(
+            input, weight, bias, running_mean, running_var, True, momentum, eps)
+    running_mean.copy_(new_mean)
+    running_var.copy_(new_var)
+    return out, mean, invstd
+
+
+def _batch_norm_with_update_functional(
+        input: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor],
+        running_mean: torch.Tensor, running_var: torch.Tensor, momentum: float,
+        eps: float) -> Any:
+    """The functional form of ``_batch_norm_with_update`` (what ``F.batch_norm``
+    calls in training) as ``_native_batch_norm_legit_functional`` and an empty
+    reserve buffer."""
+    out, mean, invstd, new_mean, new_var = \
+        torch.ops.aten._native_batch_norm_legit_functional.default(
+            input, weight, bias, running_mean, running_var, True, momentum, eps)
+    reserve = torch.empty((0,), dtype=torch.uint8, device=input.device)
+    return out, mean, invstd, reserve, new_mean, new_var
 
 
 def _lowering() -> Any:
@@ -443,7 +626,8 @@ def _check_inputs(ts: List[torch.Tensor]) -> torch.device:
                 device = t.device
             elif t.device != device:
                 raise _Refuse(f"tensors on {device} and {t.device}")
-        elif not (t.device.type == "cpu" and t.dim() == 0):
+        elif not (t.device.type == "cpu" and (t.dim() == 0 or not t.is_floating_point())):
+            # CPU index tensors (index_put's indices) are copied to the device per call
             raise _Refuse(f"a tensor on {t.device}")
         if t.dtype not in _KERNEL_DTYPES:
             raise _Refuse(f"dtype {t.dtype}")
@@ -506,10 +690,23 @@ class _Plan:
                     raise _Refuse(f"returns a {type(r).__name__}")
             return out
 
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")   # e.g. out= resize warnings: the call gives them
-            gm = make_fx(functionalize(f, remove="mutations_and_views"),
-                         decomposition_table=_decompositions(), tracing_mode="fake")(*fakes)
+        sub = _SUBSTITUTES.get(info.name)
+        if sub is not None:
+            op = sub     # a backend helper: traced as the public ops it implements
+
+        # core ATen decompositions first; an op the registry does not lower is
+        # decomposed further with PyTorch's other decompositions where it has one
+        # (upsample_bilinear2d.default, the backend form the eager op dispatches to)
+        table = _decompositions()
+        for _ in range(_MAX_EXTRA_DECOMPOSITION_ROUNDS + 1):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")   # e.g. out= resize warnings: the call gives them
+                gm = make_fx(functionalize(f, remove="mutations_and_views"),
+                             decomposition_table=table, tracing_mode="fake")(*fakes)
+            extra = _extra_decompositions(gm, table)
+            if not extra:
+                break
+            table = {**table, **extra}
         self.counts = list(counts)
         self._rewrite(gm, ts)
 
@@ -524,18 +721,20 @@ class _Plan:
             [output.args[0]]
         mutations: List[Tuple[int, torch.fx.Node]] = []     # (tensor index, value)
         copy_ = torch.ops.aten.copy_.default
-        resize_ = torch.ops.aten.resize_.default
+        # an out= tensor resized (or, holding no elements, restrided) to the result's shape
+        resizes = (torch.ops.aten.resize_.default, torch.ops.aten.as_strided_.default)
         for n in list(graph.nodes):
             if n.op == "call_function" and n.target is copy_ and not n.users:
                 dst = n.args[0]
                 if isinstance(dst, torch.fx.Node) and dst.op == "call_function" and \
-                        dst.target is resize_:
+                        dst.target in resizes:
                     dst = dst.args[0]
                 if isinstance(dst, torch.fx.Node) and dst.op == "placeholder":
                     mutations.append((placeholders.index(dst), n.args[1]))
                     graph.erase_node(n)
         for n in reversed(list(graph.nodes)):
-            if n.op == "call_function" and n.target is resize_ and not n.users:
+            if n.op == "call_function" and n.target in resizes and not n.users and \
+                    isinstance(n.args[0], torch.fx.Node) and n.args[0].op == "placeholder":
                 graph.erase_node(n)
         for n in graph.nodes:
             if n.op == "get_attr":

@@ -10,8 +10,9 @@ arguments in order and returns what the schema returns (``None`` for an
 output that ``output_mask`` leaves out).
 
 Half-precision operands are computed in float32 and rounded once, as
-PyTorch's CPU kernels do; convolutions and matrix products run on the
-runtime's GEMM.
+PyTorch's CPU kernels do (batch norm in training rounds its batch statistics
+to the parameters' dtype first, as the CPU kernel stores them); convolutions
+and matrix products run on the runtime's GEMM.
 
 Ops whose ATen schema mutates an argument (``_native_batch_norm_legit`` and
 ``native_batch_norm`` in training mode with running statistics) are lowered
@@ -498,14 +499,25 @@ def _bn_affine(out, weight, bias, shape):
     return out
 
 
-def _bn_train(x, weight, bias, eps):
+def _bn_train(x, weight, bias, eps, stats=None):
     axes, shape = _bn_axes(x)
     xf = _acc(x)
     mean = np.mean(xf, axis=axes)
     d = xf - np.reshape(mean, shape)
     var = np.mean(d * d, axis=axes)
     invstd = ops.rsqrt(var + eps)
-    out = _bn_affine(d * np.reshape(invstd, shape), weight, bias, shape)
+    # PyTorch's CPU kernel keeps the batch statistics in the parameters' dtype
+    # (weight's, else the running statistics', else the input's) and normalises
+    # with those: half-precision parameters round mean and invstd (bfloat16 ones
+    # compute invstd from the rounded variance)
+    pdt = next((a.dtype for a in (weight, bias, stats) if a is not None), x.dtype)
+    if np.dtype(pdt).itemsize == 2 and np.dtype(pdt).kind in "fV":
+        m = cast(cast(mean, pdt), xf.dtype)
+        v = var if np.dtype(pdt).kind == "f" else cast(cast(var, pdt), xf.dtype)
+        r = cast(cast(ops.rsqrt(v + eps), pdt), xf.dtype)
+        out = _bn_affine((xf - np.reshape(m, shape)) * np.reshape(r, shape), weight, bias, shape)
+    else:
+        out = _bn_affine(d * np.reshape(invstd, shape), weight, bias, shape)
     return cast(out, x.dtype), mean, invstd, var
 
 
@@ -532,7 +544,7 @@ def native_batch_norm_functional(x, weight, bias, running_mean, running_var, tra
     if not training:
         out, a, b = _bn_eval(x, weight, bias, running_mean, running_var, eps)
         return out, a, b, running_mean, running_var
-    out, mean, invstd, var = _bn_train(x, weight, bias, eps)
+    out, mean, invstd, var = _bn_train(x, weight, bias, eps, running_mean)
     n = int(np.prod(_shape(x), dtype=np.int64)) // max(_shape(x)[1], 1)
     unbiased = var * (n / (n - 1)) if n > 1 else var
     new_mean = _acc(running_mean) * (1 - momentum) + mean * momentum

@@ -434,8 +434,16 @@ def _scaled_sum(prod, bias, beta, alpha):
     return prod + (bias if beta == 1 else bias * beta)
 
 
+def _half(x: Any) -> bool:
+    return np.dtype(x.dtype) in (np.dtype(np.float16), dt("bfloat16"))
+
+
 @reg("aten.addmm.default")
 def addmm(bias, x, y, beta=1, alpha=1):
+    if _half(x):   # in float32, rounded once, as PyTorch's CPU addmm
+        f = np.dtype(np.float32)
+        return cast(_scaled_sum(np.matmul(cast(x, f), cast(y, f)), cast(bias, f), beta, alpha),
+                    x.dtype)
     return _scaled_sum(np.matmul(x, y), bias, beta, alpha)
 
 
@@ -920,6 +928,13 @@ def addmv(bias, m, v, beta=1, alpha=1):
 
 @reg("aten.addbmm.default")
 def addbmm(bias, b1, b2, beta=1, alpha=1):
+    n = _shape(b1)[0]
+    if _half(b1) and n > 0:
+        # PyTorch's CPU kernel: one addmm per batch into the result, each rounded
+        out = bias
+        for b in range(n):
+            out = addmm(out, b1[b], b2[b], beta if b == 0 else 1, alpha)
+        return out
     return _scaled_sum(np.sum(np.matmul(b1, b2), axis=0), bias, beta, alpha)
 
 

@@ -130,26 +130,24 @@ def test_generators(nkipy):
 
 
 def test_fallback_warns_once_per_op(nkipy):
-    """Ops without a device kernel (output shapes that depend on the data:
-    nonzero, masked_select) run on the CPU: one warning per operator, every call
-    counted."""
+    """Ops without a device kernel (complex results: complex, polar) run on the
+    CPU: one warning per operator, every call counted."""
     from spike_torch import _generic
 
     _generic.clear_fallback_warnings()
     d = torch.ones(3, device="nkipy") * 0.5
-    m = torch.ones(3, dtype=torch.bool, device="nkipy")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for _ in range(3):
-            d.nonzero()
-        d.masked_select(m)
+            torch.complex(d, d)
+        torch.polar(d, d)
     msgs = [str(w.message) for w in caught if "nkipy: operator" in str(w.message)]
     assert len(msgs) == 2, msgs
-    assert "nonzero" in msgs[0] and "SPIKE_TORCH_FALLBACK_WARN=0" in msgs[0]
-    assert "masked_select" in msgs[1]
+    assert "complex" in msgs[0] and "SPIKE_TORCH_FALLBACK_WARN=0" in msgs[0]
+    assert "polar" in msgs[1]
     assert all(w.filename == __file__ for w in caught if "nkipy: operator" in str(w.message))
     calls = nkipy.op_stats()["cpu_fallback_calls"]
-    d.nonzero()
+    torch.complex(d, d)
     assert nkipy.op_stats()["cpu_fallback_calls"] == calls + 1
 
 
@@ -181,7 +179,7 @@ def test_env_silences_fallback_warning():
             "warnings.simplefilter('always')\n"
             "with warnings.catch_warnings(record=True) as c:\n"
             "    warnings.simplefilter('always')\n"
-            "    torch.ones(2, device='nkipy').nonzero()\n"
+            "    torch.ones(2, device='nkipy').unique()\n"
             "print('N', sum('nkipy: operator' in str(w.message) for w in c))\n")
     r = run_python(code, env={**SUBPROCESS_ENV, "SPIKE_TORCH_FALLBACK_WARN": "0"})
     assert r.returncode == 0, r.stderr
@@ -192,11 +190,11 @@ def test_env_silences_fallback_warning():
 
 def test_debug_env_logs():
     r = run_python("import torch, spike_torch\n"
-                   "torch.ones(2, device='nkipy').nonzero()\n",
+                   "torch.ones(2, device='nkipy').unique()\n",
                    env={**SUBPROCESS_ENV, "SPIKE_TORCH_DEBUG": "1",
                         "SPIKE_TORCH_FALLBACK_WARN": "0"})
     assert r.returncode == 0, r.stderr
-    assert "[spike_torch] CPU fallback: aten::nonzero" in r.stderr
+    assert "[spike_torch] CPU fallback: aten::_unique2" in r.stderr
     assert "new segment" in r.stderr
 
 
