@@ -133,3 +133,188 @@ def _reg_cheb(kind: str, shifted: bool):
 for _kind in "tuvw":
     _reg_cheb(_kind, False)
     _reg_cheb(_kind, True)
+
+
+# ---- Bessel functions J0, J1, Y0, Y1 ------------------------------------------------------
+#
+# |x| <= 12: the power series (the largest term at x = 12 is ~4e3, so float64
+# keeps ~1e-12); |x| > 12: Hankel's asymptotic expansions, whose smallest term
+# there is below 1e-9 of the result. The phase x - (2 nu + 1) pi / 4 is formed
+# from cos(x) and sin(x), exact for every float x.
+
+_BESSEL_SWITCH = 12.0
+_SERIES_TERMS = 34
+_ASYMPTOTIC_TERMS = 20
+
+
+def _hankel_pq(x, nu: int):
+    """Hankel's P and Q for order ``nu`` at x > 0 (float64)."""
+    mu = 4.0 * nu * nu
+    p, q, a = 1.0, 0.0, 1.0
+    inv8x = 1.0 / (8.0 * x)
+    for k in range(1, _ASYMPTOTIC_TERMS + 1):
+        a = a * (mu - (2 * k - 1) ** 2) * inv8x / k
+        if k % 2:
+            q = q + (a if k % 4 == 1 else -a)
+        else:
+            p = p + (a if k % 4 == 0 else -a)
+    return p, q
+
+
+def _bessel_big(x, nu: int):
+    """(J_nu(x), Y_nu(x)) for x > 0 large, by Hankel's expansion."""
+    p, q = _hankel_pq(x, nu)
+    c, s = np.cos(x), np.sin(x)
+    r = math.sqrt(0.5)
+    if nu == 0:            # chi = x - pi/4
+        cc, sc = r * (c + s), r * (s - c)
+    else:                  # chi = x - 3 pi/4
+        cc, sc = r * (s - c), -r * (s + c)
+    amp = np.sqrt(2.0 / (math.pi * x))
+    return amp * (p * cc - q * sc), amp * (p * sc + q * cc)
+
+
+def _bessel_small(x, nu: int, second: bool):
+    """J_nu(x) and, when ``second``, Y_nu(x) by their power series (0 < x <= 12 for Y)."""
+    z = -(x * x) / 4.0
+    term = ops.full((), 1.0, _F64) * (x / 2.0 if nu else 1.0)
+    jsum, ysum, h = term, None, 0.0            # h: harmonic number H_k
+    if second:   # Y0: sum_{k>=1} H_k t_k;  Y1: sum_k (psi(k+1) + psi(k+2)) t_k
+        ysum = term * (1.0 - 2.0 * _EULER) if nu else 0.0 * term
+    for k in range(1, _SERIES_TERMS):
+        term = term * z / (k * (k + nu))
+        jsum = jsum + term
+        h += 1.0 / k
+        if second:
+            ysum = ysum + term * (h if not nu else 2.0 * h + 1.0 / (k + 1) - 2.0 * _EULER)
+    if not second:
+        return jsum, None
+    lg = np.log(x / 2.0)
+    if nu == 0:
+        y = (2.0 / math.pi) * ((lg + _EULER) * jsum - ysum)
+    else:
+        y = -2.0 / (math.pi * x) + (2.0 / math.pi) * lg * jsum - ysum / math.pi
+    return jsum, y
+
+
+def _bessel_j(x, nu: int):
+    xf = _f64(x)
+    a = np.abs(xf)
+    small = a <= _BESSEL_SWITCH
+    js, _ = _bessel_small(np.where(small, a, 1.0), nu, False)
+    jb, _ = _bessel_big(np.where(small, 1.0, a), nu)
+    j = np.where(small, js, jb)                # NaN at +-inf, as eager
+    return np.where(xf < 0, -j, j) if nu else j
+
+
+def _bessel_y(x, nu: int):
+    xf = _f64(x)
+    small = xf <= _BESSEL_SWITCH
+    _, ys = _bessel_small(np.where(small & (xf > 0), xf, 1.0), nu, True)
+    _, yb = _bessel_big(np.where(small, _BESSEL_SWITCH + 1.0, xf), nu)
+    y = np.where(small, ys, yb)
+    return np.where(xf < 0, math.nan, np.where(xf == 0, -math.inf, y))
+
+
+@reg("aten.special_bessel_j0.default")
+def bessel_j0(x):
+    return _bessel_j(x, 0)
+
+
+@reg("aten.special_bessel_j1.default")
+def bessel_j1(x):
+    return _bessel_j(x, 1)
+
+
+@reg("aten.special_bessel_y0.default")
+def bessel_y0(x):
+    return _bessel_y(x, 0)
+
+
+@reg("aten.special_bessel_y1.default")
+def bessel_y1(x):
+    return _bessel_y(x, 1)
+
+
+# ---- modified Bessel functions of the second kind K0, K1 --------------------------------
+#
+# exp(x) K_nu(x): x <= 2 the series in I_nu and log(x/2) (no cancellation there);
+# 2 < x <= 12 the trapezoidal rule on exp(-x (cosh t - 1)) cosh(nu t) over
+# t >= 0 (exponentially accurate for this even, analytic integrand; step 1/8
+# to t = 6); x > 12 the asymptotic expansion (smallest term below 1e-10).
+
+_K_STEP = 0.125
+_K_NODES = 49
+
+
+def _bessel_k_scaled(x, nu: int):
+    xf = _f64(x)
+    lo = xf <= 2.0
+    mid = (xf > 2.0) & (xf <= _BESSEL_SWITCH)
+    # series (0 < x <= 2)
+    xs = np.where(lo & (xf > 0), xf, 1.0)
+    z = xs * xs / 4.0
+    term = ops.full((), 1.0, _F64) + 0.0 * xs
+    isum = term
+    h = 0.0
+    if nu == 0:
+        ssum = 0.0 * xs                                     # sum_{k>=1} H_k t_k
+    else:
+        ssum = term * (1.0 - 2.0 * _EULER)                  # sum_k (psi(k+1) + psi(k+2)) t_k
+    for k in range(1, 24):
+        term = term * z / (k * (k + nu))
+        isum = isum + term
+        h += 1.0 / k
+        ssum = ssum + term * (h if nu == 0 else 2.0 * h + 1.0 / (k + 1) - 2.0 * _EULER)
+    lg = np.log(xs / 2.0)
+    if nu == 0:
+        ks = -(lg + _EULER) * isum + ssum
+    else:
+        ks = 1.0 / xs + lg * (xs / 2.0) * isum - (xs / 4.0) * ssum
+    ks = ks * np.exp(xs)
+    # trapezoidal rule (2 < x <= 12)
+    xm = np.where(mid, xf, 4.0)
+    km = 0.5 * (1.0 + 0.0 * xm)
+    for j in range(1, _K_NODES):
+        t = j * _K_STEP
+        km = km + np.exp(-xm * (2.0 * math.sinh(t / 2.0) ** 2)) * math.cosh(nu * t)
+    km = km * _K_STEP
+    # asymptotic expansion (x > 12)
+    xb = np.where(lo | mid, _BESSEL_SWITCH + 1.0, xf)
+    mu = 4.0 * nu * nu
+    a = 1.0 + 0.0 * xb
+    kb = a
+    for k in range(1, _ASYMPTOTIC_TERMS + 1):
+        a = a * (mu - (2 * k - 1) ** 2) / (8.0 * k * xb)
+        kb = kb + a
+    kb = kb * np.sqrt(math.pi / (2.0 * xb))
+    r = np.where(lo, ks, np.where(mid, km, np.where(xf == math.inf, 0.0, kb)))
+    return np.where(xf < 0, math.nan, np.where(xf == 0, math.inf, r)), xf
+
+
+def _bessel_k(x, nu: int, scaled: bool):
+    r, xf = _bessel_k_scaled(x, nu)
+    if scaled:
+        return r
+    big = xf == math.inf
+    return np.where(big, 0.0, r * np.exp(-np.where(big, 0.0, xf)))
+
+
+@reg("aten.special_modified_bessel_k0.default")
+def modified_bessel_k0(x):
+    return _bessel_k(x, 0, False)
+
+
+@reg("aten.special_modified_bessel_k1.default")
+def modified_bessel_k1(x):
+    return _bessel_k(x, 1, False)
+
+
+@reg("aten.special_scaled_modified_bessel_k0.default")
+def scaled_modified_bessel_k0(x):
+    return _bessel_k(x, 0, True)
+
+
+@reg("aten.special_scaled_modified_bessel_k1.default")
+def scaled_modified_bessel_k1(x):
+    return _bessel_k(x, 1, True)

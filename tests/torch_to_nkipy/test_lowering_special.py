@@ -43,3 +43,21 @@ def test_chebyshev_polynomials_where_eager_overflows(lowered):
     x = torch.tensor([3.0, 3.0, 3.0, 3.0, -3.0, -3.0, 0.9])
     n = torch.tensor([79.0, 80.0, 81.0, 82.0, 81.0, 82.0, 60.0])
     check(lowered, chebyshev, x, n)
+
+
+def bessel(x):
+    s = torch.special
+    return (s.bessel_j0(x), s.bessel_j1(x), s.bessel_y0(x), s.bessel_y1(x),
+            s.modified_bessel_k0(x), s.modified_bessel_k1(x),
+            s.scaled_modified_bessel_k0(x), s.scaled_modified_bessel_k1(x))
+
+
+def test_bessel_functions(lowered):
+    check(lowered, bessel, rnd(6, 8, lo=-30.0, hi=30.0))
+    check(lowered, bessel, rnd(40, lo=0.0, hi=3.0, seed=3))
+
+
+def test_bessel_function_edges(lowered):
+    x = torch.tensor([0.0, -0.0, 1e-6, 1e-30, 2.0, 2.0001, 11.999, 12.0, 12.001, 1e4, 1e3,
+                      -5.0, float("inf"), float("-inf"), float("nan"), 88.0, 700.0])
+    check(lowered, bessel, x)
