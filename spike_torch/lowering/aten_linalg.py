@@ -1,0 +1,197 @@
+"""Registry entries for LU-based dense linear algebra: the LU factorization
+(``linalg_lu_factor_ex``, ``linalg_lu``, ``lu_unpack``), solves with it
+(``linalg_lu_solve``, ``_linalg_solve_ex``) and the inverse
+(``linalg_inv_ex``).
+
+Like :mod:`aten_math`'s small linear algebra (Cholesky, triangular solves,
+determinants), the factorization is unrolled over the static matrix size and
+batched over leading dimensions, up to :data:`aten_math._LINALG_MAX` rows and
+columns; larger matrices stay on the CPU. The LU pivots as LAPACK's getrf
+(the first row of largest magnitude; a zero pivot column is left unscaled and
+reported in ``info``). Float32 operands are factored and solved in float64
+and rounded once, so results differ from LAPACK's float32 ones by about
+LAPACK's own rounding error.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from nkipy.core import ops
+
+from .aten_math import _LINALG_MAX, _arg, _mT, _tri_solve, _val
+from .registry import AtenOpRegistry
+
+reg = AtenOpRegistry.register
+
+_F64 = np.dtype(np.float64)
+_I32 = np.dtype(np.int32)
+
+
+def _shape(x: Any) -> tuple:
+    return tuple(np.shape(x))
+
+
+def _f64(x: Any) -> Any:
+    return x if np.dtype(x.dtype) == _F64 else x.astype(_F64)
+
+
+def _small_float(*which: int, square: bool = True):
+    """A ``supports`` predicate: the node's tensor arguments ``which`` are
+    floating, at least 2-D (square when ``square``), no larger than
+    _LINALG_MAX in their last two dimensions, and not empty."""
+    def ok(node: Any) -> bool:
+        for i in which:
+            v = _val(node.args[i]) if len(node.args) > i else None
+            if v is None or v.dim() < 2 or not v.is_floating_point() or v.numel() == 0:
+                return False
+            if max(v.shape[-2:]) > _LINALG_MAX or (square and v.shape[-1] != v.shape[-2]):
+                return False
+        return True
+    return ok
+
+
+def _lu_rect(a):
+    """Partial-pivoting LU of (..., m, n) as LAPACK's getrf: (packed LU,
+    1-based int32 pivots (..., min(m, n)), int32 info: the first zero pivot, 1-based)."""
+    m, n = _shape(a)[-2:]
+    u = a
+    rows = np.reshape(ops.arange(0, m, 1, dtype=np.int64), (m, 1))
+    cols = np.reshape(ops.arange(0, n, 1, dtype=np.int64), (1, n))
+    pivots, info = [], None
+    for k in range(min(m, n)):
+        p = np.argmax(np.abs(u[..., k:, k]), axis=-1).astype(np.int64) + k      # (...)
+        pe = np.expand_dims(np.expand_dims(p, -1), -1)                           # (..., 1, 1)
+        row_p = np.take_along_axis(u, np.broadcast_to(pe, _shape(u)[:-2] + (1, n)), axis=-2)
+        row_k = u[..., k:k + 1, :]
+        u = np.where(rows == k, row_p, np.where(rows == pe, row_k, u))
+        pivots.append(np.expand_dims(p + 1, -1))
+        piv = u[..., k:k + 1, k:k + 1]
+        zero = np.reshape(piv == 0, _shape(piv)[:-2])
+        info = np.where(zero, k + 1, 0) if info is None else \
+            np.where((info == 0) & zero, k + 1, info)
+        safe = np.where(piv == 0, 1.0, piv)
+        l_ = np.where(piv == 0, 0.0, u[..., :, k:k + 1] / safe)                 # (..., m, 1)
+        below = rows > k
+        u = u - np.where(below & (cols > k), l_ * u[..., k:k + 1, :], 0.0)
+        u = np.where(below & (cols == k), l_, u)
+    return u, np.concatenate(pivots, axis=-1).astype(_I32), info.astype(_I32)
+
+
+def _permutation(pivots, m: int):
+    """The row order ``perm`` (..., m) that getrf's swaps give: A[perm] = L U."""
+    k = _shape(pivots)[-1]
+    idx = ops.arange(0, m, 1, dtype=np.int64)
+    perm = np.broadcast_to(idx, _shape(pivots)[:-1] + (m,))
+    piv = pivots.astype(np.int64) - 1
+    for i in range(k):
+        p = piv[..., i:i + 1]                                                    # (..., 1)
+        vi = perm[..., i:i + 1]
+        vp = np.take_along_axis(perm, p, axis=-1)
+        perm = np.where(idx == i, vp, np.where(idx == p, vi, perm))
+    return perm
+
+
+def _perm_matrix(perm, m: int, dtype):
+    """P with A = P L U: P[j, i] = 1 where perm[i] == j."""
+    rows = np.reshape(ops.arange(0, m, 1, dtype=np.int64), (m, 1))
+    return (np.expand_dims(perm, -2) == rows).astype(dtype)
+
+
+def _unpack(lu, m: int, n: int):
+    """Unit lower L (..., m, k) and upper U (..., k, n) of a packed LU."""
+    k = min(m, n)
+    r = np.reshape(ops.arange(0, m, 1, dtype=np.int64), (m, 1))
+    c = np.reshape(ops.arange(0, n, 1, dtype=np.int64), (1, n))
+    low = np.where(r > c, lu, np.where(r == c, 1.0, 0.0))[..., :, :k]
+    up = np.where(r <= c, lu, 0.0)[..., :k, :]
+    return low.astype(lu.dtype), up.astype(lu.dtype)
+
+
+def _lu_factor_ok(node: Any) -> bool:
+    return _small_float(0, square=False)(node) and _arg(node, 1, "pivot", True) is True
+
+
+@reg("aten.linalg_lu_factor_ex.default", supports=_lu_factor_ok)
+def linalg_lu_factor_ex(a, pivot=True, check_errors=False):
+    return _lu_rect(_f64(a))
+
+
+@reg("aten.linalg_lu.default", supports=_lu_factor_ok)
+def linalg_lu(a, pivot=True):
+    m, n = _shape(a)[-2:]
+    lu, piv, _ = _lu_rect(_f64(a))
+    low, up = _unpack(lu, m, n)
+    return _perm_matrix(_permutation(piv, m), m, lu.dtype), low, up
+
+
+def _lu_unpack_ok(node: Any) -> bool:
+    return _small_float(0, square=False)(node) and _arg(node, 2, "unpack_data", True) is True \
+        and _arg(node, 3, "unpack_pivots", True) is True
+
+
+@reg("aten.lu_unpack.default", supports=_lu_unpack_ok)
+def lu_unpack(lu_data, lu_pivots, unpack_data=True, unpack_pivots=True):
+    m, n = _shape(lu_data)[-2:]
+    low, up = _unpack(lu_data, m, n)
+    piv = np.broadcast_to(lu_pivots, _shape(lu_data)[:-2] + _shape(lu_pivots)[-1:])
+    return _perm_matrix(_permutation(piv, m), m, lu_data.dtype), low, up
+
+
+def _solve_lu(lu, perm, b):
+    """x with A x = b from A's packed LU and row order (b: (..., n, k), batch
+    dims already broadcast)."""
+    bp = np.take_along_axis(b, np.broadcast_to(np.expand_dims(perm, -1), _shape(b)), axis=-2)
+    y = _tri_solve(lu, bp, upper=False, unit=True)
+    return _tri_solve(lu, y, upper=True)
+
+
+def _broadcast_batch(a, b):
+    shape = np.broadcast_shapes(_shape(a)[:-2], _shape(b)[:-2])
+    return np.broadcast_to(a, shape + _shape(a)[-2:]), np.broadcast_to(b, shape + _shape(b)[-2:])
+
+
+def _lu_solve_ok(node: Any) -> bool:
+    return _small_float(0)(node) and _small_float(2, square=False)(node) and \
+        _arg(node, 3, "left", True) is True and _arg(node, 4, "adjoint", False) is False
+
+
+@reg("aten.linalg_lu_solve.default", supports=_lu_solve_ok)
+def linalg_lu_solve(lu, pivots, b, left=True, adjoint=False):
+    n = _shape(lu)[-1]
+    luf, bf = _broadcast_batch(_f64(lu), _f64(b))
+    piv = np.broadcast_to(pivots, _shape(luf)[:-2] + _shape(pivots)[-1:])
+    return _solve_lu(luf, _permutation(piv, n), bf)
+
+
+def _solve_ok(node: Any) -> bool:
+    a = _val(node.args[0]) if node.args else None
+    b = _val(node.args[1]) if len(node.args) > 1 else None
+    return _small_float(0)(node) and b is not None and b.is_floating_point() and \
+        b.numel() > 0 and b.dim() >= 1 and a.shape[-1] <= _LINALG_MAX and \
+        node.kwargs.get("left", True) is True
+
+
+@reg("aten._linalg_solve_ex.default", supports=_solve_ok)
+def linalg_solve_ex(a, b, left=True, check_errors=False):
+    n = _shape(a)[-1]
+    sa, sb = _shape(a), _shape(b)
+    # PyTorch's vector case: b of shape (n,) or a's batch shape + (n,)
+    vector = len(sb) == 1 or (len(sb) == len(sa) - 1 and sb == sa[:-1])
+    lu, piv, info = _lu_rect(_f64(a))
+    bf = np.expand_dims(_f64(b), -1) if vector else _f64(b)
+    luf, bf = _broadcast_batch(lu, bf)
+    pv = np.broadcast_to(piv, _shape(luf)[:-2] + (n,))
+    x = _solve_lu(luf, _permutation(pv, n), bf)
+    if vector:
+        x = x[..., 0]
+    return x, lu, piv, info
+
+
+@reg("aten.linalg_inv_ex.default", supports=_small_float(0))
+def linalg_inv_ex(a, check_errors=False):
+    n = _shape(a)[-1]
+    lu, piv, info = _lu_rect(_f64(a))
+    eye = np.broadcast_to(ops.eye(n, dtype=_F64), _shape(lu))
+    return _solve_lu(lu, _permutation(piv, n), eye), info
