@@ -318,3 +318,84 @@ def scaled_modified_bessel_k0(x):
 @reg("aten.special_scaled_modified_bessel_k1.default")
 def scaled_modified_bessel_k1(x):
     return _bessel_k(x, 1, True)
+
+
+# ---- ndtri ---------------------------------------------------------------------------
+
+@reg("aten.special_ndtri.default")
+def ndtri(p):
+    """The inverse of the standard normal distribution function: a rational
+    first guess (|error| < 5e-4) refined by three Newton steps on the tail
+    probability (erfc in float64 keeps its relative accuracy far out)."""
+    pf = _f64(p)
+    upper = pf > 0.5
+    q = np.where(upper, 1.0 - pf, pf)                 # the smaller tail, <= 0.5
+    qs = np.where((q > 0) & (q <= 0.5), q, 0.25)
+    t = np.sqrt(-2.0 * np.log(qs))
+    x = -(t - (2.515517 + t * (0.802853 + t * 0.010328)) /
+          (1.0 + t * (1.432788 + t * (0.189269 + t * 0.001308))))       # x <= 0: Phi(x) = q
+    for _ in range(3):
+        phi = 0.5 * ops.erfc(-x * math.sqrt(0.5))
+        dens = np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
+        x = x - (phi - qs) / dens
+    r = np.where(upper, -x, x)
+    r = np.where(pf == 0, -math.inf, np.where(pf == 1, math.inf, r))
+    return np.where((pf < 0) | (pf > 1) | np.isnan(pf), math.nan, r)
+
+
+# ---- Hurwitz zeta ---------------------------------------------------------------------
+#
+# zeta(x, q) = sum_k (q + k)^-x for x > 1: nine terms, then Euler-Maclaurin's
+# tail at a = q + 9 with twelve Bernoulli terms (q > 0). For q < 0 (defined for
+# integer x only) the finite sum down to q is folded into three zetas of
+# positive arguments: zeta(x, q) = zeta(x, f) + (-1)^x (zeta(x, 1 - f) -
+# zeta(x, m + 1 - f)), f = q - floor(q), m = -floor(q).
+
+_B2J = (1.0 / 6, -1.0 / 30, 1.0 / 42, -1.0 / 30, 5.0 / 66, -691.0 / 2730, 7.0 / 6,
+        -3617.0 / 510, 43867.0 / 798, -174611.0 / 330, 854513.0 / 138, -236364091.0 / 2730)
+
+
+def _zeta_pos(x, q):
+    """zeta(x, q) for x > 1, q > 0 (float64 tensors, already broadcast)."""
+    s = 0.0 * x
+    for k in range(9):
+        s = s + np.power(q + k, -x)
+    a = q + 9.0
+    s = s + np.power(a, 1.0 - x) / (x - 1.0) + 0.5 * np.power(a, -x)
+    # the Bernoulli terms, as ratios (x + i) / a: no overflow for large x
+    fact, poch = 1.0, np.power(a, -x)              # poch: x (x+1) ... (x+2j-2) a^(-x-2j+1)
+    tail = 0.0 * x
+    for j in range(1, len(_B2J) + 1):
+        poch = poch * ((x + (2 * j - 2)) / a) if j == 1 else \
+            poch * ((x + (2 * j - 3)) / a) * ((x + (2 * j - 2)) / a)
+        fact = fact * (2 * j - 1) * (2 * j) if j > 1 else 2.0
+        tail = tail + (_B2J[j - 1] / fact) * poch
+    return s + np.where(np.isinf(poch), 0.0, tail)
+
+
+@reg("aten.special_zeta.default", "aten.special_zeta.self_scalar",
+     "aten.special_zeta.other_scalar")
+def zeta(x, q):
+    xf, qf = _f64(x), _f64(q)
+    shape = np.broadcast_shapes(_shape(xf), _shape(qf))
+    xf, qf = np.broadcast_to(xf, shape), np.broadcast_to(qf, shape)
+    ok = xf > 1.0
+    xs = np.where(ok, xf, 2.0)
+    fl = np.floor(qf)
+    neg = qf <= 0
+    f = np.where(neg, qf - fl, 0.5)
+    pos = _zeta_pos(xs, np.where(neg | np.isnan(qf), 1.0, qf))
+    f = np.where(f == 0, 0.5, f)
+    m = np.where(neg, -fl, 1.0)
+    odd = xs - 2.0 * np.floor(xs / 2.0) == 1.0
+    fold = _zeta_pos(xs, f) + np.where(odd, -1.0, 1.0) * (
+        _zeta_pos(xs, 1.0 - f) - _zeta_pos(xs, m + 1.0 - f))
+    r = np.where(neg, fold, pos)
+    r = np.where(neg & (qf == fl), math.inf, r)                      # a pole
+    r = np.where(neg & (qf != fl) & (xf != np.floor(xf)), math.nan, r)
+    r = np.where(xf == 1.0, math.inf, np.where(xf < 1.0, math.nan, r))
+    return np.where(np.isnan(xf) | np.isnan(qf), math.nan, r)
+
+
+def _shape(x: Any) -> tuple:
+    return tuple(np.shape(x))

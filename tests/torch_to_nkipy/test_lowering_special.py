@@ -61,3 +61,18 @@ def test_bessel_function_edges(lowered):
     x = torch.tensor([0.0, -0.0, 1e-6, 1e-30, 2.0, 2.0001, 11.999, 12.0, 12.001, 1e4, 1e3,
                       -5.0, float("inf"), float("-inf"), float("nan"), 88.0, 700.0])
     check(lowered, bessel, x)
+
+
+def ndtri_zeta(p, x, q):
+    return torch.special.ndtri(p), torch.special.zeta(x, q), torch.special.zeta(x, 2.5)
+
+
+def test_ndtri_and_zeta(lowered):
+    p = torch.tensor([0.0, 1.0, -0.1, 1.1, 1e-30, 0.5, 1 - 1e-7, 1e-40, 0.02, 0.3, 0.97,
+                      float("nan"), 0.6, 0.999])
+    x = torch.tensor([2.0, 2.0, 1.0, 0.5, 3.0, 3.0, 3.0, 4.0, -2.0, 2.5, 1.5, 60.0, 3.0, 4.0])
+    q = torch.tensor([1.0, -1.0, 1.0, 1.0, -1.5, 0.0, -2.5, -3.5, 2.0, -1.5, 0.01, 3.0, -20.5,
+                      -7.25])
+    check(lowered, ndtri_zeta, p, x, q)
+    check(lowered, ndtri_zeta, rnd(30, lo=0.0, hi=1.0), rnd(30, lo=1.1, hi=9.0, seed=1),
+          rnd(30, lo=0.05, hi=20.0, seed=2))
