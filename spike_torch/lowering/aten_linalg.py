@@ -153,16 +153,27 @@ def _broadcast_batch(a, b):
 
 
 def _lu_solve_ok(node: Any) -> bool:
-    return _small_float(0)(node) and _small_float(2, square=False)(node) and \
-        _arg(node, 3, "left", True) is True and _arg(node, 4, "adjoint", False) is False
+    return _small_float(0)(node) and _small_float(2, square=False)(node)
+
+
+def _solve_lu_adjoint(lu, perm, b):
+    """x with A^T x = b (real A = P L U): U^T z = b, L^T w = z, x = P w."""
+    n = _shape(lu)[-1]
+    z = _tri_solve(_mT(lu), b, upper=False)
+    w = _tri_solve(_mT(lu), z, upper=True, unit=True)
+    return np.matmul(_perm_matrix(perm, n, w.dtype), w)
 
 
 @reg("aten.linalg_lu_solve.default", supports=_lu_solve_ok)
 def linalg_lu_solve(lu, pivots, b, left=True, adjoint=False):
     n = _shape(lu)[-1]
-    luf, bf = _broadcast_batch(_f64(lu), _f64(b))
+    bf = _f64(b) if left else _mT(_f64(b))          # x A = b  <=>  A^T x^T = b^T
+    luf, bf = _broadcast_batch(_f64(lu), bf)
     piv = np.broadcast_to(pivots, _shape(luf)[:-2] + _shape(pivots)[-1:])
-    return _solve_lu(luf, _permutation(piv, n), bf)
+    perm = _permutation(piv, n)
+    transposed = adjoint if left else not adjoint
+    x = _solve_lu_adjoint(luf, perm, bf) if transposed else _solve_lu(luf, perm, bf)
+    return x if left else _mT(x)
 
 
 def _solve_ok(node: Any) -> bool:

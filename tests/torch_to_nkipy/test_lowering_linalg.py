@@ -17,6 +17,9 @@ def lu_family(a, w, t, b, v):
     return (lu, piv, info, torch.linalg.lu(w), torch.linalg.lu(t), torch.lu(w, get_infos=True),
             torch.lu_unpack(*torch.linalg.lu_factor_ex(t)[:2]),
             torch.linalg.lu_solve(lu, piv, b), torch.lu_solve(b, lu, piv),
+            torch.linalg.lu_solve(lu, piv, b, adjoint=True),
+            torch.linalg.lu_solve(lu, piv, b.mT, left=False),
+            torch.linalg.lu_solve(lu, piv, b.mT, left=False, adjoint=True),
             torch.linalg.solve_ex(a, b), torch.linalg.solve_ex(a, v), torch.linalg.inv_ex(a))
 
 
