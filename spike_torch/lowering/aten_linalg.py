@@ -206,3 +206,130 @@ def linalg_inv_ex(a, check_errors=False):
     lu, piv, info = _lu_rect(_f64(a))
     eye = np.broadcast_to(ops.eye(n, dtype=_F64), _shape(lu))
     return _solve_lu(lu, _permutation(piv, n), eye), info
+
+
+# ---- Householder QR ------------------------------------------------------------------
+#
+# As LAPACK's geqr2 / larfg: the k-th reflector H = I - tau v v^T has v[k] = 1,
+# beta = -sign(alpha) * ||(alpha, x)||, tau = (beta - alpha) / beta and
+# v = x / (alpha - beta); a column already zero below the diagonal gets tau = 0.
+# Q = H_0 H_1 ... H_{k-1} (orgqr applies them to the identity, last first).
+
+def _geqrf(a):
+    """(packed reflectors and R, tau (..., min(m, n))) of a float64 (..., m, n)."""
+    m, n = _shape(a)[-2:]
+    r = np.reshape(ops.arange(0, m, 1, dtype=np.int64), (m, 1))
+    c = np.reshape(ops.arange(0, n, 1, dtype=np.int64), (1, n))
+    taus = []
+    for k in range(min(m, n)):
+        col = a[..., :, k:k + 1]                                             # (..., m, 1)
+        alpha = a[..., k:k + 1, k:k + 1]
+        xn2 = np.sum(np.where(r > k, col * col, 0.0), axis=-2, keepdims=True)
+        zero = xn2 == 0
+        beta = -np.where(alpha >= 0, 1.0, -1.0) * np.sqrt(alpha * alpha + xn2)
+        beta = np.where(zero, alpha, beta)
+        tau = np.where(zero, 0.0, (beta - alpha) / np.where(zero, 1.0, beta))
+        scale = np.where(zero, 1.0, 1.0 / np.where(zero, 1.0, alpha - beta))
+        v = np.where(r == k, 1.0, np.where(r > k, col * scale, 0.0))          # (..., m, 1)
+        w = np.sum(v * a, axis=-2, keepdims=True)                            # (..., 1, n)
+        a = np.where(c > k, a - tau * v * w, a)
+        a = np.where(c == k, np.where(r == k, beta, np.where(r > k, v, a)), a)
+        taus.append(tau[..., 0])
+    return a, np.concatenate(taus, axis=-1)
+
+
+def _reflector(a, i: int):
+    m = _shape(a)[-2]
+    r = np.reshape(ops.arange(0, m, 1, dtype=np.int64), (m, 1))
+    return np.where(r == i, 1.0, np.where(r > i, a[..., :, i:i + 1], 0.0))     # (..., m, 1)
+
+
+def _apply_left(a, tau, c, order):
+    """H_i c for i in ``order`` (each reflector applied to the running result)."""
+    for i in order:
+        v = _reflector(a, i)
+        t = np.expand_dims(tau[..., i:i + 1], -1)
+        c = c - t * v * np.sum(v * c, axis=-2, keepdims=True)
+    return c
+
+
+def _apply_right(a, tau, c, order):
+    """c H_i for i in ``order``."""
+    for i in order:
+        v = _mT(_reflector(a, i))                                              # (..., 1, m)
+        t = np.expand_dims(tau[..., i:i + 1], -1)
+        c = c - t * np.sum(c * v, axis=-1, keepdims=True) * v
+    return c
+
+
+def _q(a, tau, ncols: int):
+    """The first ``ncols`` columns of Q = H_0 ... H_{k-1}."""
+    m = _shape(a)[-2]
+    k = _shape(tau)[-1]
+    eye = np.broadcast_to(ops.eye(m, ncols, dtype=_F64), _shape(a)[:-2] + (m, ncols))
+    return _apply_left(a, tau, eye, range(k - 1, -1, -1))
+
+
+def _qr_ok(node: Any) -> bool:
+    return _small_float(0, square=False)(node)
+
+
+@reg("aten.geqrf.default", supports=_qr_ok)
+def geqrf(a):
+    return _geqrf(_f64(a))
+
+
+def _hp_ok(node: Any) -> bool:
+    v = _val(node.args[0])
+    t = _val(node.args[1])
+    return _small_float(0, square=False)(node) and t is not None and t.is_floating_point() and \
+        v.shape[-1] <= v.shape[-2] and t.shape[-1] <= v.shape[-1] and t.dim() == v.dim() - 1
+
+
+@reg("aten.linalg_householder_product.default", supports=_hp_ok)
+def linalg_householder_product(a, tau):
+    af = _f64(a)
+    tf = np.broadcast_to(_f64(tau), _shape(af)[:-2] + _shape(tau)[-1:])
+    return _q(af, tf, _shape(af)[-1])
+
+
+def _linalg_qr_ok(node: Any) -> bool:
+    return _qr_ok(node) and _arg(node, 1, "mode", "reduced") in ("reduced", "complete", "r")
+
+
+@reg("aten.linalg_qr.default", supports=_linalg_qr_ok)
+def linalg_qr(a, mode="reduced"):
+    m, n = _shape(a)[-2:]
+    k = min(m, n)
+    packed, tau = _geqrf(_f64(a))
+    rr = np.reshape(ops.arange(0, m, 1, dtype=np.int64), (m, 1))
+    cc = np.reshape(ops.arange(0, n, 1, dtype=np.int64), (1, n))
+    r_full = np.where(rr <= cc, packed, 0.0)
+    if mode == "complete":
+        return _q(packed, tau, m), r_full
+    if mode == "r":
+        return ops.zeros((0,), _F64), r_full[..., :k, :]
+    return _q(packed, tau, k), r_full[..., :k, :]
+
+
+def _ormqr_ok(node: Any) -> bool:
+    a, t, c = (_val(node.args[i]) if len(node.args) > i else None for i in range(3))
+    if not (_small_float(0, square=False)(node) and _small_float(2, square=False)(node)):
+        return False
+    if t is None or not t.is_floating_point() or t.dim() != a.dim() - 1:
+        return False
+    left = _arg(node, 3, "left", True)
+    m = c.shape[-2] if left else c.shape[-1]
+    return a.shape[-2] == m and t.shape[-1] <= min(a.shape[-2:]) and \
+        a.shape[:-2] == c.shape[:-2] == t.shape[:-1]
+
+
+@reg("aten.ormqr.default", supports=_ormqr_ok)
+def ormqr(a, tau, c, left=True, transpose=False):
+    af, tf, cf = _f64(a), _f64(tau), _f64(c)
+    k = _shape(tf)[-1]
+    up, down = range(k), range(k - 1, -1, -1)
+    if left:     # Q c = H_0 (... (H_{k-1} c)); Q^T c = H_{k-1} ... H_0 c
+        return _apply_left(af, tf, cf, up if transpose else down)
+    # c Q = ((c H_0) H_1) ...; c Q^T = c H_{k-1} ... H_0
+    return _apply_right(af, tf, cf, down if transpose else up)

@@ -60,4 +60,25 @@ def test_every_aten_linalg_entry_has_a_case():
     a = _well_conditioned(2, 5, 5)
     seen = _aten_ops(lu_family, (a, rnd(3, 5, seed=1), rnd(2, 6, 4, seed=2), rnd(2, 5, 3, seed=3),
                                  rnd(2, 5, seed=4)))
+    seen |= _aten_ops(qr_family, _qr_args())
     assert sorted(mine - seen) == []
+
+
+def qr_family(a, t, c, cr):
+    packed, tau = torch.geqrf(a)
+    pt, taut = torch.geqrf(t)
+    return (packed, tau, torch.linalg.qr(a), torch.linalg.qr(t), torch.linalg.qr(t, mode="complete"),
+            torch.linalg.qr(a.mT, mode="r")[1], torch.linalg.householder_product(pt, taut),
+            torch.ormqr(packed, tau, c), torch.ormqr(packed, tau, c, transpose=True),
+            torch.ormqr(packed, tau, cr, left=False),
+            torch.ormqr(packed, tau, cr, left=False, transpose=True))
+
+
+def test_householder_qr(lowered):
+    a = rnd(2, 5, 4)
+    a[1, 1:, 0] = 0.0                   # a column already reduced: tau = 0
+    check(lowered, qr_family, a, rnd(6, 3, seed=1), rnd(2, 5, 3, seed=2), rnd(2, 3, 5, seed=3))
+
+
+def _qr_args():
+    return rnd(2, 5, 4), rnd(6, 3, seed=1), rnd(2, 5, 3, seed=2), rnd(2, 3, 5, seed=3)
