@@ -333,3 +333,186 @@ def ormqr(a, tau, c, left=True, transpose=False):
         return _apply_left(af, tf, cf, up if transpose else down)
     # c Q = ((c H_0) H_1) ...; c Q^T = c H_{k-1} ... H_0
     return _apply_right(af, tf, cf, down if transpose else up)
+
+
+# ---- singular values, symmetric eigenvalues, pseudo-inverses (Jacobi) -----------------
+#
+# Cyclic Jacobi in float64 with a fixed number of sweeps (quadratic convergence:
+# eight sweeps leave off-diagonal mass far below float64's rounding for the small
+# sizes served, up to _JACOBI_MAX columns). Singular vectors and eigenvectors
+# are determined only up to sign (and rotation within repeated values), unlike
+# LAPACK's, so an entry serves a node only when the graph uses none of them:
+# singular values / eigenvalues alone (svdvals, cond, matrix_rank, the nuclear
+# norm, eigvalsh), or pinv, which does not depend on that choice.
+
+_JACOBI_MAX = 6
+_SWEEPS = 8
+
+
+def _one_sided_jacobi(a):
+    """Hestenes' one-sided Jacobi on the columns of a (..., m, n): (columns
+    a V, mutually orthogonal, as a list of (..., m, 1); V as a list of (..., n, 1))."""
+    n = _shape(a)[-1]
+    cols = [a[..., :, i:i + 1] for i in range(n)]
+    eye = ops.eye(n, dtype=_F64)
+    vs = [np.broadcast_to(eye[:, i:i + 1], _shape(a)[:-2] + (n, 1)) for i in range(n)]
+    for _ in range(_SWEEPS):
+        for p in range(n):
+            for q in range(p + 1, n):
+                ap, aq = cols[p], cols[q]
+                al = np.sum(ap * ap, axis=-2, keepdims=True)
+                be = np.sum(aq * aq, axis=-2, keepdims=True)
+                ga = np.sum(ap * aq, axis=-2, keepdims=True)
+                skip = ga == 0
+                zeta = (be - al) / np.where(skip, 1.0, 2.0 * ga)
+                t = np.where(zeta >= 0, 1.0, -1.0) / (np.abs(zeta) + np.sqrt(1.0 + zeta * zeta))
+                t = np.where(skip, 0.0, t)
+                c = 1.0 / np.sqrt(1.0 + t * t)
+                s = c * t
+                cols[p], cols[q] = c * ap - s * aq, s * ap + c * aq
+                vp, vq = vs[p], vs[q]
+                vs[p], vs[q] = c * vp - s * vq, s * vp + c * vq
+    return cols, vs
+
+
+def _singular_values(a):
+    """Singular values (..., k), descending, of a float64 (..., m, n)."""
+    m, n = _shape(a)[-2:]
+    if m < n:
+        a = _mT(a)
+    cols, _ = _one_sided_jacobi(a)
+    s = np.concatenate([np.sqrt(np.sum(c * c, axis=-2)) for c in cols], axis=-1)
+    return ops.topk(s, _shape(s)[-1], axis=-1, is_ascend=False)[0]
+
+
+def _sym(a, upper: bool):
+    """The symmetric matrix of a's lower (or upper) triangle."""
+    n = _shape(a)[-1]
+    r = np.reshape(ops.arange(0, n, 1, dtype=np.int64), (n, 1))
+    c = np.reshape(ops.arange(0, n, 1, dtype=np.int64), (1, n))
+    keep = (r <= c) if upper else (r >= c)
+    return np.where(keep, a, _mT(a))
+
+
+def _jacobi_eigh(a, vectors: bool):
+    """Eigenvalues (..., n) (unsorted) and, when ``vectors``, eigenvectors of a
+    symmetric float64 (..., n, n) by cyclic two-sided Jacobi rotations."""
+    n = _shape(a)[-1]
+    r = np.reshape(ops.arange(0, n, 1, dtype=np.int64), (n, 1))
+    cidx = np.reshape(ops.arange(0, n, 1, dtype=np.int64), (1, n))
+    v = np.broadcast_to(ops.eye(n, dtype=_F64), _shape(a)) if vectors else None
+    for _ in range(_SWEEPS):
+        for p in range(n):
+            for q in range(p + 1, n):
+                apq = a[..., p:p + 1, q:q + 1]
+                app = a[..., p:p + 1, p:p + 1]
+                aqq = a[..., q:q + 1, q:q + 1]
+                skip = apq == 0
+                tau = (aqq - app) / np.where(skip, 1.0, 2.0 * apq)
+                t = np.where(tau >= 0, 1.0, -1.0) / (np.abs(tau) + np.sqrt(1.0 + tau * tau))
+                t = np.where(skip, 0.0, t)
+                c = 1.0 / np.sqrt(1.0 + t * t)
+                s = c * t
+                # A <- J^T A J with J the rotation in the (p, q) plane
+                rp, rq = a[..., p:p + 1, :], a[..., q:q + 1, :]
+                a = np.where(r == p, c * rp - s * rq, np.where(r == q, s * rp + c * rq, a))
+                cp, cq = a[..., :, p:p + 1], a[..., :, q:q + 1]
+                a = np.where(cidx == p, c * cp - s * cq, np.where(cidx == q, s * cp + c * cq, a))
+                if vectors:
+                    vp, vq = v[..., :, p:p + 1], v[..., :, q:q + 1]
+                    v = np.where(cidx == p, c * vp - s * vq, np.where(cidx == q, s * vp + c * vq, v))
+    flat = np.reshape(a, _shape(a)[:-2] + (n * n,))
+    return flat[..., ::n + 1], v
+
+
+def _only_outputs(node: Any, used: set) -> bool:
+    """Whether the node's tuple outputs that the graph reads are among ``used``."""
+    import operator
+
+    for u in node.users:
+        if u.op != "call_function" or u.target is not operator.getitem or u.args[1] not in used:
+            return False
+    return True
+
+
+def _jacobi_sized(node: Any) -> bool:
+    v = _val(node.args[0])
+    return v is not None and v.dim() >= 2 and v.is_floating_point() and v.numel() > 0 and \
+        min(v.shape[-2:]) <= _JACOBI_MAX and max(v.shape[-2:]) <= _LINALG_MAX
+
+
+def _svd_ok(node: Any) -> bool:
+    return _jacobi_sized(node) and _only_outputs(node, {1})
+
+
+@reg("aten._linalg_svd.default", supports=_svd_ok)
+def linalg_svd(a, full_matrices=False, compute_uv=True, driver=None):
+    """Singular values only (see _svd_ok); U and Vh are placeholders of the
+    right shapes, never read."""
+    m, n = _shape(a)[-2:]
+    k = min(m, n)
+    s = _singular_values(_f64(a))
+    if not compute_uv:
+        return ops.zeros((0,), _F64), s, ops.zeros((0,), _F64)
+    um, vn = (m, n) if full_matrices else (k, k)
+    batch = _shape(a)[:-2]
+    return ops.zeros(batch + (m, um), _F64), s, ops.zeros(batch + (vn, n), _F64)
+
+
+def _eigh_ok(node: Any) -> bool:
+    return _jacobi_sized(node) and _small_float(0)(node) and _only_outputs(node, {0})
+
+
+@reg("aten._linalg_eigh.default", supports=_eigh_ok)
+def linalg_eigh(a, UPLO="L", compute_v=True):
+    """Eigenvalues only, ascending (see _eigh_ok); the eigenvector output is a
+    placeholder, never read."""
+    w, _ = _jacobi_eigh(_sym(_f64(a), UPLO == "U"), False)
+    w = ops.topk(w, _shape(w)[-1], axis=-1, is_ascend=True)[0]
+    if not compute_v:
+        return w, ops.zeros((0,), _F64)
+    return w, ops.zeros(_shape(a), _F64)
+
+
+def _pinv_ok(node: Any) -> bool:
+    if not _jacobi_sized(node):
+        return False
+    if node.kwargs.get("hermitian", False) and not _small_float(0)(node):
+        return False
+    return True
+
+
+def _eps(dtype) -> float:
+    return float(np.finfo(np.float64 if np.dtype(dtype) == _F64 else np.float32).eps)
+
+
+@reg("aten.linalg_pinv.atol_rtol_tensor", supports=_pinv_ok)
+def linalg_pinv(a, atol=None, rtol=None, hermitian=False):
+    m, n = _shape(a)[-2:]
+    af = _f64(a)
+    at = ops.full((), 0.0, _F64) if atol is None else _f64(atol)
+    if rtol is None:
+        default = _eps(a.dtype) * max(m, n)
+        rt = ops.full((), default, _F64) if atol is None else np.where(at > 0, 0.0, default)
+    else:
+        rt = _f64(rtol)
+    at = np.expand_dims(at, -1)
+    rt = np.expand_dims(rt, -1)
+    if hermitian:
+        w, v = _jacobi_eigh(_sym(af, False), True)                      # (..., n), (..., n, n)
+        big = np.max(np.abs(w), axis=-1, keepdims=True)
+        tol = np.maximum(at, rt * big)
+        inv = np.where(np.abs(w) > tol, 1.0 / np.where(w == 0, 1.0, w), 0.0)
+        return np.matmul(v * np.expand_dims(inv, -2), _mT(v))
+    tall = m >= n
+    x = af if tall else _mT(af)
+    cols, vs = _one_sided_jacobi(x)
+    s = np.concatenate([np.sqrt(np.sum(c * c, axis=-2)) for c in cols], axis=-1)   # (..., k)
+    big = np.max(s, axis=-1, keepdims=True)
+    tol = np.maximum(at, rt * big)
+    keep = s > tol
+    inv2 = np.where(keep, 1.0 / np.where(s == 0, 1.0, s * s), 0.0)                 # 1 / s^2
+    u_s = np.concatenate(cols, axis=-1)                                             # U S
+    v = np.concatenate(vs, axis=-1)
+    p = np.matmul(v * np.expand_dims(inv2, -2), _mT(u_s))                          # V S^-1 U^T
+    return p if tall else _mT(p)

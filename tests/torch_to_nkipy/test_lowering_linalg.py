@@ -61,6 +61,9 @@ def test_every_aten_linalg_entry_has_a_case():
     seen = _aten_ops(lu_family, (a, rnd(3, 5, seed=1), rnd(2, 6, 4, seed=2), rnd(2, 5, 3, seed=3),
                                  rnd(2, 5, seed=4)))
     seen |= _aten_ops(qr_family, _qr_args())
+    a, w, s, h = _spectra_args()
+    seen |= _aten_ops(singular_values, (a, s)) | _aten_ops(eigenvalues, (h,))
+    seen |= _aten_ops(pseudo_inverses, (a, w, h))
     assert sorted(mine - seen) == []
 
 
@@ -82,3 +85,42 @@ def test_householder_qr(lowered):
 
 def _qr_args():
     return rnd(2, 5, 4), rnd(6, 3, seed=1), rnd(2, 5, 3, seed=2), rnd(2, 3, 5, seed=3)
+
+
+def singular_values(a, s):
+    return (torch.linalg.svdvals(a), torch.linalg.cond(s), torch.linalg.matrix_rank(a),
+            torch.linalg.norm(s, "nuc"))
+
+
+def eigenvalues(h):
+    return (torch.linalg.eigvalsh(h), torch.linalg.eigvalsh(h, UPLO="U"),
+            torch.linalg.matrix_rank(h, hermitian=True))
+
+
+def pseudo_inverses(a, w, h):
+    return (torch.linalg.pinv(a), torch.linalg.pinv(w), torch.linalg.pinv(h, hermitian=True),
+            torch.pinverse(h), torch.linalg.pinv(a, atol=0.5))
+
+
+def _spectra_args():
+    a = rnd(2, 6, 4)
+    a[1, :, 3] = a[1, :, 0] * 2.0                   # rank 3
+    h = rnd(2, 5, 5, seed=3)
+    return a, rnd(3, 7, seed=1), rnd(5, 5, seed=2), h + h.mT
+
+
+def test_singular_values_eigenvalues_pinv(lowered):
+    """Jacobi compiles slowly (about 15 s a 5x5 op on a loaded host): few cases."""
+    a, w, s, h = _spectra_args()
+    check(lowered, singular_values, a, s)
+    check(lowered, eigenvalues, h)
+    check(lowered, pseudo_inverses, a, w, h)
+
+
+def vectors_used(a):
+    return torch.linalg.svd(a), torch.linalg.eigh(a + a.mT)
+
+
+def test_singular_vectors_run_on_the_cpu(lowered):
+    check(lowered, vectors_used, rnd(4, 4), cpu=["aten._linalg_eigh.default",
+                                                 "aten._linalg_svd.default"])
