@@ -1,5 +1,6 @@
-"""Registry entries that select elements by value: adaptive max pooling
-(values and the flat indices of the maxima), ``mode`` and ``nonzero_static``.
+"""Registry entries that select elements by value or position: adaptive max
+pooling (values and the flat indices of the maxima), ``mode``,
+``nonzero_static`` and grid sampling (``grid_sampler_2d/3d``).
 
 Written like :mod:`aten_math` (NumPy code that is also nkipy kernel code).
 Ties and NaNs follow PyTorch's CPU kernels: a pooling window's index is its
@@ -190,3 +191,84 @@ def nonzero_static(x, size, fill_value=-1):
         cols.append(np.expand_dims((flat // stride) % shp[d], -1))
     out = np.concatenate(cols, axis=-1) if cols else ops.zeros((size, 0), _I64)
     return np.where(np.expand_dims(found, -1), out, fill_value).astype(_I64)
+
+
+# ---- grid sampling -----------------------------------------------------------------------
+#
+# grid_sampler_2d/3d with bilinear (trilinear) or nearest interpolation and zeros or
+# border padding, as PyTorch's CPU kernel: coordinates unnormalised in the input's
+# dtype, corner weights as products of distances, out-of-range corners contributing
+# nothing (zeros) or coordinates clipped first (border). Bicubic interpolation and
+# reflection padding stay on the CPU.
+
+def _grid_ok(nsp: int):
+    def ok(node: Any) -> bool:
+        x, g = _val(node.args[0]), _val(node.args[1])
+        if x is None or g is None or not x.is_floating_point() or x.dim() != nsp + 2:
+            return False
+        return x.numel() > 0 and g.numel() > 0 and node.args[2] in (0, 1) and \
+            node.args[3] in (0, 1) and x.dtype == g.dtype
+    return ok
+
+
+def _grid_sample(x, grid, mode: int, padding: int, align_corners: bool):
+    shp = _shape(x)
+    nb, ch, sizes = shp[0], shp[1], shp[2:]
+    nsp = len(sizes)
+    out_sp = _shape(grid)[1:-1]
+    q = int(np.prod(out_sp, dtype=np.int64))
+    p = int(np.prod(sizes, dtype=np.int64))
+    g = np.reshape(grid, (nb, q, nsp))
+    coords = []                                    # per spatial dim (outermost first)
+    for d in range(nsp):
+        size = sizes[d]
+        c = g[..., nsp - 1 - d]                    # grid's last dim is (x, y, z)
+        if align_corners:
+            c = (c + 1) / 2 * (size - 1)
+        else:
+            c = ((c + 1) * size - 1) / 2
+        if padding == 1:
+            c = np.clip(c, 0, size - 1)
+        coords.append(c)
+    flat_x = np.reshape(x, (nb, ch, p))
+
+    def gather(idx_list):
+        inb = None
+        flat = None
+        for d in range(nsp):
+            i = idx_list[d]
+            ok = (i >= 0) & (i <= sizes[d] - 1)
+            inb = ok if inb is None else inb & ok
+            ic = np.clip(i, 0, sizes[d] - 1).astype(np.int64)
+            stride = int(np.prod(sizes[d + 1:], dtype=np.int64))
+            flat = ic * stride if flat is None else flat + ic * stride
+        idx = np.broadcast_to(np.expand_dims(flat, 1), (nb, ch, q))
+        v = np.take_along_axis(flat_x, idx, axis=2)
+        return np.where(np.expand_dims(inb, 1), v, 0)
+
+    if mode == 1:                                  # nearest (round half to even)
+        out = gather([np.round(c) for c in coords])
+    else:
+        lo = [np.floor(c) for c in coords]
+        out = None
+        for corner in range(1 << nsp):
+            idx, w = [], None
+            for d in range(nsp):
+                hi = (corner >> (nsp - 1 - d)) & 1
+                i = lo[d] + hi
+                wd = (coords[d] - lo[d]) if hi else (lo[d] + 1 - coords[d])
+                idx.append(i)
+                w = wd if w is None else w * wd
+            term = gather(idx) * np.expand_dims(w, 1)
+            out = term if out is None else out + term
+    return np.reshape(out, (nb, ch) + tuple(out_sp)).astype(x.dtype)
+
+
+@reg("aten.grid_sampler_2d.default", supports=_grid_ok(2))
+def grid_sampler_2d(x, grid, interpolation_mode, padding_mode, align_corners):
+    return _grid_sample(x, grid, interpolation_mode, padding_mode, align_corners)
+
+
+@reg("aten.grid_sampler_3d.default", supports=_grid_ok(3))
+def grid_sampler_3d(x, grid, interpolation_mode, padding_mode, align_corners):
+    return _grid_sample(x, grid, interpolation_mode, padding_mode, align_corners)

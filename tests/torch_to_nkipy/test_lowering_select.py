@@ -64,4 +64,34 @@ def test_every_aten_select_entry_has_a_case():
     seen = _aten_ops(pools, (rnd(2, 3, 7, 5), rnd(1, 2, 5, 6, 4), rnd(2, 3, 8)))
     seen |= _aten_ops(modes, (rnd(4, 5), ints(4, 9)))
     seen |= _aten_ops(nonzeros, (ints(3, 4, 2), rnd(5)))
+    seen |= _aten_ops(grid_samples, _grid_args())
     assert sorted(mine - seen) == []
+
+
+def grid_samples(x2, g2, x3, g3):
+    out = []
+    for mode in ("bilinear", "nearest"):
+        for pad in ("zeros", "border"):
+            for ac in (False, True):
+                out.append(F.grid_sample(x2, g2, mode=mode, padding_mode=pad, align_corners=ac))
+    out.append(F.grid_sample(x3, g3, align_corners=False))
+    out.append(F.grid_sample(x3, g3, mode="nearest", padding_mode="border", align_corners=True))
+    return tuple(out)
+
+
+def _grid_args():
+    return (rnd(2, 3, 5, 6), rnd(2, 4, 3, 2, lo=-1.3, hi=1.3, seed=1),
+            rnd(1, 2, 3, 4, 5, seed=2), rnd(1, 2, 3, 2, 3, lo=-1.2, hi=1.2, seed=3))
+
+
+def test_grid_sample(lowered):
+    check(lowered, grid_samples, *_grid_args())
+
+
+def reflection(x, g):
+    return F.grid_sample(x, g, padding_mode="reflection", align_corners=False)
+
+
+def test_grid_sample_with_reflection_runs_on_the_cpu(lowered):
+    check(lowered, reflection, rnd(1, 1, 4, 4), rnd(1, 2, 2, 2, seed=1),
+          cpu=["aten.grid_sampler_2d.default"])
