@@ -2,7 +2,8 @@
 :mod:`aten_math` does not cover: Chebyshev polynomials (plain and shifted),
 Bessel functions of the first and second kind (``bessel_j0/j1/y0/y1``),
 modified Bessel functions of the second kind (``modified_bessel_k0/k1`` and
-their scaled forms), ``ndtri`` and the Hurwitz ``zeta`` function.
+their scaled forms), the Airy function ``airy_ai``, ``ndtri`` and the Hurwitz
+``zeta`` function.
 
 Written like :mod:`aten_math` (NumPy code that is also nkipy kernel code).
 Everything is computed in float64 and rounded once by the cast the code
@@ -395,6 +396,63 @@ def zeta(x, q):
     r = np.where(neg & (qf != fl) & (xf != np.floor(xf)), math.nan, r)
     r = np.where(xf == 1.0, math.inf, np.where(xf < 1.0, math.nan, r))
     return np.where(np.isnan(xf) | np.isnan(qf), math.nan, r)
+
+
+
+# ---- Airy function Ai -----------------------------------------------------------------
+#
+# -8 <= x <= 6: the Maclaurin series Ai = Ai(0) f - |Ai'(0)| g (its largest term at
+# either end is below 1e7 of the result's scale); beyond: the asymptotic expansions
+# in zeta = 2/3 |x|^(3/2) (exponentially small for x > 6, oscillating for x < -8),
+# whose smallest terms there are below 1e-8 relative. NaN at +-inf, as eager.
+
+_AI0 = 0.355028053887817239
+_AIP0 = 0.258819403792806798
+
+
+def _airy_u(k: int) -> float:
+    u = 1.0
+    for j in range(1, k + 1):
+        u *= (6 * j - 5) * (6 * j - 3) * (6 * j - 1) / ((2 * j - 1) * 216.0 * j)
+    return u
+
+
+@reg("aten.special_airy_ai.default")
+def airy_ai(x):
+    xf = _f64(x)
+    mid = (xf >= -8.0) & (xf <= 6.0)
+    xs = np.where(mid, xf, 0.0)
+    x3 = xs * xs * xs
+    t, u = 1.0 + 0.0 * xs, xs
+    f, g = t, u
+    for k in range(1, 41):
+        t = t * x3 / ((3 * k - 1) * (3 * k))
+        u = u * x3 / ((3 * k) * (3 * k + 1))
+        f, g = f + t, g + u
+    series = _AI0 * f - _AIP0 * g
+    a = np.where(mid, 7.0, np.abs(xf))
+    a = np.where(np.isinf(a) | np.isnan(a), 7.0, a)
+    zeta = (2.0 / 3.0) * a * np.sqrt(a)
+    quarter = np.sqrt(np.sqrt(a))
+    # x > 6: e^-zeta / (2 sqrt(pi) x^1/4) sum (-1)^k u_k / zeta^k
+    acc, zk = 1.0 + 0.0 * a, 1.0 + 0.0 * a
+    for k in range(1, 16):
+        zk = zk * zeta
+        acc = acc + ((-1.0) ** k) * _airy_u(k) / zk
+    pos = np.exp(-zeta) / (2.0 * math.sqrt(math.pi) * quarter) * acc
+    # x < -8: (sin(zeta + pi/4) P - cos(zeta + pi/4) Q) / (sqrt(pi) |x|^1/4)
+    p, q, zk = 1.0 + 0.0 * a, 0.0 * a, 1.0 + 0.0 * a
+    for k in range(1, 24):
+        zk = zk * zeta
+        term = _airy_u(k) / zk
+        if k % 2:
+            q = q + (term if k % 4 == 1 else -term)
+        else:
+            p = p + (term if k % 4 == 0 else -term)
+    ph = zeta + math.pi / 4.0
+    neg = (np.sin(ph) * p - np.cos(ph) * q) / (math.sqrt(math.pi) * quarter)
+    r = np.where(mid, series, np.where(xf > 0, pos, neg))
+    return np.where(np.isinf(xf) | np.isnan(xf), math.nan, r)
 
 
 def _shape(x: Any) -> tuple:

@@ -78,6 +78,17 @@ def test_ndtri_and_zeta(lowered):
           rnd(30, lo=0.05, hi=20.0, seed=2))
 
 
+def airy(x):
+    return torch.special.airy_ai(x)
+
+
+def test_airy_ai(lowered):
+    x = torch.tensor([float("inf"), -float("inf"), float("nan"), 0.0, 5.9, 6.1, 30.0, 100.0,
+                      -7.9, -8.1, -30.0, -100.0, 1e4, 20.0, 1.0, -1.0, -3.3])
+    check(lowered, airy, x)
+    check(lowered, airy, rnd(40, lo=-12.0, hi=10.0))
+
+
 def test_every_aten_special_entry_has_a_case():
     from spike_torch.lowering import aten_special
     from spike_torch.lowering.registry import _REGISTRY
@@ -87,6 +98,7 @@ def test_every_aten_special_entry_has_a_case():
     seen = _aten_ops(chebyshev, (x, n)) | _aten_ops(chebyshev_scalar_degree, (x,))
     seen |= _aten_ops(bessel, (x,)) | _aten_ops(ndtri_zeta, (x.abs() / 50, x + 2, n + 1))
     seen |= _aten_ops(lambda a: torch.special.zeta(3.0, a), (n.abs() + 1,))
+    seen |= _aten_ops(airy, (x,))
     # the x_scalar overloads (a Python number as x) are Dynamo-constant-folded away
     assert sorted(mine - seen) == sorted(
         f"aten.special_{p}chebyshev_polynomial_{k}.x_scalar" for p in ("", "shifted_")
