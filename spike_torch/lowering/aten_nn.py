@@ -831,7 +831,15 @@ def lerp(x, end, weight):
 
 
 
-@reg("aten._batch_norm_with_update_functional.default")
+def _bn_update_ok(node: Any) -> bool:
+    """float32 / float64 only: PyTorch's half-precision kernel rounds differently."""
+    import torch
+
+    v = node.args[0].meta.get("val") if hasattr(node.args[0], "meta") else None
+    return v is not None and v.dtype in (torch.float32, torch.float64)
+
+
+@reg("aten._batch_norm_with_update_functional.default", supports=_bn_update_ok)
 def batch_norm_with_update_functional(x, weight, bias, running_mean, running_var, momentum, eps):
     """Training-mode batch norm returning the updated running statistics (the
     functional form of ``_batch_norm_with_update``); its ``reserve`` output is

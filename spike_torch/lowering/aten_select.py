@@ -198,16 +198,17 @@ def nonzero_static(x, size, fill_value=-1):
 # grid_sampler_2d/3d with bilinear (trilinear) or nearest interpolation and zeros or
 # border padding, as PyTorch's CPU kernel: coordinates unnormalised in the input's
 # dtype, corner weights as products of distances, out-of-range corners contributing
-# nothing (zeros) or coordinates clipped first (border). Bicubic interpolation and
-# reflection padding stay on the CPU.
+# nothing (zeros) or coordinates clipped first (border). Bicubic interpolation,
+# reflection padding and half-precision tensors stay on the CPU.
 
 def _grid_ok(nsp: int):
     def ok(node: Any) -> bool:
         x, g = _val(node.args[0]), _val(node.args[1])
         if x is None or g is None or not x.is_floating_point() or x.dim() != nsp + 2:
             return False
+        # float32 / float64 only: PyTorch's half-precision kernel rounds differently
         return x.numel() > 0 and g.numel() > 0 and node.args[2] in (0, 1) and \
-            node.args[3] in (0, 1) and x.dtype == g.dtype
+            node.args[3] in (0, 1) and x.dtype == g.dtype and x.element_size() >= 4
     return ok
 
 
