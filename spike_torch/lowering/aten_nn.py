@@ -841,3 +841,21 @@ def lerp(x, end, weight):
     w = _acc(weight) if hasattr(weight, "dtype") else weight
     return cast(xf + w * (_acc(end) - xf), x.dtype)
 
+
+
+def _bn_update_ok(node: Any) -> bool:
+    """float32 / float64 only: PyTorch's half-precision kernel rounds differently."""
+    import torch
+
+    v = node.args[0].meta.get("val") if hasattr(node.args[0], "meta") else None
+    return v is not None and v.dtype in (torch.float32, torch.float64)
+
+
+@reg("aten._batch_norm_with_update_functional.default", supports=_bn_update_ok)
+def batch_norm_with_update_functional(x, weight, bias, running_mean, running_var, momentum, eps):
+    """Training-mode batch norm returning the updated running statistics (the
+    functional form of ``_batch_norm_with_update``); its ``reserve`` output is
+    the empty byte tensor of the CPU kernel."""
+    out, mean, invstd, new_mean, new_var = native_batch_norm_functional(
+        x, weight, bias, running_mean, running_var, True, momentum, eps)
+    return out, mean, invstd, ops.zeros((0,), np.dtype(np.uint8)), new_mean, new_var

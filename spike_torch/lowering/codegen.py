@@ -25,6 +25,9 @@ from .registry import AtenOpRegistry, target_name
 from . import aten_numpy  # noqa: F401  (registers the entries)
 from . import aten_math  # noqa: F401  (registers the entries)
 from . import aten_nn  # noqa: F401  (the neural-network entries)
+from . import aten_special  # noqa: F401  (more torch.special functions)
+from . import aten_linalg  # noqa: F401  (LU factorizations, solves, inverses)
+from . import aten_select  # noqa: F401  (adaptive max pooling, mode, nonzero_static)
 
 _RESERVED = {"np", "aten", "os", "nkipy_func", "_DIR"}
 _FLOAT_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16",

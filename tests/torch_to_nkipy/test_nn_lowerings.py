@@ -258,6 +258,8 @@ CASES = [
     Case(aten._adaptive_avg_pool3d_backward.default, mk(R(1, 2, 2, 3, 3), R(1, 2, 5, 6, 7)),
          tol_scale=2),
     # batch norm
+    Case(aten._batch_norm_with_update_functional.default,
+         mk(R(4, 3, 5, 5), R(3), R(3), R(3), R(3, lo=0.5, hi=2), 0.1, 1e-5), tol_scale=4),
     Case(aten._native_batch_norm_legit_functional.default,
          mk(R(4, 3, 5, 5), R(3), R(3), R(3),
             R(3, lo=0.5, hi=2), True, 0.1, 1e-5), id="train", tol_scale=4),

@@ -1,0 +1,126 @@
+"""Compiled equals eager for the registry entries of
+spike_torch/lowering/aten_linalg.py (LU factorization, unpacking, LU solves,
+linalg.solve_ex, linalg.inv_ex): square, wide and tall matrices, batches with
+broadcasting, the vector right-hand side, and singular matrices (the zero
+pivot reported in ``info``, as LAPACK). Helpers are shared with
+test_lowering_breadth.py.
+"""
+from __future__ import annotations
+
+import torch
+
+from test_lowering_breadth import _aten_ops, check, lowered, rnd  # noqa: F401  (fixture)
+
+
+def lu_family(a, w, t, b, v):
+    lu, piv, info = torch.linalg.lu_factor_ex(a)
+    return (lu, piv, info, torch.linalg.lu(w), torch.linalg.lu(t), torch.lu(w, get_infos=True),
+            torch.lu_unpack(*torch.linalg.lu_factor_ex(t)[:2]),
+            torch.linalg.lu_solve(lu, piv, b), torch.lu_solve(b, lu, piv),
+            torch.linalg.lu_solve(lu, piv, b, adjoint=True),
+            torch.linalg.lu_solve(lu, piv, b.mT, left=False),
+            torch.linalg.lu_solve(lu, piv, b.mT, left=False, adjoint=True),
+            torch.linalg.solve_ex(a, b), torch.linalg.solve_ex(a, v), torch.linalg.inv_ex(a))
+
+
+def _well_conditioned(*shape, seed=0):
+    n = shape[-1]
+    return rnd(*shape, seed=seed) + 4 * torch.eye(n)
+
+
+def test_lu_solve_inverse(lowered):
+    a = _well_conditioned(2, 5, 5)
+    check(lowered, lu_family, a, rnd(3, 5, seed=1), rnd(2, 6, 4, seed=2), rnd(2, 5, 3, seed=3),
+          rnd(2, 5, seed=4))
+
+
+def singular(a, b):
+    return torch.linalg.lu_factor_ex(a), torch.linalg.inv_ex(a)[1], torch.linalg.solve_ex(a, b)[1]
+
+
+def test_singular_matrices_report_the_zero_pivot(lowered):
+    a = torch.tensor([[[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [1.0, 0.0, 1.0]],
+                      [[0.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]])
+    check(lowered, singular, a, rnd(2, 3, 1))
+
+
+def big(a):
+    return torch.linalg.inv_ex(a)
+
+
+def test_matrices_past_the_size_limit_run_on_the_cpu(lowered):
+    check(lowered, big, _well_conditioned(40, 40), cpu=["aten.linalg_inv_ex.default"])
+
+
+def test_every_aten_linalg_entry_has_a_case():
+    from spike_torch.lowering import aten_linalg
+    from spike_torch.lowering.registry import _REGISTRY
+
+    mine = {n for n, f in _REGISTRY.items() if getattr(f, "__module__", "") == aten_linalg.__name__}
+    a = _well_conditioned(2, 5, 5)
+    seen = _aten_ops(lu_family, (a, rnd(3, 5, seed=1), rnd(2, 6, 4, seed=2), rnd(2, 5, 3, seed=3),
+                                 rnd(2, 5, seed=4)))
+    seen |= _aten_ops(qr_family, _qr_args())
+    a, w, s, h = _spectra_args()
+    seen |= _aten_ops(singular_values, (a, s)) | _aten_ops(eigenvalues, (h,))
+    seen |= _aten_ops(pseudo_inverses, (a, w, h))
+    assert sorted(mine - seen) == []
+
+
+def qr_family(a, t, c, cr):
+    packed, tau = torch.geqrf(a)
+    pt, taut = torch.geqrf(t)
+    return (packed, tau, torch.linalg.qr(a), torch.linalg.qr(t), torch.linalg.qr(t, mode="complete"),
+            torch.linalg.qr(a.mT, mode="r")[1], torch.linalg.householder_product(pt, taut),
+            torch.ormqr(packed, tau, c), torch.ormqr(packed, tau, c, transpose=True),
+            torch.ormqr(packed, tau, cr, left=False),
+            torch.ormqr(packed, tau, cr, left=False, transpose=True))
+
+
+def test_householder_qr(lowered):
+    a = rnd(2, 5, 4)
+    a[1, 1:, 0] = 0.0                   # a column already reduced: tau = 0
+    check(lowered, qr_family, a, rnd(6, 3, seed=1), rnd(2, 5, 3, seed=2), rnd(2, 3, 5, seed=3))
+
+
+def _qr_args():
+    return rnd(2, 5, 4), rnd(6, 3, seed=1), rnd(2, 5, 3, seed=2), rnd(2, 3, 5, seed=3)
+
+
+def singular_values(a, s):
+    return (torch.linalg.svdvals(a), torch.linalg.cond(s), torch.linalg.matrix_rank(a),
+            torch.linalg.norm(s, "nuc"))
+
+
+def eigenvalues(h):
+    return (torch.linalg.eigvalsh(h), torch.linalg.eigvalsh(h, UPLO="U"),
+            torch.linalg.matrix_rank(h, hermitian=True))
+
+
+def pseudo_inverses(a, w, h):
+    return (torch.linalg.pinv(a), torch.linalg.pinv(w), torch.linalg.pinv(h, hermitian=True),
+            torch.pinverse(h), torch.linalg.pinv(a, atol=0.5))
+
+
+def _spectra_args():
+    a = rnd(2, 6, 4)
+    a[1, :, 3] = a[1, :, 0] * 2.0                   # rank 3
+    h = rnd(2, 5, 5, seed=3)
+    return a, rnd(3, 7, seed=1), rnd(5, 5, seed=2), h + h.mT
+
+
+def test_singular_values_eigenvalues_pinv(lowered):
+    """Jacobi compiles slowly (about 15 s a 5x5 op on a loaded host): few cases."""
+    a, w, s, h = _spectra_args()
+    check(lowered, singular_values, a, s)
+    check(lowered, eigenvalues, h)
+    check(lowered, pseudo_inverses, a, w, h)
+
+
+def vectors_used(a):
+    return torch.linalg.svd(a), torch.linalg.eigh(a + a.mT)
+
+
+def test_singular_vectors_run_on_the_cpu(lowered):
+    check(lowered, vectors_used, rnd(4, 4), cpu=["aten._linalg_eigh.default",
+                                                 "aten._linalg_svd.default"])
