@@ -35,14 +35,40 @@ class Loops:
     def new_output_buffer(self, v: Value) -> Buffer:
         """Decides where a group writes v: an output tensor or scratch."""
         outs = self.out_ids.get(v.id)
+        reshaped = None if outs else self.reshaped_output(v)
         if outs:
             j = outs[0]
+            buf = Buffer(f"o{j}", v.dtype, v.shape, "out", j)
+        elif reshaped is not None:
+            r, j = reshaped
+            self.buffers[r.id] = Buffer(f"o{j}", r.dtype, r.shape, "out", j)
             buf = Buffer(f"o{j}", v.dtype, v.shape, "out", j)
         else:
             buf = Buffer(self.fresh("t"), v.dtype, v.shape, "scratch", nbytes=v.nbytes)
             self.scratch.append(buf)
         self.buffers[v.id] = buf
         return buf
+
+    def reshaped_output(self, v: Value) -> tuple[Value, int] | None:
+        """(r, j) when a value about to get a scratch buffer is returned as
+        output j only through reshapes, ``r`` being the returned reshape (a
+        product ``x @ w`` returned as ``reshape(x @ w, (1, T, V))``, say): v
+        is written straight into output j (a fresh buffer is contiguous, so
+        every reshape of it is the same memory), saving the copy into the
+        output. Not for outputs written into an input (aliases), where an
+        early write could clobber an operand still to be read."""
+        for u in self.users.get(v.id, []):
+            if u.op != "reshape" or u.output.dtype != v.dtype or u.output.id in self.buffers:
+                continue
+            outs = self.out_ids.get(u.output.id)
+            if outs:
+                if outs[0] not in self.g.aliases:
+                    return u.output, outs[0]
+                continue
+            found = self.reshaped_output(u.output)
+            if found is not None:
+                return found
+        return None
 
     def materialized_source(self, v: Value) -> tuple[Buffer, tuple[Dim, ...]] | None:
         """(buffer, map from v's index space onto it) if v is readable directly."""

@@ -1,0 +1,81 @@
+"""Code generation choices made for speed (issue 13): each test checks the C
+the compiler writes takes the fast path and that results still match NumPy.
+float32 tolerances: products of a few factors, 2 ulp (rtol 3e-7)."""
+import numpy as np
+import pytest
+
+from nkipy.runtime import DeviceKernel, DeviceTensor
+
+RNG = np.random.default_rng(13)
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("fast_paths_cache")
+
+
+def run_kernel(fn, *arrays, cache_dir, name):
+    k = DeviceKernel.compile_and_load(fn, *arrays, build_dir=cache_dir, name=name)
+    names = [v.name for v in k.graph.inputs]
+    outs = k(inputs={n: DeviceTensor.from_numpy(a) for n, a in zip(names, arrays)})
+    return k, [outs[n].numpy() for n in k.graph.output_names]
+
+
+SPECIAL = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-30, -3.5e12], np.float32)
+
+
+@pytest.mark.parametrize("e", [2, 3, 4, -1, -2, -3, -4])
+def test_small_integer_power_is_products(e, cache):
+    """x ** e for a constant e in -4..-1, 2..4 is nk_powi*: products, not powf
+    (which does not vectorise); signs of zeros, infinities and NaN as NumPy's."""
+    x = np.concatenate([RNG.standard_normal(300).astype(np.float32) * 3, SPECIAL])
+    k, (out,) = run_kernel(lambda a: np.power(a, np.float32(e)), x, cache_dir=cache,
+                           name=f"powi_{e + 4}")
+    assert "nk_powi" in k.c_source and "powf(" not in k.c_source
+    with np.errstate(all="ignore"):
+        ref = np.power(x, np.float32(e))
+    np.testing.assert_allclose(out, ref, rtol=3e-7, atol=0, equal_nan=True)
+    np.testing.assert_array_equal(np.signbit(out), np.signbit(ref))
+
+
+@pytest.mark.parametrize("e", [2.5, 5.0, -5.0])
+def test_other_powers_keep_powf(e, cache):
+    x = np.abs(RNG.standard_normal(64).astype(np.float32)) + 0.5
+    k, (out,) = run_kernel(lambda a: np.power(a, np.float32(e)), x, cache_dir=cache,
+                           name=f"powf_{abs(e)}_{e < 0}")
+    assert "powf(" in k.c_source and "nk_powi" not in k.c_source
+    np.testing.assert_allclose(out, np.power(x, np.float32(e)), rtol=3e-7)
+
+
+def test_power_by_tensor_exponent_keeps_powf(cache):
+    x = np.abs(RNG.standard_normal(16).astype(np.float32)) + 0.5
+    y = np.full(16, 3.0, np.float32)   # 3 everywhere, but not a constant of the graph
+    k, (out,) = run_kernel(lambda a, b: np.power(a, b), x, y, cache_dir=cache, name="pow_tt")
+    assert "powf(" in k.c_source
+    np.testing.assert_allclose(out, np.power(x, y), rtol=3e-7)
+
+
+def test_product_returned_through_reshape_is_written_into_the_output(cache):
+    """(a @ b).reshape(1, M, N) returned: the GEMM writes the output, no copy
+    loop after it (GPT-2's logits)."""
+    a, b = RNG.standard_normal((8, 16), np.float32), RNG.standard_normal((16, 32), np.float32)
+    k, (out,) = run_kernel(lambda a, b: (a @ b).reshape(1, 8, 32), a, b, cache_dir=cache,
+                           name="mm_reshape_out")
+    c = k.c_source
+    assert "static void loop" not in c and "kc.o0 + " in c
+    np.testing.assert_allclose(out, (a @ b).reshape(1, 8, 32), rtol=1e-5, atol=1e-5)
+
+
+def test_elementwise_returned_through_two_reshapes_and_read_again(cache):
+    """A value returned through a chain of reshapes and also read by a later
+    group: written once, into the output, and read back from there."""
+    x = RNG.standard_normal((4, 6), np.float32)
+
+    def fn(x):
+        y = np.exp(x)
+        return y.reshape(24).reshape(2, 12), y.sum(axis=1)
+
+    k, (o0, o1) = run_kernel(fn, x, cache_dir=cache, name="ew_reshape_out")
+    assert k.c_source.count("static void loop") == 1   # exp; the sum is its own group
+    np.testing.assert_allclose(o0, np.exp(x).reshape(2, 12), rtol=1e-6)
+    np.testing.assert_allclose(o1, np.exp(x).sum(axis=1), rtol=1e-5)
