@@ -79,3 +79,30 @@ def test_elementwise_returned_through_two_reshapes_and_read_again(cache):
     assert k.c_source.count("static void loop") == 1   # exp; the sum is its own group
     np.testing.assert_allclose(o0, np.exp(x).reshape(2, 12), rtol=1e-6)
     np.testing.assert_allclose(o1, np.exp(x).sum(axis=1), rtol=1e-5)
+
+
+@pytest.mark.parametrize("shape,perm", [((100, 70), (1, 0)), ((64, 32), (1, 0)),
+                                        ((5, 40, 33), (0, 2, 1)), ((40, 3, 50), (2, 1, 0)),
+                                        ((33, 2, 2, 48), (3, 1, 2, 0))])
+def test_transposed_copy_is_tiled(shape, perm, cache):
+    """A materialised transpose walks square tiles (the lines of its strided
+    read stay in L1), edges included when the sizes are not multiples of the tile."""
+    x = RNG.standard_normal(shape).astype(np.float32)
+    k, (out,) = run_kernel(lambda a: np.transpose(a, perm).copy() + 0.0, x, cache_dir=cache,
+                           name="tile_" + "_".join(map(str, shape + perm)))
+    assert "td_end" in k.c_source
+    np.testing.assert_array_equal(out, np.transpose(x, perm))
+
+
+def test_elementwise_with_a_transposed_operand_is_tiled(cache):
+    x, y = RNG.standard_normal((48, 80), np.float32), RNG.standard_normal((80, 48), np.float32)
+    k, (out,) = run_kernel(lambda a, b: a * 2.0 + b.T, x, y, cache_dir=cache, name="tile_ew")
+    assert "td_end" in k.c_source
+    np.testing.assert_allclose(out, x * 2.0 + y.T, rtol=1e-6)
+
+
+def test_row_order_loops_are_not_tiled(cache):
+    x = RNG.standard_normal((64, 80), np.float32)
+    k, (out,) = run_kernel(lambda a: a * 2.0 + a[:, :1], x, cache_dir=cache, name="no_tile")
+    assert "td_end" not in k.c_source
+    np.testing.assert_allclose(out, x * 2.0 + x[:, :1], rtol=1e-6)
