@@ -106,3 +106,39 @@ def test_row_order_loops_are_not_tiled(cache):
     k, (out,) = run_kernel(lambda a: a * 2.0 + a[:, :1], x, cache_dir=cache, name="no_tile")
     assert "td_end" not in k.c_source
     np.testing.assert_allclose(out, x * 2.0 + x[:, :1], rtol=1e-6)
+
+
+def test_product_plus_a_buffer_accumulates_in_the_gemm(cache):
+    """a @ b + y, y a buffer only the add reads (here another product, and a
+    reduction): y is written into the add's buffer and the GEMM adds into it
+    (beta 1): no elementwise loop for the add."""
+    a, b = RNG.standard_normal((24, 40), np.float32), RNG.standard_normal((40, 36), np.float32)
+    c, d = RNG.standard_normal((24, 8), np.float32), RNG.standard_normal((8, 36), np.float32)
+    k, (out,) = run_kernel(lambda a, b, c, d: a @ b + c @ d, a, b, c, d, cache_dir=cache,
+                           name="mm_acc_mm")
+    assert "static void loop" not in k.c_source and k.c_source.count("1.0f, kc.o0") == 1
+    np.testing.assert_allclose(out, a @ b + c @ d, rtol=1e-5, atol=1e-5)
+    e = RNG.standard_normal((24, 36, 5), np.float32)
+    k, (out,) = run_kernel(lambda a, b, e: e.sum(axis=2) + a @ b, a, b, e, cache_dir=cache,
+                           name="mm_acc_sum")
+    assert "static void loop" not in k.c_source and "1.0f, kc.o0" in k.c_source
+    np.testing.assert_allclose(out, e.sum(axis=2) + a @ b, rtol=1e-5, atol=1e-5)
+    f = RNG.standard_normal((24 * 36, 3), np.float32)   # y a reshape of the reduction
+    k, (out,) = run_kernel(lambda a, b, f: a @ b + f.sum(axis=1).reshape(24, 36), a, b, f,
+                           cache_dir=cache, name="mm_acc_reshaped")
+    assert "static void loop" not in k.c_source and "1.0f, kc.o0" in k.c_source
+    np.testing.assert_allclose(out, a @ b + f.sum(axis=1).reshape(24, 36), rtol=1e-5, atol=1e-5)
+
+
+def test_product_plus_a_shared_or_inlined_value_keeps_the_add(cache):
+    """y read elsewhere too, or y an elementwise expression fused into the add:
+    the add stays a loop (beta 0)."""
+    a, b = RNG.standard_normal((16, 32), np.float32), RNG.standard_normal((32, 16), np.float32)
+    y = RNG.standard_normal((16, 16), np.float32)
+    k, (o0, o1) = run_kernel(lambda a, b, y: (a @ b + np.exp(y), np.exp(y) * 2.0), a, b, y,
+                             cache_dir=cache, name="mm_no_acc_shared")
+    np.testing.assert_allclose(o0, a @ b + np.exp(y), rtol=1e-5, atol=1e-5)
+    k, (o0,) = run_kernel(lambda a, b, y: a @ b + np.exp(y), a, b, y, cache_dir=cache,
+                          name="mm_no_acc_inline")
+    assert "0.0f, kc.t" in k.c_source and "static void loop" in k.c_source   # beta 0
+    np.testing.assert_allclose(o0, a @ b + np.exp(y), rtol=1e-5, atol=1e-5)

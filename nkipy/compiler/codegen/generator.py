@@ -37,6 +37,8 @@ class Generator(Planning, Loops, Matmul, Structured, RowGroups):
         self.rowbufs: list[tuple[str, int]] = []  # (kctx field, floats per worker)
         self.gemm_alpha: dict[int, tuple[float, Node]] = {}  # id(matmul) -> (alpha, scaling node)
         self.scaled_by_gemm: set[int] = set()     # id() of nodes a GEMM's alpha computes
+        self.gemm_accumulate: dict[int, Node] = {}  # id(matmul) -> the add its beta computes
+        self.redirect: dict[int, Value] = {}      # value id -> value whose buffer it writes
         self.counter = 0
 
     # -- driver --
@@ -50,6 +52,7 @@ class Generator(Planning, Loops, Matmul, Structured, RowGroups):
             self.buffers[v.id] = Buffer(f"i{i}", v.dtype, v.shape, "in", i)
         self.plan_inline()
         self.plan_gemm_scaling()
+        self.plan_gemm_accumulate()
         return self.plan_groups()
 
     def emit(self, groups: list[Group]) -> None:

@@ -37,6 +37,14 @@ class Loops:
 
     def new_output_buffer(self, v: Value) -> Buffer:
         """Decides where a group writes v: an output tensor or scratch."""
+        target = self.redirect.get(v.id)
+        if target is not None:   # writes another value's buffer (plan_gemm_accumulate)
+            buf = self.buffers.get(target.id) or self.new_output_buffer(target)
+            if buf.shape != v.shape:   # a reshape of the target: the same memory
+                buf = Buffer(buf.name, buf.dtype, v.shape, buf.kind, buf.index, buf.offset,
+                             buf.nbytes, buf.data)
+            self.buffers[v.id] = buf
+            return buf
         outs = self.out_ids.get(v.id)
         reshaped = None if outs else self.reshaped_output(v)
         if outs:
