@@ -321,46 +321,77 @@ _PLAIN_INPUTS = (torch.Tensor, bool, int, float, torch.SymInt, torch.SymFloat, t
 
 
 class _ObjectInputs:
-    """How a graph without its object inputs is called: the graph inputs that
-    are objects (not tensors or numbers) and that no node computes with: the
+    """How a graph is called without the inputs it only passes through.
+
+    Object inputs (not tensors or numbers) that no node computes with: the
     ``DeviceMesh`` of each DTensor, which AOTAutograd keeps as an input after
     desugaring DTensor into its local tensor and ``_c10d_functional``
     collectives naming the process group, and which a training graph returns to
-    save it for the backward. They are removed from the graph; a call drops them
-    from its arguments and puts the returned ones back among the results."""
+    save it for the backward. They are removed from the graph.
+
+    Tensor inputs the graph returns unchanged: a training forward returns the
+    weights it saves for the backward (GPT-2's forward returned 14 of them),
+    which a kernel would copy into fresh outputs on every call. They leave the
+    graph's results (and the graph, when nothing else reads them); the call
+    returns the input tensor itself, as eager's saved tensors and inductor do.
+    Not for an input the graph mutates (its result would be the new value).
+
+    A call drops the removed inputs from its arguments and puts the returned
+    ones back among the results."""
 
     def __init__(self, kept: List[int], passthrough: List[Tuple[int, int]]) -> None:
         self.kept = kept                  # indices of the inputs the graph still takes
         self.passthrough = passthrough    # (output position, input index), ascending
 
+    @staticmethod
+    def _mutated(n: torch.fx.Node) -> bool:
+        """Whether an op of the graph writes into ``n`` (``copy_`` of an input
+        mutation kept in the graph, an in-place op): its schema says so."""
+        return any(u.op == "call_function" and isinstance(u.target, torch._ops.OpOverload)
+                   and u.target._schema.is_mutable for u in n.users)
+
     @classmethod
     def strip(cls, gm: torch.fx.GraphModule,
               example_inputs: Sequence[Any]) -> Optional["_ObjectInputs"]:
-        """Removes the object inputs of ``gm`` (in place); None when it has none."""
+        """Removes the object inputs of ``gm`` and its returned unchanged tensor
+        inputs (in place); None when it has neither."""
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         if len(placeholders) != len(example_inputs):
             return None
         output = next(n for n in gm.graph.nodes if n.op == "output")
         outs = output.args[0]
-        drop = {}
         returned = isinstance(outs, (list, tuple))   # results a list the inputs can join
+        drop = {}      # placeholder -> input index: leaves the graph
+        through = {}   # placeholder -> input index: returned by the call, not the graph
         for i, (n, v) in enumerate(zip(placeholders, example_inputs)):
-            if isinstance(v, _PLAIN_INPUTS):
-                continue
-            if not n.users or (returned and all(u is output for u in n.users)):
-                drop[n] = i
-        if not drop:
+            only_returned = returned and all(u is output for u in n.users)
+            if not isinstance(v, _PLAIN_INPUTS):
+                if not n.users or only_returned:
+                    drop[n] = i
+                    through[n] = i
+            elif returned and isinstance(v, torch.Tensor) and n in outs and \
+                    not cls._mutated(n):
+                through[n] = i
+                if only_returned:
+                    drop[n] = i
+        if returned and through and all(o in through for o in outs) and \
+                any(isinstance(example_inputs[i], torch.Tensor) for i in through.values()):
+            # a graph returning nothing but its inputs: keep the tensors in it
+            through = {n: i for n, i in through.items()
+                       if not isinstance(example_inputs[i], torch.Tensor)}
+            drop = {n: i for n, i in drop.items() if n in through or not n.users}
+        if not drop and not through:
             return None
         passthrough = []
         if returned:
-            passthrough = [(pos, drop[o]) for pos, o in enumerate(outs) if o in drop]
-            output.args = ([o for o in outs if o not in drop],)
+            passthrough = [(pos, through[o]) for pos, o in enumerate(outs) if o in through]
+            output.args = ([o for o in outs if o not in through],)
         for n in drop:
             gm.graph.erase_node(n)
         gm.graph.lint()
         gm.recompile()
-        return cls([i for i in range(len(placeholders)) if i not in drop.values()],
-                   passthrough)
+        dropped = set(drop.values())
+        return cls([i for i in range(len(placeholders)) if i not in dropped], passthrough)
 
     def wrap(self, inner: Callable[[List[Any]], Any]) -> Callable[[List[Any]], Any]:
         """A boxed callable taking the original inputs around the boxed ``inner``."""

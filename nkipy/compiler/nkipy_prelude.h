@@ -72,6 +72,15 @@ static inline float nk_tanh(float x) {
   return ax < 0.0625f ? small : r;
 }
 static inline float nk_sigmoid(float x) { return 1.0f / (1.0f + nk_exp(-x)); }
+/* x ** n for a constant small integer n (codegen's _small_int_exponent):
+ * products, which vectorise (powf does not); negative n: 1 / x ** |n|. */
+static inline float nk_powi2(float x) { return x * x; }
+static inline float nk_powi3(float x) { return x * x * x; }
+static inline float nk_powi4(float x) { float y = x * x; return y * y; }
+static inline float nk_powim1(float x) { return 1.0f / x; }
+static inline float nk_powim2(float x) { return 1.0f / (x * x); }
+static inline float nk_powim3(float x) { return 1.0f / (x * x * x); }
+static inline float nk_powim4(float x) { float y = x * x; return 1.0f / (y * y); }
 /* erf: x P(x^2) / Q(x^2) on x clamped to [-4, 4] (beyond, erf is +-1 in
  * float32), the rational approximation of Eigen and XLA; absolute error
  * below 5e-7 everywhere, relative error below 5e-7 near 0. One division and

@@ -1,7 +1,8 @@
 """Graph-level passes run before code generation.
 
 * ``simplify``: removes no-op nodes (cast to the same dtype, reshape or
-  broadcast to the same shape, identity transposes, full slices).
+  broadcast to the same shape, identity transposes, full slices) and folds a
+  transpose of a transpose into one.
 * ``cse``: merges nodes computing the same op on the same operands.
 * ``fold_constants``: evaluates nodes whose operands are all constants
   (with the IR interpreter) when the result is small.
@@ -46,11 +47,29 @@ def _is_noop(n: Node) -> bool:
     return False
 
 
+def _fold_transposes(n: Node) -> bool:
+    """A transpose of a transpose becomes one transpose of the first's operand
+    (an identity, then removed as a no-op): AOTAutograd's backward transposes a
+    product twice (``permute(permute(mm(a, b)))``), and the double view hid the
+    product from the GEMM fusions."""
+    if n.op != "transpose" or not n.inputs:
+        return False
+    m = n.inputs[0].node
+    if m is None or m.op != "transpose" or len(m.outputs) != 1:
+        return False
+    inner, outer = list(m.attrs["perm"]), list(n.attrs["perm"])
+    n.inputs = [m.inputs[0]]
+    n.attrs = dict(n.attrs, perm=tuple(inner[i] for i in outer))
+    return True
+
+
 def simplify(graph: Graph) -> int:
-    """Removes nodes that return their operand unchanged."""
+    """Removes nodes that return their operand unchanged; folds transposes of
+    transposes."""
     changed = 0
     keep = []
     for n in graph.nodes:
+        changed += _fold_transposes(n)
         if _is_noop(n):
             _replace_uses(graph, n.output, n.inputs[0])
             changed += 1

@@ -244,6 +244,31 @@ def cast_c(n: Node, a: str) -> str:
     return f"(({compute_type(dst)})({storage_type(dst)})({a}))"
 
 
+#: Views an exponent may sit behind (maps.VIEW_OPS; ctext sits below maps).
+_EXPONENT_VIEWS = frozenset({"reshape", "transpose", "slice", "broadcast_to"})
+
+
+def _small_int_exponent(v) -> int | None:
+    """The exponent of a float32 ``pow`` when it is one constant (through views)
+    among -4..-1 and 2..4, else None. Such powers become multiplications
+    (``nk_powi3(x)`` is ``x * x * x``): libm's powf does not vectorise, and the
+    cube in GPT-2's tanh GELU was a tenth of a training step. PyTorch computes
+    x ** 2, ** 3, ** -1 and ** -2 as these products too; for the others the
+    product is within 2 ulp of the correctly rounded power."""
+    while v.node is not None and v.node.op in _EXPONENT_VIEWS:
+        v = v.node.inputs[0]
+    if v.node is None or v.node.op != "constant":
+        return None
+    vals = np.unique(np.asarray(v.node.attrs["value"]))
+    if vals.size != 1:
+        return None
+    e = float(vals[0])
+    if not math.isfinite(e) or e != int(e):
+        return None
+    e = int(e)
+    return e if (-4 <= e <= -1 or 2 <= e <= 4) else None
+
+
 def elementwise_c(n: Node, args: list[str]) -> str:
     """C expression of an elementwise node over operand expressions."""
     op = n.op
@@ -262,6 +287,10 @@ def elementwise_c(n: Node, args: list[str]) -> str:
         if op not in table:
             raise CodegenError(f"{op} is not defined for {dtype_name(src_dtype)}")
         return table[op].format(a=a)
+    if op == "pow" and flt and not is_double(src_dtype):
+        e = _small_int_exponent(n.inputs[1])
+        if e is not None:
+            return f"nk_powi{'m' if e < 0 else ''}{abs(e)}({a})"
     wide = {"float64": BINARY_DOUBLE_C, "int64": BINARY_INT64_C}.get(dtype_name(src_dtype))
     template = None
     if wide is not None and op in wide:

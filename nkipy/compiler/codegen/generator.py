@@ -39,6 +39,8 @@ class Generator(Planning, Loops, Matmul, Structured, RowGroups):
         self.scaled_by_gemm: set[int] = set()     # id() of nodes a GEMM's alpha computes
         self.conv_epilogue: dict[int, tuple[float, float, Node]] = {}  # id(conv2d) -> clamp
         self.fused_into_conv: set[int] = set()    # id() of nodes a conv2d's clamp computes
+        self.gemm_accumulate: dict[int, Node] = {}  # id(matmul) -> the add its beta computes
+        self.redirect: dict[int, Value] = {}      # value id -> value whose buffer it writes
         self.counter = 0
 
     # -- driver --
@@ -53,6 +55,7 @@ class Generator(Planning, Loops, Matmul, Structured, RowGroups):
         self.plan_inline()
         self.plan_gemm_scaling()
         self.plan_conv_epilogue()
+        self.plan_gemm_accumulate()
         return self.plan_groups()
 
     def emit(self, groups: list[Group]) -> None:

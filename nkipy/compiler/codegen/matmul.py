@@ -42,7 +42,13 @@ class Matmul:
         ab, aoff, abat, ars, acs = self.matrix_operand(a_v)
         bb, boff, bbat, brs, bcs = self.matrix_operand(b_v)
         alpha, scaled = self.gemm_alpha.get(id(n), (1.0, None))
-        if scaled is not None:  # the GEMM writes the scaled product itself
+        acc = self.gemm_accumulate.get(id(n))
+        beta = "0.0f"
+        if acc is not None:  # the GEMM adds the product into the add's buffer
+            out = self.buffers[acc.output.id]
+            self.buffers[v.id] = out
+            beta = "1.0f"
+        elif scaled is not None:  # the GEMM writes the scaled product itself
             out = self.new_output_buffer(scaled.output)
             self.buffers[v.id] = out
         else:
@@ -87,13 +93,13 @@ class Matmul:
         if dt == "float32":
             lines.append(f"{depth}env->lib->sgemm_batched(env->ctx, {inner_b}, {ta}, {tb}, {m}, "
                          f"{ncol}, {kdim}, {alpha_c}, kc.{ab.name} + {aoffe}, {lda}, {sa}, "
-                         f"kc.{bb.name} + {boffe}, {ldb}, {sb}, 0.0f, kc.{out.name} + {coffe}, "
+                         f"kc.{bb.name} + {boffe}, {ldb}, {sb}, {beta}, kc.{out.name} + {coffe}, "
                          f"{ldc}, {sc});")
         else:
             lines.append(f"{depth}env->lib->gemm_batched_lowp(env->ctx, {_NKRT_DTYPE[dt]}, "
                          f"{inner_b}, {ta}, {tb}, {m}, {ncol}, {kdim}, {alpha_c}, "
                          f"kc.{ab.name} + {aoffe}, {lda}, {sa}, kc.{bb.name} + {boffe}, {ldb}, "
-                         f"{sb}, 0.0f, kc.{out.name} + {coffe}, {ldc}, {sc});")
+                         f"{sb}, {beta}, kc.{out.name} + {coffe}, {ldc}, {sc});")
         for _ in outer:
             depth = depth[:-2]
             lines.append(f"{depth}}}")

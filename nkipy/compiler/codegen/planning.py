@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nkipy.core.ir import ELEMENTWISE, REDUCTIONS, Node, Value
+from nkipy.core.ir import ELEMENTWISE, REDUCTIONS, Node, Value, dtype_name
 
 from .ctext import is_double, is_float
 from .maps import VIEW_OPS, view_map
@@ -156,6 +156,48 @@ class Planning:
                 self.scaled_by_gemm.add(id(n))
                 break
 
+    def plan_gemm_accumulate(self) -> None:
+        """``matmul(a, b) + y`` with y a float32 buffer of the product's shape
+        that only this add reads: y's producer writes the add's buffer and the
+        GEMM, moved to the add's place, accumulates into it (beta = 1), saving
+        the pass over the product the add costs (GPT-2's tied embedding:
+        its gradient is the logits' product plus the embedding's scatter, a
+        4096 x 256 add). The product must have no other reader, y must be
+        computed in a group of its own (not inlined, not a view, an input or
+        an output; reshapes of such a value, each read only by the next, are
+        looked through), and the add must have a buffer that is not an
+        input's."""
+        g = self.g
+        for n in g.nodes:
+            if n.op != "add" or len(n.outputs) != 1 or n.output.id in self.inline or \
+                    id(n) in self.scaled_by_gemm or dtype_name(n.output.dtype) != "float32" or \
+                    any(j in g.aliases for j in self.out_ids.get(n.output.id, [])):
+                continue
+            for pos in (0, 1):
+                x, y = n.inputs[pos], n.inputs[1 - pos]
+                p, q = x.node, y.node
+                if p is None or p.op != "matmul" or id(p) in self.gemm_alpha or \
+                        id(p) in self.gemm_accumulate or x.id in self.out_ids or \
+                        x.shape != n.output.shape or y.shape != n.output.shape or \
+                        x.dtype != n.output.dtype or y.dtype != n.output.dtype or x is y:
+                    continue
+                if self.users.get(x.id, []) != [n] or self.users.get(y.id, []) != [n]:
+                    continue
+                # through reshapes read only by the next (the flat scatter of an
+                # embedding's gradient, reshaped to the table's shape)
+                while q is not None and q.op == "reshape" and y.id not in self.out_ids and \
+                        self.users.get(q.inputs[0].id, []) == [q]:
+                    y = q.inputs[0]
+                    q = y.node
+                if q is None or q is p or q.op in VIEW_OPS or q.op == "constant" or \
+                        len(q.outputs) != 1 or y.id in self.inline or y.id in self.out_ids or \
+                        y.id in self.redirect or id(q) in self.conv_epilogue or \
+                        id(q) in self.fused_into_conv:   # a conv2d writes y through its own epilogue
+                    continue
+                self.gemm_accumulate[id(p)] = n
+                self.redirect[y.id] = n.output
+                break
+
     @staticmethod
     def scalar_constant(v: Value) -> float | None:
         """The value of a one-element constant (through views), else None."""
@@ -179,8 +221,12 @@ class Planning:
         per-row scalars out of ``inline`` (hoist_row_scalars), but those
         precede the group, so no later decision depends on it."""
         g = self.g
-        emit = [n for n in g.nodes if n.op not in VIEW_OPS and n.output.id not in self.inline
-                and id(n) not in self.scaled_by_gemm and id(n) not in self.fused_into_conv]
+        moved = {id(add): p for p in g.nodes if id(p) in self.gemm_accumulate
+                 for add in (self.gemm_accumulate[id(p)],)}
+        emit = [moved.get(id(n), n) for n in g.nodes
+                if n.op not in VIEW_OPS and n.output.id not in self.inline
+                and id(n) not in self.scaled_by_gemm and id(n) not in self.gemm_accumulate
+                and id(n) not in self.fused_into_conv]
         groups: list[Group] = []
         i = 0
         while i < len(emit):
