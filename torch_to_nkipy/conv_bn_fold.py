@@ -56,13 +56,18 @@ def _is_f32(n: Any) -> bool:
 
 
 def _static_numel(v: torch.Tensor) -> Optional[int]:
-    try:
-        return int(v.numel())
-    except Exception:   # a symbolic size without a hint
+    """The element count of ``v``; None when a size is symbolic (no guard added)."""
+    if not all(isinstance(d, int) for d in v.shape):
         return None
+    n = 1
+    for d in v.shape:
+        n *= d
+    return n
 
 
 def _foldable(conv: torch.fx.Node, bn: torch.fx.Node) -> bool:
+    if len(conv.args) != 9 or len(bn.args) != 7 or conv.kwargs or bn.kwargs:
+        return False
     x, w, b = conv.args[0], conv.args[1], conv.args[2]
     if conv.args[6] or len(conv.users) != 1:
         return False

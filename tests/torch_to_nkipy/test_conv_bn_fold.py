@@ -217,3 +217,15 @@ def test_fold_all_when_threshold_off(folds, monkeypatch):
     _check(_model(nn.Conv2d(64, 64, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU()),
            torch.randn(1, 64, 3, 3))
     assert len(folds) == 1
+
+
+def test_dynamic_batch(folds):
+    """A symbolic batch size: the pair is folded (the weights' shapes are static)
+    and every batch size equals eager."""
+    m = _model(nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU())
+    c = torch.compile(m, backend="nkipy", dynamic=True)
+    with torch.no_grad():
+        for n in (2, 3, 5):
+            x = torch.randn(n, 3, 10, 10)
+            torch.testing.assert_close(c(x), m(x), **TOL)
+    assert len(folds) >= 1
