@@ -204,16 +204,17 @@ def test_float64_not_folded():
     assert _fold_eagerly(m.float(), x) == 1
 
 
-def test_weight_heavy_pair_not_folded(folds):
-    """A 1x1 output from a large weight: scaling the weights every call would cost
-    more than the batch norm's pass it saves (MAX_WEIGHT_PER_OUTPUT)."""
+def test_weight_heavy_pair_not_folded_with_limit(folds, monkeypatch):
+    """With MAX_WEIGHT_PER_OUTPUT set, a pair whose weight outnumbers its output
+    (here a 1x1 output from a 3x3x64x64 weight) keeps its batch norm."""
+    monkeypatch.setattr(conv_bn_fold, "MAX_WEIGHT_PER_OUTPUT", 2.0)
     _check(_model(nn.Conv2d(64, 64, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU()),
            torch.randn(1, 64, 3, 3))
     assert folds == []
 
 
-def test_fold_all_when_threshold_off(folds, monkeypatch):
-    monkeypatch.setattr(conv_bn_fold, "MAX_WEIGHT_PER_OUTPUT", None)
+def test_weight_heavy_pair_folded_by_default(folds):
+    assert conv_bn_fold.MAX_WEIGHT_PER_OUTPUT is None
     _check(_model(nn.Conv2d(64, 64, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU()),
            torch.randn(1, 64, 3, 3))
     assert len(folds) == 1
