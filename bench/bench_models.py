@@ -595,8 +595,10 @@ def render_md(result: Dict[str, Any], png: Optional[str]) -> str:
         "patches, hidden 256, 2 layers; Whisper encoder 80 mel bins x 400 frames, d_model "
         "256, 2 layers; ResNet-18 and MobileNetV2 (bench/cnn_models.py, the papers' "
         "definitions with torchvision's parameter counts, 11.7 M and 3.5 M) on one 224 x "
-        "224 image, eval mode (batch norm folded by neither side). Random weights, seeded, "
-        "dropout off.",
+        "224 image, eval mode under `torch.no_grad()` (nkipy folds each batch norm into the "
+        "convolution before it in its inference graphs, torch_to_nkipy/conv_bn_fold.py, "
+        "with the weights scaled on every call; inductor, without freezing, does not "
+        "fold). Random weights, seeded, dropout off.",
         "- GPT-2 training step: `zero_grad`, forward with `labels`, `loss.backward()` (a "
         "graph break: the forward and backward graphs are compiled by AOTAutograd), no "
         "optimizer; the result compared is the loss and 1024 entries of one weight's "

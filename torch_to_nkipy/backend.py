@@ -22,6 +22,7 @@ from spiky.stats import record_compile, record_graph
 
 from . import kernel as kernel_mod
 from . import progress
+from .conv_bn_fold import fold_conv_batch_norm
 from .config import is_nkipy_backend_initialized, require_nkipy_backend_config
 from .dynamic import dynamic_signature
 from .executor import PadCall, run_sliced
@@ -464,12 +465,19 @@ def nkipy_backend_fn(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
                      options: Any = None, **kwargs: Any) -> Callable[..., Any]:
     """The dynamo backend: AOTAutograd with core ATen decompositions; forward and
     backward graphs compiled by :func:`compile_fx_graph` with the per-function
-    ``options`` (torch_to_nkipy.options) over the backend defaults."""
+    ``options`` (torch_to_nkipy.options) over the backend defaults. Inference
+    graphs (nothing to differentiate) first get the inference-only rewrites
+    (:func:`torch_to_nkipy.conv_bn_fold.fold_conv_batch_norm`)."""
     if not is_nkipy_backend_initialized():
         raise RuntimeError("torch.compile(backend='nkipy') needs init_nkipy_backend() first")
     opts = resolve_options(options, require_nkipy_backend_config())
 
     def fw(g: torch.fx.GraphModule, ex: Sequence[Any]) -> Callable[..., Any]:
+        return compile_fx_graph(g, "forward", opts, example_inputs=ex)
+
+    def inference(g: torch.fx.GraphModule, ex: Sequence[Any]) -> Callable[..., Any]:
+        # a graph autograd does not differentiate: inference-only rewrites apply
+        fold_conv_batch_norm(g)
         return compile_fx_graph(g, "forward", opts, example_inputs=ex)
 
     @torch._dynamo.disable(reason="do not trace the nkipy backward compiler")
@@ -483,6 +491,7 @@ def nkipy_backend_fn(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
 
     with progress.tracing():
         return aot_module_simplified(gm, example_inputs, fw_compiler=fw, bw_compiler=bw,
+                                     inference_compiler=inference,
                                      decompositions=decompositions(),
                                      keep_inference_input_mutations=True)
 
