@@ -129,9 +129,13 @@ class MobileNetV2(nn.Module):
         feats.append(_conv_bn_relu6(cin, last, 1))
         self.features = nn.Sequential(*feats)
         self.classifier = nn.Sequential(nn.Dropout(0.2), nn.Linear(last, num_classes))
+        # fan_in, not torchvision's fan_out: fan_out counts a depthwise filter's
+        # outputs once per channel, so every depthwise layer shrank the signal and
+        # the features of a random model vanished (~1e-8): the logits were the
+        # classifier's bias alone and a compiled run matched eager whatever it computed.
         for m in self.modules():
             if isinstance(m, nn.Conv2d):
-                nn.init.kaiming_normal_(m.weight, mode="fan_out")
+                nn.init.kaiming_normal_(m.weight, mode="fan_in", nonlinearity="relu")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.features(x)
