@@ -142,3 +142,33 @@ def test_product_plus_a_shared_or_inlined_value_keeps_the_add(cache):
                           name="mm_no_acc_inline")
     assert "0.0f, kc.t" in k.c_source and "static void loop" in k.c_source   # beta 0
     np.testing.assert_allclose(o0, a @ b + np.exp(y), rtol=1e-5, atol=1e-5)
+
+
+
+def test_where_computes_both_values_then_selects(cache):
+    """where(x > 0, x, x * w) (a per-channel PReLU) is NK_SELECT: both values
+    computed, then one chosen, so the loop vectorises as a blend instead of a
+    branch per element; nested selects and NaN/infinities as NumPy's."""
+    x = np.resize(np.concatenate([RNG.standard_normal(244).astype(np.float32), SPECIAL]),
+                  (4, 64))
+    w = RNG.standard_normal((4, 1)).astype(np.float32)
+    fn = lambda a, b: np.where(a > 0, a, np.where(a < -1, a * b, b - a))  # noqa: E731
+    k, (out,) = run_kernel(fn, x, w, cache_dir=cache, name="select_nested")
+    assert k.c_source.count("NK_SELECT(") >= 2
+    with np.errstate(all="ignore"):
+        ref = fn(x, w)
+    np.testing.assert_array_equal(out, ref)
+
+
+def test_where_over_an_integer_division_by_zero_selects_safely(cache):
+    """The unselected value is computed too: an integer division by zero there
+    must not trap (the division helpers guard a zero divisor) and the selected
+    value is NumPy's."""
+    a = np.arange(-8, 8, dtype=np.int32)
+    b = np.array([1, 2, 0, 4, -1, 2, 3, 0] * 2, np.int32)
+    fn = lambda p, q: np.where(q != 0, p // q, p)  # noqa: E731
+    k, (out,) = run_kernel(fn, a, b, cache_dir=cache, name="select_idiv")
+    assert "NK_SELECT(" in k.c_source
+    with np.errstate(all="ignore"):
+        ref = np.where(b != 0, a // np.where(b == 0, 1, b), a)
+    np.testing.assert_array_equal(out, ref)

@@ -280,7 +280,7 @@ def elementwise_c(n: Node, args: list[str]) -> str:
     if op == "cast":
         return cast_c(n, a)
     if op == "where":
-        return f"(({a}) ? ({b}) : ({args[2]}))"
+        return f"NK_SELECT({a}, {b}, {args[2]})"
     if op in UNARY:
         table = (UNARY_DOUBLE_C if is_double(src_dtype) else UNARY_FLOAT_C) if flt else (
             UNARY_BOOL_C if dtype_name(src_dtype) == "bool" else UNARY_INT_C)
