@@ -438,3 +438,17 @@ def test_data_dependent_nonzero_and_masked_select_on_the_device():
                        torch.masked_select(col, row))
     after = stats()
     assert after["cpu_fallback_calls"] == before["cpu_fallback_calls"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.int64])
+def test_cross_rounds_half_products_like_the_cpu(dtype):
+    """linalg.cross of half operands rounds each product to the dtype before the
+    difference, as the CPU kernel does: equal to the CPU bit for bit, also where
+    the products cancel (integers scaled so that they do not fit the mantissa)."""
+    torch.manual_seed(0)
+    a = (torch.randn(6, 3, 5) * 40).to(dtype)
+    b = (torch.randn(6, 3, 5) * 40).to(dtype)
+    b[:, :, 0] = a[:, :, 0] * 3                   # parallel: products cancel
+    got = on_device(lambda x, y: torch.linalg.cross(x, y, dim=1), a, b, rtol=0, atol=0)
+    on_device(lambda x, y: torch.cross(x, y, dim=-2), a, b[:1], rtol=0, atol=0)  # broadcast
+    assert torch.equal(got.cpu(), torch.linalg.cross(a, b, dim=1))
