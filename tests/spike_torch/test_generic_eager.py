@@ -452,3 +452,17 @@ def test_cross_rounds_half_products_like_the_cpu(dtype):
     got = on_device(lambda x, y: torch.linalg.cross(x, y, dim=1), a, b, rtol=0, atol=0)
     on_device(lambda x, y: torch.cross(x, y, dim=-2), a, b[:1], rtol=0, atol=0)  # broadcast
     assert torch.equal(got.cpu(), torch.linalg.cross(a, b, dim=1))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("p", [4, 2, 1, 3.5])
+def test_half_norms_accumulate_in_float32(dtype, p):
+    """Vector norms (and dist) of half tensors accumulate in float32 and round
+    once, as the CPU does: sums of powers past float16's range (5 ** 4 * 125)
+    do not overflow to inf, and the result equals the CPU's."""
+    torch.manual_seed(0)
+    x = (torch.randn(5, 5, 5) * 8).to(dtype)
+    y = torch.full((5, 5, 5), 5.0, dtype=dtype)
+    on_device(lambda a, b: torch.dist(a, b, p), x, torch.zeros_like(x), rtol=0, atol=0)
+    on_device(lambda a: torch.linalg.vector_norm(a, p), y, rtol=0, atol=0)
+    on_device(lambda a: torch.linalg.vector_norm(a, p, dim=(0, 2)), x, rtol=0, atol=0)
