@@ -466,3 +466,23 @@ def test_half_norms_accumulate_in_float32(dtype, p):
     on_device(lambda a, b: torch.dist(a, b, p), x, torch.zeros_like(x), rtol=0, atol=0)
     on_device(lambda a: torch.linalg.vector_norm(a, p), y, rtol=0, atol=0)
     on_device(lambda a: torch.linalg.vector_norm(a, p, dim=(0, 2)), x, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_adaptive_avg_pool3d_rounds_like_the_cpu(dtype):
+    """adaptive_avg_pool3d of half inputs sums each window in the dtype, rounding
+    every addition, and divides by depth, height and width in turn, as the CPU
+    kernel does: bit-for-bit equal. Windows past HALF_POOL3D_MAX_WINDOW
+    positions run on the CPU (exact too)."""
+    torch.manual_seed(0)
+    for shape, size in (((8, 8, 8, 8), (5, 7, 4)), ((2, 3, 6, 5, 9), (4, 2, 3)),
+                        ((3, 4, 5, 6), (8, 9, 10))):
+        x = (torch.randn(shape) * 3).to(dtype)
+        on_device(F.adaptive_avg_pool3d, x, size, rtol=0, atol=0)
+    x = (torch.randn(1, 2, 16, 16, 16) * 3).to(dtype)
+    before = stats()["cpu_fallback_calls"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = F.adaptive_avg_pool3d(x.nkipy(), (1, 2, 2))
+    assert stats()["cpu_fallback_calls"] > before
+    assert torch.equal(got.cpu(), F.adaptive_avg_pool3d(x, (1, 2, 2)))
