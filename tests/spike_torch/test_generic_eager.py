@@ -486,3 +486,23 @@ def test_half_adaptive_avg_pool3d_rounds_like_the_cpu(dtype):
         got = F.adaptive_avg_pool3d(x.nkipy(), (1, 2, 2))
     assert stats()["cpu_fallback_calls"] > before
     assert torch.equal(got.cpu(), F.adaptive_avg_pool3d(x, (1, 2, 2)))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_transposed_convolution_runs_on_the_cpu(dtype):
+    """Transposed convolutions in half precision run on the CPU (its kernel
+    rounds the overlapping columns' sums in the dtype, which the device does not
+    reproduce): equal to the CPU bit for bit; plain convolutions stay on the device."""
+    torch.manual_seed(0)
+    x, w, b = torch.randn(1, 3, 4, 4).to(dtype), torch.randn(3, 3, 3, 3).to(dtype), \
+        torch.randn(3).to(dtype)
+    kw = dict(stride=(2, 2), padding=2, output_padding=(1, 1))
+    before = stats()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = F.conv_transpose2d(x.nkipy(), w.nkipy(), b.nkipy(), **kw)
+    after = stats()
+    assert after["cpu_fallback_calls"] > before["cpu_fallback_calls"]
+    assert torch.equal(got.cpu(), F.conv_transpose2d(x, w, b, **kw))
+    tol = {torch.float16: dict(rtol=1e-3, atol=1e-3), torch.bfloat16: dict(rtol=1.6e-2, atol=1e-2)}
+    on_device(F.conv2d, x, w, b, **tol[dtype])
