@@ -65,7 +65,9 @@ _KERNEL_DTYPES = {torch.float32: "float32", torch.float16: "float16",
 
 #: Ops lowered directly although core ATen decomposes them (as the torch.compile
 #: backend does: torch_to_nkipy.backend.KEEP_UNDECOMPOSED).
-KEEP_UNDECOMPOSED = ("aten._scaled_dot_product_flash_attention_for_cpu.default",)
+KEEP_UNDECOMPOSED = ("aten._scaled_dot_product_flash_attention_for_cpu.default",
+                     # half operands round each product as the CPU kernel does
+                     "aten.linalg_cross.default")
 
 #: How many kernels one op may compile for one tensor signature (they differ in
 #: their scalar arguments, which kernels bake in) before new scalar values run

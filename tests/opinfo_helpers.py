@@ -20,6 +20,16 @@ Environment (read once, at import; a bad value is refused with a message):
 - ``NKIPY_OPINFO_RECORD=path``: each whole-op_db test appends one JSON line
   (its family, op, dtype, status, sample counts, first problem) to ``path``;
   tools/op_coverage.py renders these into docs/op-coverage.md.
+
+Comparison: at the OpInfo's tolerance (:func:`tolerance`, else
+:data:`DEFAULT_TOL`); random ops by properties (:func:`compare`). Ties: sort,
+argsort, topk and kthvalue without ``stable=True`` may return any of several
+tied indices (PyTorch leaves their order to the implementation, and half
+precision rounds OpInfo's distinct values to equal ones), so their values are
+compared exactly and their indices by meaning (:func:`compare_ordering`: the
+input at the returned indices equals the CPU's values, and sort's and
+argsort's indices are a permutation along the dim); a ``stable=True`` sort is
+compared exactly, indices included.
 """
 from __future__ import annotations
 
@@ -329,6 +339,58 @@ def compare(got: Any, expected: Any, rtol: float, atol: float, random: bool = Fa
             assert not xf.isnan().any(), "NaN in a random op's result (none on the CPU)"
         if yf.min() >= 0 and yf.max() <= 1:
             assert xf.min() >= 0 and xf.max() <= 1, "random values outside [0, 1]"
+
+
+#: ops whose index results may break ties either way (argsort, sort, topk and
+#: kthvalue without ``stable=True``): PyTorch leaves the order of equal values
+#: to the implementation, so their indices are compared by meaning (compare_ordering)
+ORDERING_OPS = {"sort": 0, "argsort": 0, "topk": 1, "kthvalue": 1}
+
+
+def _ordering_dim(name: str, args: Any, kwargs: Any) -> int:
+    """The ``dim`` of an ORDERING_OPS call (positional or keyword, default -1)."""
+    pos = ORDERING_OPS[name]
+    if len(args) > pos:
+        return int(args[pos])
+    return int(kwargs.get("dim", -1))
+
+
+def is_tie_order_free(name: str, kwargs: Any) -> bool:
+    """Whether ``name`` called with ``kwargs`` may order tied values freely (an
+    ORDERING_OPS op without ``stable=True``)."""
+    return name in ORDERING_OPS and not kwargs.get("stable", False)
+
+
+def compare_ordering(name: str, got: Any, expected: Any, cpu_input: torch.Tensor,
+                     args: Any, kwargs: Any) -> None:
+    """Raises AssertionError unless ``got`` is a valid answer of the ordering op
+    ``name`` (see ORDERING_OPS) on ``cpu_input``: values equal to the CPU's
+    exactly (NaN where the CPU has NaN); indices that gather those values from
+    the input; for sort and argsort, indices that are a permutation along the
+    dim. Which of several tied indices is returned is not compared."""
+    got = to_cpu(got)
+    if name == "argsort":
+        got_idx, exp_idx = got, expected
+        exp_val = None
+    else:
+        (got_val, got_idx), (exp_val, exp_idx) = got[:2], expected[:2]
+        torch.testing.assert_close(got_val, exp_val, rtol=0, atol=0, equal_nan=True)
+    assert got_idx.dtype == exp_idx.dtype and got_idx.shape == exp_idx.shape, \
+        f"indices {got_idx.dtype}{tuple(got_idx.shape)}, expected " \
+        f"{exp_idx.dtype}{tuple(exp_idx.shape)}"
+    x = cpu_input.reshape(1) if cpu_input.dim() == 0 else cpu_input
+    dim = _ordering_dim(name, args, kwargs) % x.dim()
+    gi, ei = got_idx.reshape(1) if got_idx.dim() == 0 else got_idx, \
+        exp_idx.reshape(1) if exp_idx.dim() == 0 else exp_idx
+    if gi.dim() < x.dim():                       # kthvalue without keepdim
+        gi, ei = gi.unsqueeze(dim), ei.unsqueeze(dim)
+    assert bool(((gi >= 0) & (gi < max(x.shape[dim], 1))).all()), "index out of range"
+    torch.testing.assert_close(x.gather(dim, gi), x.gather(dim, ei), rtol=0, atol=0,
+                               equal_nan=True, msg=lambda m: "input at the indices: " + m)
+    if name in ("sort", "argsort") and gi.numel():
+        ref = torch.arange(gi.shape[dim]).reshape(
+            [-1 if d == dim else 1 for d in range(gi.dim())]).expand_as(gi)
+        assert torch.equal(gi.sort(dim).values, ref), "indices are not a permutation"
 
 
 # ---- where it ran -------------------------------------------------------------------

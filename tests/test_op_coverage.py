@@ -116,6 +116,33 @@ def test_compare_random_and_uninitialized():
         H.compare(x + 1e-3, x, 1.3e-6, 1e-5)
 
 
+def test_compare_ordering_accepts_any_tie_order_only():
+    import torch
+
+    x = torch.tensor([[2.0, 1.0, 2.0, 1.0], [3.0, 3.0, 0.0, 3.0]])
+    exp = torch.sort(x, dim=1, descending=True)
+    # the other tie order: a valid answer
+    other = (exp.values.clone(), torch.tensor([[2, 0, 3, 1], [3, 1, 0, 2]]))
+    H.compare_ordering("sort", other, exp, x, (1, True), {})
+    H.compare_ordering("argsort", other[1], exp.indices, x, (), {"dim": 1})
+    with pytest.raises(AssertionError, match="not a permutation"):
+        H.compare_ordering("argsort", torch.tensor([[0, 0, 3, 1], [3, 1, 0, 2]]),
+                           exp.indices, x, (1,), {})
+    with pytest.raises(AssertionError, match="input at the indices"):
+        H.compare_ordering("argsort", torch.tensor([[1, 0, 3, 2], [3, 1, 0, 2]]),
+                           exp.indices, x, (1,), {})
+    with pytest.raises(AssertionError, match="not equal"):
+        H.compare_ordering("sort", (exp.values + 1, exp.indices), exp, x, (1,), {})
+    k = torch.kthvalue(x, 2, 1)                 # no keepdim: indices one dim fewer
+    H.compare_ordering("kthvalue", (k.values, torch.tensor([3, 1])), k, x, (2, 1), {})
+    with pytest.raises(AssertionError, match="input at the indices"):
+        H.compare_ordering("kthvalue", (k.values, torch.tensor([0, 2])), k, x, (2, 1), {})
+    t = torch.topk(x, 2, 1)
+    H.compare_ordering("topk", (t.values, torch.tensor([[2, 0], [3, 0]])), t, x, (2, 1), {})
+    assert H.is_tie_order_free("sort", {}) and not H.is_tie_order_free("sort", {"stable": True})
+    assert not H.is_tie_order_free("add", {})
+
+
 def _records(path, recs):
     with open(path, "w") as f:
         for r in recs:

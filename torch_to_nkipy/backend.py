@@ -448,8 +448,10 @@ def compile_fx_graph(gm: torch.fx.GraphModule, role: str = "forward",
 
 
 #: Ops lowered directly although core ATen decomposes them (their decompositions
-#: do not match what the eager backward ops expect).
-KEEP_UNDECOMPOSED = ("aten._scaled_dot_product_flash_attention_for_cpu.default",)
+#: do not match what the eager backward ops expect; linalg_cross's computes half
+#: operands in float32, the registry's entry rounds as PyTorch's CPU kernel does).
+KEEP_UNDECOMPOSED = ("aten._scaled_dot_product_flash_attention_for_cpu.default",
+                     "aten.linalg_cross.default")
 
 
 def decompositions() -> Dict[Any, Any]:

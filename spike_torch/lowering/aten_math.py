@@ -18,7 +18,7 @@ import numpy as np
 
 from nkipy.core import ops
 
-from .aten_numpy import cast
+from .aten_numpy import _half, _index, cast
 from .registry import AtenOpRegistry
 
 reg = AtenOpRegistry.register
@@ -520,6 +520,27 @@ def dist(x, y, p=2):
     if p == 2:
         return np.sqrt(np.sum(d * d))
     return np.power(np.sum(np.power(d, p)), 1.0 / p)
+
+
+@reg("aten.linalg_cross.default")
+def linalg_cross(x, y, dim=-1):
+    """The cross product along ``dim`` (size 3; the other sizes broadcast). Half
+    operands round each product to their dtype before the difference (rounded
+    again by the node's cast), as PyTorch's CPU kernel computes in c10::Half /
+    BFloat16 arithmetic; other dtypes compute in their own."""
+    half = _half(x)
+
+    def part(t, i):
+        return t[_index(t.ndim, dim, slice(i, i + 1))]
+
+    def prod(a, b):
+        if not half:
+            return a * b
+        return (a.astype(np.float32) * b.astype(np.float32)).astype(x.dtype).astype(np.float32)
+
+    comps = [prod(part(x, i), part(y, j)) - prod(part(x, j), part(y, i))
+             for i, j in ((1, 2), (2, 0), (0, 1))]
+    return np.concatenate(comps, axis=dim)
 
 
 @reg("aten.angle.default", supports=lambda n: _val(n.args[0]) is not None and

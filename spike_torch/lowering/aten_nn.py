@@ -30,7 +30,7 @@ import numpy as np
 
 from nkipy.core import ops
 
-from .aten_numpy import _shape, acc_dtype, cast
+from .aten_numpy import _half, _shape, acc_dtype, cast
 from .registry import AtenOpRegistry
 
 reg = AtenOpRegistry.register
@@ -137,8 +137,17 @@ def _conv_args(x, stride, padding, dilation, output_padding):
 
 
 def _conv_supported(node: Any) -> bool:
+    """1-D to 3-D convolutions; not transposed ones in half precision, whose CPU
+    kernel (GEMM, then col2im adding the overlapping columns in the half dtype,
+    then the bias) rounds at steps the device does not reproduce (past OpInfo's
+    tolerance): they run on the CPU."""
+    import torch
+
     x = node.args[0].meta.get("val") if hasattr(node.args[0], "meta") else None
-    return x is not None and x.dim() in (3, 4, 5)
+    if x is None or x.dim() not in (3, 4, 5):
+        return False
+    transposed = node.args[6] if len(node.args) > 6 else node.kwargs.get("transposed", False)
+    return not (transposed and x.dtype in (torch.float16, torch.bfloat16))
 
 
 @reg("aten.convolution.default", "aten.convolution_overrideable.default",
@@ -470,8 +479,75 @@ def adaptive_avg_pool2d(x, output_size):
     return _adaptive_avg(x, output_size, 2)
 
 
-@reg("aten._adaptive_avg_pool3d.default")
+#: the most window positions (the product of the largest window's sides) a half
+#: adaptive_avg_pool3d sums on the device step by step; larger windows run on the CPU
+HALF_POOL3D_MAX_WINDOW = 64
+
+
+def _window(n: int, o: int) -> int:
+    """The largest adaptive window along a dim of ``n`` pooled to ``o``."""
+    return max(-(-((j + 1) * n) // o) - (j * n) // o for j in range(o)) if o else 0
+
+
+def _pool3d_supported(node: Any) -> bool:
+    """Half inputs: only windows of at most HALF_POOL3D_MAX_WINDOW positions."""
+    import torch
+
+    x = node.args[0].meta.get("val") if hasattr(node.args[0], "meta") else None
+    if x is None or x.dtype not in (torch.float16, torch.bfloat16):
+        return x is not None
+    out = _tup(node.args[1], 3)
+    return math.prod(_window(n, o) for n, o in zip(x.shape[-3:], out)) \
+        <= HALF_POOL3D_MAX_WINDOW
+
+
+def _window_take(x, axis, n, o, k):
+    """Element ``k`` of every output's window along ``axis`` (``x.ndim`` dims from
+    the end), and whether it is inside the window (both broadcast over ``x``)."""
+    j = ops.arange(0, o, 1, dtype=np.int32)
+    pos = (j * n) // o + k
+    inside = pos < ((j + 1) * n + o - 1) // o
+    ax = x.ndim - axis
+    shape = tuple(o if d == ax else 1 for d in range(x.ndim))
+    return np.take(x, np.minimum(pos, n - 1), axis=ax), np.reshape(inside, shape)
+
+
+def _window_sizes(ndim, axis, n, o):
+    """Every output's window size along ``axis`` (float32, broadcasting)."""
+    j = ops.arange(0, o, 1, dtype=np.int32)
+    size = ((j + 1) * n + o - 1) // o - (j * n) // o
+    shape = tuple(o if d == ndim - axis else 1 for d in range(ndim))
+    return np.reshape(size.astype(np.float32), shape)
+
+
+def _adaptive_avg3d_half(x, output_size):
+    """PyTorch's CPU kernel for half inputs: each window summed in its order
+    (depth, height, width) in the half dtype, rounded at every addition, then
+    divided by its depth, height and width in turn, rounded after each. Emulated
+    exactly: float32 operations on half values rounded to the dtype after each."""
+    out = _tup(output_size, 3)
+    n = _shape(x)[-3:]
+    xf = x.astype(np.float32)
+    acc = None
+    for a in range(_window(n[0], out[0])):
+        va, ma = _window_take(xf, 3, n[0], out[0], a)
+        for b in range(_window(n[1], out[1])):
+            vb, mb = _window_take(va, 2, n[1], out[1], b)
+            for c in range(_window(n[2], out[2])):
+                vc, mc = _window_take(vb, 1, n[2], out[2], c)
+                v = np.where(ma & mb & mc, vc, 0.0)
+                acc = v if acc is None else (acc + v).astype(x.dtype).astype(np.float32)
+    for axis in (3, 2, 1):
+        size = _window_sizes(x.ndim, axis, n[3 - axis], out[3 - axis])
+        acc = (acc / size).astype(x.dtype).astype(np.float32)
+    return acc.astype(x.dtype)
+
+
+@reg("aten._adaptive_avg_pool3d.default", supports=_pool3d_supported)
 def adaptive_avg_pool3d(x, output_size):
+    """Half inputs follow the CPU kernel's rounding (_adaptive_avg3d_half)."""
+    if _half(x) and math.prod(_shape(x)):
+        return _adaptive_avg3d_half(x, output_size)
     return _adaptive_avg(x, output_size, 3)
 
 

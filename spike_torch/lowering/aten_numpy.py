@@ -612,9 +612,13 @@ def native_layer_norm(x, normalized_shape, weight, bias, eps):
 
 @reg("aten.linalg_vector_norm.default")
 def linalg_vector_norm(x, ord=2, dim=None, keepdim=False, dtype=None):
+    """Half operands accumulate in float32 and round once (the node's cast), as
+    PyTorch's CPU norm does: a half sum of powers overflows (5.0 ** 4 * 125)."""
     if dtype is not None:
         x = cast(x, dtype)
     axis = _ax(dim, x.ndim)
+    if _half(x):
+        x = x.astype(np.float32)
     a = np.abs(x)
     if ord == math.inf:
         return np.max(a, axis=axis, keepdims=keepdim)

@@ -438,3 +438,71 @@ def test_data_dependent_nonzero_and_masked_select_on_the_device():
                        torch.masked_select(col, row))
     after = stats()
     assert after["cpu_fallback_calls"] == before["cpu_fallback_calls"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.int64])
+def test_cross_rounds_half_products_like_the_cpu(dtype):
+    """linalg.cross of half operands rounds each product to the dtype before the
+    difference, as the CPU kernel does: equal to the CPU bit for bit, also where
+    the products cancel (integers scaled so that they do not fit the mantissa)."""
+    torch.manual_seed(0)
+    a = (torch.randn(6, 3, 5) * 40).to(dtype)
+    b = (torch.randn(6, 3, 5) * 40).to(dtype)
+    b[:, :, 0] = a[:, :, 0] * 3                   # parallel: products cancel
+    got = on_device(lambda x, y: torch.linalg.cross(x, y, dim=1), a, b, rtol=0, atol=0)
+    on_device(lambda x, y: torch.cross(x, y, dim=-2), a, b[:1], rtol=0, atol=0)  # broadcast
+    assert torch.equal(got.cpu(), torch.linalg.cross(a, b, dim=1))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("p", [4, 2, 1, 3.5])
+def test_half_norms_accumulate_in_float32(dtype, p):
+    """Vector norms (and dist) of half tensors accumulate in float32 and round
+    once, as the CPU does: sums of powers past float16's range (5 ** 4 * 125)
+    do not overflow to inf, and the result equals the CPU's."""
+    torch.manual_seed(0)
+    x = (torch.randn(5, 5, 5) * 8).to(dtype)
+    y = torch.full((5, 5, 5), 5.0, dtype=dtype)
+    on_device(lambda a, b: torch.dist(a, b, p), x, torch.zeros_like(x), rtol=0, atol=0)
+    on_device(lambda a: torch.linalg.vector_norm(a, p), y, rtol=0, atol=0)
+    on_device(lambda a: torch.linalg.vector_norm(a, p, dim=(0, 2)), x, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_adaptive_avg_pool3d_rounds_like_the_cpu(dtype):
+    """adaptive_avg_pool3d of half inputs sums each window in the dtype, rounding
+    every addition, and divides by depth, height and width in turn, as the CPU
+    kernel does: bit-for-bit equal. Windows past HALF_POOL3D_MAX_WINDOW
+    positions run on the CPU (exact too)."""
+    torch.manual_seed(0)
+    for shape, size in (((8, 8, 8, 8), (5, 7, 4)), ((2, 3, 6, 5, 9), (4, 2, 3)),
+                        ((3, 4, 5, 6), (8, 9, 10))):
+        x = (torch.randn(shape) * 3).to(dtype)
+        on_device(F.adaptive_avg_pool3d, x, size, rtol=0, atol=0)
+    x = (torch.randn(1, 2, 16, 16, 16) * 3).to(dtype)
+    before = stats()["cpu_fallback_calls"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = F.adaptive_avg_pool3d(x.nkipy(), (1, 2, 2))
+    assert stats()["cpu_fallback_calls"] > before
+    assert torch.equal(got.cpu(), F.adaptive_avg_pool3d(x, (1, 2, 2)))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_transposed_convolution_runs_on_the_cpu(dtype):
+    """Transposed convolutions in half precision run on the CPU (its kernel
+    rounds the overlapping columns' sums in the dtype, which the device does not
+    reproduce): equal to the CPU bit for bit; plain convolutions stay on the device."""
+    torch.manual_seed(0)
+    x, w, b = torch.randn(1, 3, 4, 4).to(dtype), torch.randn(3, 3, 3, 3).to(dtype), \
+        torch.randn(3).to(dtype)
+    kw = dict(stride=(2, 2), padding=2, output_padding=(1, 1))
+    before = stats()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = F.conv_transpose2d(x.nkipy(), w.nkipy(), b.nkipy(), **kw)
+    after = stats()
+    assert after["cpu_fallback_calls"] > before["cpu_fallback_calls"]
+    assert torch.equal(got.cpu(), F.conv_transpose2d(x, w, b, **kw))
+    tol = {torch.float16: dict(rtol=1e-3, atol=1e-3), torch.bfloat16: dict(rtol=1.6e-2, atol=1e-2)}
+    on_device(F.conv2d, x, w, b, **tol[dtype])

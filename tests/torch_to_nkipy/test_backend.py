@@ -131,6 +131,18 @@ def test_mlp(backend, dtype, tol):
     torch.testing.assert_close(again, got)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_cross_matches_the_cpu_bit_for_bit(backend, dtype):
+    """linalg_cross stays undecomposed (KEEP_UNDECOMPOSED): half operands round
+    each product as PyTorch's CPU kernel does, equal where the products cancel."""
+    torch.manual_seed(0)
+    a, b = (torch.randn(6, 3, 5) * 40).to(dtype), (torch.randn(6, 3, 5) * 40).to(dtype)
+    b[:, :, 0] = a[:, :, 0] * 3
+    c = torch.compile(lambda x, y: torch.linalg.cross(x, y, dim=1), backend="nkipy",
+                      fullgraph=True, dynamic=False)
+    assert torch.equal(c(a, b), torch.linalg.cross(a, b, dim=1))
+
+
 def test_cache_layout(backend):
     m = MLP(8, 8)
     c = torch.compile(m, backend="nkipy")
