@@ -2,11 +2,14 @@
 
 Before partitioning, :func:`seed_random_ops` rewrites every random ATen node
 with a lowering in :mod:`spike_torch.lowering.aten_random` into
-``nkipy_rng.<op>(seed, *args)``, its seed computed by a ``draw_seed(device)``
-node. ``draw_seed`` is no kernel op: it runs eagerly before the kernel (a CPU
-partition) and draws an int64 from the generator the eager op would use (the
-default CPU generator for CPU tensors, ``torch.nkipy``'s for nkipy tensors),
-so calls differ and ``torch.manual_seed`` makes a compiled run reproducible.
+``nkipy_rng.<op>(seed, *args)``, its seed a new graph input (a placeholder
+after the others). The compiled graph's caller (:func:`with_seeds`) appends
+the seeds to the inputs of each call: :func:`draw_seed` draws an int64 from
+the generator the eager op would use (the default CPU generator for CPU
+tensors, ``torch.nkipy``'s for nkipy tensors, the CPU one for the ops whose
+eager nkipy kernels are the CPU fallback: dropout, normal with tensor
+mean or std), so calls differ and
+``torch.manual_seed`` makes a compiled run reproducible.
 The values are Philox4x32-10's (not eager's): with ``fallback_random`` set
 (``$NKIPY_FALLBACK_RANDOM=1``) random ops run in CPU partitions as eager ones,
 equal to eager (inductor's ``fallback_random``).
@@ -14,7 +17,7 @@ equal to eager (inductor's ``fallback_random``).
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -29,10 +32,19 @@ fallback_random: bool = os.environ.get("NKIPY_FALLBACK_RANDOM", "0") not in ("",
 _SEED_BOUND = 2 ** 62
 
 
-def draw_seed(device: torch.device) -> torch.Tensor:
-    """An int64 seed of shape () on ``device``, drawn from that device's default
-    generator (one draw per random op per call, as an eager op draws)."""
-    return torch.empty((), dtype=torch.int64, device=device).random_(0, _SEED_BOUND)
+#: Ops whose eager kernels on the nkipy device are the CPU fallback: they draw
+#: from the CPU generator there, and so do their lowerings.
+CPU_GENERATOR_OPS = frozenset({"aten.native_dropout.default", "aten.normal.Tensor_float",
+                               "aten.normal.float_Tensor", "aten.normal.Tensor_Tensor"})
+
+
+def draw_seed(device: torch.device, generator_device: Any = None) -> torch.Tensor:
+    """An int64 seed of shape () on ``device``, drawn from the default generator
+    of ``generator_device`` (``device`` if None): one draw per random op per
+    call, as an eager op draws."""
+    gdev = torch.device(generator_device) if generator_device is not None else device
+    seed = torch.empty((), dtype=torch.int64, device=gdev).random_(0, _SEED_BOUND)
+    return seed if gdev == torch.device(device) else seed.to(device)
 
 
 _TARGETS: Dict[str, Callable] = {}
@@ -79,12 +91,14 @@ def _out_device(node: torch.fx.Node) -> Any:
     return val.device if isinstance(val, torch.Tensor) else None
 
 
-def seed_random_ops(gm: torch.fx.GraphModule) -> int:
+def seed_random_ops(gm: torch.fx.GraphModule) -> List[Tuple[torch.device, torch.device]]:
     """Rewrites the random nodes of ``gm`` that the device can run (see the
-    module docstring); returns how many. Nothing with ``fallback_random``."""
+    module docstring); returns, per seed input it appended in order, the seed's
+    device and its generator's (none with ``fallback_random``)."""
     if fallback_random:
-        return 0
-    count = 0
+        return []
+    devices: List[Tuple[torch.device, torch.device]] = []
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for node in list(gm.graph.nodes):
         if node.op != "call_function":
             continue
@@ -93,16 +107,40 @@ def seed_random_ops(gm: torch.fx.GraphModule) -> int:
         if name is None or dev is None or node.kwargs.get("generator") is not None \
                 or _has_unlowerable_dtype(node):
             continue
+        after = placeholders[-1] if placeholders else None
+        if after is None:
+            with gm.graph.inserting_before(next(iter(gm.graph.nodes))):
+                seed = gm.graph.placeholder(f"nkipy_seed_{len(devices)}")
+        else:
+            with gm.graph.inserting_after(after):
+                seed = gm.graph.placeholder(f"nkipy_seed_{len(devices)}")
+        placeholders.append(seed)
+        seed.meta["val"] = torch.empty((), dtype=torch.int64)
         with gm.graph.inserting_before(node):
-            seed = gm.graph.call_function(draw_seed, (dev,))
-            seed.meta["val"] = torch.empty((), dtype=torch.int64)
             new = gm.graph.call_function(_target(name), (seed,) + tuple(node.args),
                                          dict(node.kwargs))
         new.meta = dict(node.meta)
         node.replace_all_uses_with(new)
+        gen = torch.device("cpu") if target_name(node.target) in CPU_GENERATOR_OPS else dev
         gm.graph.erase_node(node)
-        count += 1
-    if count:
+        devices.append((dev, gen))
+    if devices:
         gm.graph.lint()
         gm.recompile()
-    return count
+    return devices
+
+
+def with_seeds(run: Callable[[List[Any]], Any],
+               devices: Sequence[Tuple[torch.device, torch.device]]
+               ) -> Callable[[List[Any]], Any]:
+    """``run`` (boxed) called with a fresh seed per (device, generator device)
+    in ``devices`` appended to its inputs (one draw each, in graph order)."""
+    devices = list(devices)
+
+    def run_seeded(args: List[Any]) -> Any:
+        seeds = [draw_seed(d, g) for d, g in devices]
+        full = list(args) + seeds
+        args.clear()
+        return run(full)
+    run_seeded._boxed_call = True  # type: ignore[attr-defined]
+    return run_seeded
