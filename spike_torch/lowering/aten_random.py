@@ -169,6 +169,12 @@ def normal_tensor_tensor(seed, mean, std, generator=None):
     return (mean.astype(np.float64) + std.astype(np.float64) * z).astype(out)
 
 
+@_reg("aten.normal.float_float")
+def normal_float_float(seed, mean, std, size, generator=None, dtype=None, layout=None,
+                       device=None, pin_memory=None):
+    return (mean + std * _normal64(seed, size)).astype(_float_dtype(dtype))
+
+
 @_reg("aten.exponential.default")
 def exponential(seed, x, lambd=1.0, generator=None):
     # -log(1 - u) / lambda, u in [0, 1): finite and >= 0
