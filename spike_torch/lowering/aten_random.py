@@ -242,3 +242,18 @@ def randint_like(seed, x, high, dtype=None, layout=None, device=None, pin_memory
 def randint_like_low(seed, x, low, high, dtype=None, layout=None, device=None,
                      pin_memory=None, memory_format=None):
     return _randint_values(seed, low, high, np.shape(x), dtype or x.dtype)
+
+
+@_reg("aten.rrelu_with_noise_functional.default")
+def rrelu_with_noise_functional(seed, x, noise, lower=0.125, upper=1.0 / 3.0, training=False,
+                                generator=None):
+    """Randomized leaky ReLU: a slope drawn from U(lower, upper) for each element
+    at or below zero (1 above), returned as the noise, when training; the mean
+    slope otherwise (noise unchanged)."""
+    if not training:
+        slope = (lower + upper) / 2.0
+        return np.where(x > 0, x, x * slope).astype(x.dtype), noise * 1
+    r = (lower + (upper - lower) * _u64(seed, np.shape(x))).astype(x.dtype)
+    neg = x <= 0
+    ones = ops.full(np.shape(x), 1.0, x.dtype)
+    return np.where(neg, x * r, x).astype(x.dtype), np.where(neg, r, ones).astype(noise.dtype)

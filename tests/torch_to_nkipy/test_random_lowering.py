@@ -83,6 +83,11 @@ CASES = {
                             lambda y, m, v: abs(m - 1) < 0.05 and abs(v - 4) < 0.15),
     "normal_tensor_tensor": (lambda t: torch.normal(t, t), 2.0,
                              lambda y, m, v: abs(m - 2) < 0.05 and abs(v - 4) < 0.15),
+    "normal_float_float": (lambda t: torch.normal(2.0, 3.0, (N,), device=t.device) + t, 0.0,
+                           lambda y, m, v: abs(m - 2) < 0.05 and abs(v - 9) < 0.3),
+    "rrelu": (lambda t: torch.nn.functional.rrelu(t, training=True), -1.0,
+              lambda y, m, v: y.max() <= -0.125 and y.min() >= -1 / 3 - 1e-6
+              and abs(m + (0.125 + 1 / 3) / 2) < 0.005),
     "exponential": (lambda t: t.clone().exponential_(2.0), 0.0,
                     lambda y, m, v: y.min() >= 0 and abs(m - 0.5) < 0.01
                     and abs(v - 0.25) < 0.02),
