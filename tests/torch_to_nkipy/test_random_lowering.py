@@ -167,3 +167,24 @@ def test_seeded_target_runs_numpy_reference_on_tensors() -> None:
     np.testing.assert_array_equal(got.numpy(), R.rand_like(np.int64(123), x.numpy()))
     out, mask = _target("native_dropout")(seed, x + 1, 0.5, True)
     assert mask.dtype == torch.bool and torch.equal(out, mask.float() * 2.0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_dropout_backward_uses_the_forward_mask(device, backend) -> None:
+    """Under autograd the forward's mask (saved for the backward) is the one its
+    output used: the gradient of sum(dropout(x)) is the output divided by x."""
+    x = (torch.rand(64, 8) + 0.5).to(device).requires_grad_(True)
+    out = torch.compile(lambda t: torch.nn.functional.dropout(t, 0.25, True),
+                        backend="nkipy")(x)
+    out.sum().backward()
+    torch.testing.assert_close(x.grad.cpu(), out.detach().cpu() / x.detach().cpu())
+
+
+def test_dynamic_sizes_draw_per_size(backend) -> None:
+    """A dynamic graph with a random op compiles per size (not padded) and
+    draws fresh values per call."""
+    c = torch.compile(lambda t: torch.rand_like(t) + t, backend="nkipy", dynamic=True)
+    for n in (5, 7, 33):
+        y1, y2 = c(torch.zeros(n, 8)), c(torch.zeros(n, 8))
+        assert y1.shape == (n, 8) and y1.min() >= 0 and y1.max() < 1
+        assert not torch.equal(y1, y2)
