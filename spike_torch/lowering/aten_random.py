@@ -1,12 +1,10 @@
 """Random ops lowered onto the device: a counter-based generator, Philox4x32-10.
 
-Every value depends only on (seed, element index): the generator is one
-elementwise computation over an index tensor, written here in 64-bit integer
-arithmetic that NumPy and the generated C compute identically (each 32-bit
-word is held in an int64, products are split so that none exceeds 2^48;
-shifts are divisions and products by powers of two, as nkipy has no shifts), so
-the generated NumPy source of a graph is bit-for-bit the CPU reference of its
-kernel's uniform words.
+Every value depends only on (seed, element index): the generator is the
+nkipy op ``philox(seed, index)`` (IR ops ``philox0`` .. ``philox3``, one
+32-bit word each, computed in registers by the kernel's C; NumPy reference in
+nkipy.core.philox, bit-identical), so the generated NumPy source of a graph is
+bit-for-bit the CPU reference of its kernel's random words.
 
 The seed is an int64 tensor of shape () drawn per call, outside the kernel,
 from the PyTorch generator the eager op would use (:func:`draw_seed`); the
@@ -23,36 +21,12 @@ import numpy as np
 
 from nkipy.core import ops
 
-from .registry import AtenOpRegistry
+from nkipy.core.philox import philox4x32  # noqa: F401  (the reference, for callers)
 
-#: Philox4x32 multipliers and Weyl key increments (Salmon et al., SC'11).
-PHILOX_M0, PHILOX_M1 = 0xD2511F53, 0xCD9E8D57
-PHILOX_W0, PHILOX_W1 = 0x9E3779B9, 0xBB67AE85
-PHILOX_ROUNDS = 10
-_MASK = 0xFFFFFFFF
+from .registry import AtenOpRegistry
 
 #: ATen op -> its ``nkipy_rng`` op (the FX rewrite's table).
 SEEDED: Dict[str, str] = {}
-
-
-def _mulhilo(a: Any, m: int) -> tuple:
-    """(high, low) 32-bit words of ``a * m`` for ``a`` in [0, 2^32) held in
-    int64, without a product above 2^48."""
-    mh, ml = m >> 16, m & 0xFFFF
-    ph, pl = a * mh, a * ml
-    return (ph + pl // 65536) // 65536, ((ph & 0xFFFF) * 65536 + pl) & _MASK
-
-
-def philox4x32(k0: Any, k1: Any, c0: Any, c1: Any = 0, c2: Any = 0, c3: Any = 0) -> tuple:
-    """Philox4x32-10 of counter (c0..c3) under key (k0, k1): four 32-bit words,
-    each in an int64 (operands likewise, NumPy arrays, tracer tensors or ints)."""
-    for r in range(PHILOX_ROUNDS):
-        if r:
-            k0, k1 = (k0 + PHILOX_W0) & _MASK, (k1 + PHILOX_W1) & _MASK
-        hi0, lo0 = _mulhilo(c0, PHILOX_M0)
-        hi1, lo1 = _mulhilo(c2, PHILOX_M1)
-        c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
-    return c0, c1, c2, c3
 
 
 def random_words(seed: Any, shape: Sequence[int]) -> tuple:
@@ -63,8 +37,7 @@ def random_words(seed: Any, shape: Sequence[int]) -> tuple:
     n = int(np.prod(shape)) if shape else 1
     idx = ops.arange(0, n, 1, dtype=np.dtype(np.int64)).reshape(shape)
     seed = seed.astype(np.int64) if hasattr(seed, "astype") else np.int64(seed)
-    k0, k1 = seed & _MASK, (seed // 2 ** 32) & _MASK
-    return philox4x32(k0, k1, idx & _MASK, idx // 2 ** 32)
+    return ops.philox(seed, idx)
 
 
 def _unit(w0: Any, w1: Any, dtype: np.dtype) -> Any:
