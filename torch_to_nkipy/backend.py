@@ -28,6 +28,7 @@ from .dynamic import dynamic_signature
 from .executor import PadCall, run_sliced
 from .kernel import DEFAULT_OPTIONS
 from .options import ExecOptions, resolve_options
+from .random import seed_random_ops, with_seeds
 from .lowering import is_supported_node
 from .lowering import target_name
 
@@ -421,6 +422,9 @@ def compile_fx_graph(gm: torch.fx.GraphModule, role: str = "forward",
         objects = _ObjectInputs.strip(gm, example_inputs)
         if objects is not None:
             return objects.wrap(compile_fx_graph(gm, role, opts, split_markers))
+    seeds = seed_random_ops(gm)   # random ops on the device, seeded per call (.random)
+    if seeds:
+        return with_seeds(compile_fx_graph(gm, role, opts, split_markers), seeds)
     if split_markers and sum(1 for n in gm.graph.nodes if n.op == "call_function"
                              and target_name(n.target) == _MARKER) > 0:
         split = _split_on_markers(gm, role, opts)

@@ -154,6 +154,21 @@ static inline int64_t nk_imod_py64(int64_t a, int64_t b) {
   int64_t r = a % b;
   return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }
+/* Word w (0..3) of Philox4x32-10 (Salmon et al., SC'11) of the counter
+   (idx mod 2^32, idx >> 32, 0, 0) under the key (seed's low, high 32 bits):
+   nkipy.core.philox is the reference. */
+static inline int64_t nk_philox(int64_t seed, int64_t idx, int w) {
+  uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)((uint64_t)seed >> 32);
+  uint32_t c0 = (uint32_t)idx, c1 = (uint32_t)((uint64_t)idx >> 32), c2 = 0, c3 = 0;
+  for (int r = 0; r < 10; r++) {
+    if (r) { k0 += 0x9E3779B9u; k1 += 0xBB67AE85u; }
+    uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
+    uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
+    c1 = (uint32_t)p1; c3 = (uint32_t)p0; c0 = n0; c2 = n2;
+  }
+  return (int64_t)(w == 0 ? c0 : w == 1 ? c1 : w == 2 ? c2 : c3);
+}
+
 static inline int64_t nk_idiv_floor64(int64_t a, int64_t b) {
   if (b == 0) return 0;
   if (b == -1) return (int64_t)(0 - (uint64_t)a);

@@ -34,6 +34,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from nkipy.core.ir import PREDICATES, REDUCTIONS, Graph, Node, bfloat16
+from nkipy.core.philox import philox_word
 
 __all__ = ["run_graph", "eval_node", "np_sigmoid", "np_erf", "np_erfc", "np_lgamma", "np_rsqrt",
            "collective_world_size"]
@@ -158,6 +159,7 @@ _BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "logical_and": np.logical_and, "logical_or": np.logical_or, "logical_xor": np.logical_xor,
     "eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
     "gt": np.greater, "ge": np.greater_equal,
+    **{f"philox{w}": (lambda a, b, w=w: philox_word(a, b, w)) for w in range(4)},
 }
 
 

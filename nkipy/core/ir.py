@@ -58,6 +58,8 @@ BINARY = frozenset({
     "add", "sub", "mul", "div", "pow", "maximum", "minimum", "mod", "floor_div",
     "bitwise_and", "bitwise_or", "bitwise_xor", "logical_and", "logical_or", "logical_xor",
     "eq", "ne", "lt", "le", "gt", "ge",
+    # Philox4x32-10 word w of (seed, index), int64 operands (nkipy.core.philox)
+    "philox0", "philox1", "philox2", "philox3",
 })
 PREDICATES = frozenset({
     "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",

@@ -28,6 +28,7 @@ from . import aten_nn  # noqa: F401  (the neural-network entries)
 from . import aten_special  # noqa: F401  (more torch.special functions)
 from . import aten_linalg  # noqa: F401  (LU factorizations, solves, inverses)
 from . import aten_select  # noqa: F401  (adaptive max pooling, mode, nonzero_static)
+from . import aten_random  # noqa: F401  (seeded random ops: Philox4x32-10)
 
 _RESERVED = {"np", "aten", "os", "nkipy_func", "_DIR"}
 _FLOAT_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16",

@@ -1285,11 +1285,25 @@ def _kernel_cases() -> list[OpCase]:
     return cases
 
 
+def _philox_low_bits(seed, index):
+    w = ops.philox(seed, index)
+    return (w[0] & 0xFFFF) + (w[1] & 0xFFFF) + (w[2] & 0xFFFF) + (w[3] & 0xFFFF)
+
+
+def _random_cases() -> list[OpCase]:
+    """Philox words (the IR's philox0..3): their low 16 bits, the part every
+    integer width holds, against nkipy.core.philox's NumPy reference."""
+    cases: list[OpCase] = []
+    idx = np.arange(24, dtype=I32).reshape(2, 3, 4) * 977
+    _c(cases, "random-philox", _philox_low_bits, np.array(12345, I32), idx, check_dtype=False)
+    return cases
+
+
 ALL_CASES: list[OpCase] = (
     _unary_cases() + _binary_cases() + _operator_cases() + _promotion_cases()
     + _reduction_cases() + _transform_cases() + _creation_cases() + _linalg_cases()
     + _nn_cases() + _indexing_cases() + _setitem_cases() + _collective_cases()
-    + _kernel_cases()
+    + _kernel_cases() + _random_cases()
 )
 
 _ids = [c.id for c in ALL_CASES]

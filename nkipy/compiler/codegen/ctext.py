@@ -221,6 +221,7 @@ BINARY_C: dict[str, tuple[str | None, str | None]] = {
         ("logical_and", "&&"), ("logical_or", "||"), ("logical_xor", "!="))},
     **{op: (None, f"(({{a}}) {sym} ({{b}}))") for op, sym in (
         ("bitwise_and", "&"), ("bitwise_or", "|"), ("bitwise_xor", "^"))},
+    **{f"philox{w}": (None, f"nk_philox({{a}}, {{b}}, {w})") for w in range(4)},
 }
 
 

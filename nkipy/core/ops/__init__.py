@@ -5,13 +5,14 @@ and records IR while a kernel is traced. NumPy's own functions, ufuncs and
 operators on traced tensors dispatch here too (see ``_dispatch.FUNCTIONS``).
 The nkipy extras beyond NumPy are softmax, log_softmax, rms_norm, topk, conv2d,
 conv3d, sigmoid, erf, erfc, lgamma, rsqrt, constant/zeros/full, static_slice,
-dynamic_update_slice, scatter_along_axis, scatter_strided and the collectives.
+dynamic_update_slice, scatter_along_axis, scatter_strided, philox (counter-based
+random words) and the collectives.
 
 The modules form layers, each importing only those below it (an import-linter
 contract in pyproject.toml keeps it so): ``_builder`` (IR nodes) <- ``_core``
 (dispatcher, operands, assignment) <- ``_elementwise`` (ufuncs) <- the op
 modules (binary, unary, creation, reduce, linalg, nn, conv, transform, indexing,
-collectives) <- ``_dispatch`` (NumPy's protocols).
+random, collectives) <- ``_dispatch`` (NumPy's protocols).
 """
 from nkipy.core.ops._core import NKIPyUnsupportedError, nkipy_op
 from nkipy.core.trace import get_backend
@@ -48,6 +49,7 @@ from nkipy.core.ops.indexing import (
     take, take_along_axis, where,
 )
 from nkipy.core.ops.collectives import all_gather, all_reduce, all_to_all, reduce_scatter
+from nkipy.core.ops.random import philox
 
 __all__ = [
     "NKIPyUnsupportedError", "nkipy_op", "get_backend",
@@ -82,5 +84,5 @@ __all__ = [
     "where", "take", "take_along_axis", "put_along_axis", "scatter_along_axis",
     "static_slice", "dynamic_update_slice", "scatter_strided",
     # collectives
-    "all_reduce", "all_gather", "reduce_scatter", "all_to_all",
+    "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "philox",
 ]
