@@ -275,6 +275,17 @@ def test_indexing(lowered, dt):
         check(lowered, distances, rnd(2, 4, 3), rnd(2, 5, 3, seed=1))
 
 
+def cross_products(a, b):
+    return torch.linalg.cross(a, b), torch.linalg.cross(a.transpose(0, 1), b.transpose(0, 1), dim=0)
+
+
+@pytest.mark.parametrize("dt", [F32, F16, BF16])
+def test_cross_products(lowered, dt):
+    """linalg_cross is kept whole (not decomposed): its entry rounds each product
+    to a half dtype before the difference, as the CPU kernel does."""
+    check(lowered, cross_products, rnd(4, 3, dtype=dt), rnd(4, 3, dtype=dt, seed=1))
+
+
 def scatter_reductions(x, idx, src):
     out = tuple(x.scatter_reduce(1, idx, src, r, include_self=inc)
                 for r in ("sum", "prod", "mean", "amax", "amin") for inc in (True, False)
@@ -461,6 +472,7 @@ ALL_CASES = [
     (index_reduce_all, lambda: (rnd(3, 5), torch.tensor([0, 4, 0, 2]), rnd(3, 4))),
     (puts, lambda: (rnd(3, 5), torch.tensor([1, -1, 7]), rnd(3))),
     (distances, lambda: (rnd(2, 4, 3), rnd(2, 5, 3))),
+    (cross_products, lambda: (rnd(4, 3), rnd(4, 3, seed=1))),
     (zero_dim_reductions, lambda: (torch.tensor(1.5),)),
     (bessel_and_friends, lambda: (rnd(2, 3),)),
     (scatter_reductions, lambda: (rnd(3, 5), torch.tensor([[0, 4, 0], [1, 1, 3]]), rnd(3, 3))),
