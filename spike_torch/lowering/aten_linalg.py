@@ -20,7 +20,7 @@ import numpy as np
 
 from nkipy.core import ops
 
-from .aten_math import _LINALG_MAX, _arg, _mT, _tri_solve, _val
+from .aten_math import _LINALG_MAX, _arg, _lu_rect, _mT, _tri_solve, _val
 from .registry import AtenOpRegistry
 
 reg = AtenOpRegistry.register
@@ -50,33 +50,6 @@ def _small_float(*which: int, square: bool = True):
                 return False
         return True
     return ok
-
-
-def _lu_rect(a):
-    """Partial-pivoting LU of (..., m, n) as LAPACK's getrf: (packed LU,
-    1-based int32 pivots (..., min(m, n)), int32 info: the first zero pivot, 1-based)."""
-    m, n = _shape(a)[-2:]
-    u = a
-    rows = np.reshape(ops.arange(0, m, 1, dtype=np.int64), (m, 1))
-    cols = np.reshape(ops.arange(0, n, 1, dtype=np.int64), (1, n))
-    pivots, info = [], None
-    for k in range(min(m, n)):
-        p = np.argmax(np.abs(u[..., k:, k]), axis=-1).astype(np.int64) + k      # (...)
-        pe = np.expand_dims(np.expand_dims(p, -1), -1)                           # (..., 1, 1)
-        row_p = np.take_along_axis(u, np.broadcast_to(pe, _shape(u)[:-2] + (1, n)), axis=-2)
-        row_k = u[..., k:k + 1, :]
-        u = np.where(rows == k, row_p, np.where(rows == pe, row_k, u))
-        pivots.append(np.expand_dims(p + 1, -1))
-        piv = u[..., k:k + 1, k:k + 1]
-        zero = np.reshape(piv == 0, _shape(piv)[:-2])
-        info = np.where(zero, k + 1, 0) if info is None else \
-            np.where((info == 0) & zero, k + 1, info)
-        safe = np.where(piv == 0, 1.0, piv)
-        l_ = np.where(piv == 0, 0.0, u[..., :, k:k + 1] / safe)                 # (..., m, 1)
-        below = rows > k
-        u = u - np.where(below & (cols > k), l_ * u[..., k:k + 1, :], 0.0)
-        u = np.where(below & (cols == k), l_, u)
-    return u, np.concatenate(pivots, axis=-1).astype(_I32), info.astype(_I32)
 
 
 def _permutation(pivots, m: int):
@@ -115,13 +88,13 @@ def _lu_factor_ok(node: Any) -> bool:
 
 @reg("aten.linalg_lu_factor_ex.default", supports=_lu_factor_ok)
 def linalg_lu_factor_ex(a, pivot=True, check_errors=False):
-    return _lu_rect(_f64(a))
+    return _lu_rect(_f64(a))[:3]
 
 
 @reg("aten.linalg_lu.default", supports=_lu_factor_ok)
 def linalg_lu(a, pivot=True):
     m, n = _shape(a)[-2:]
-    lu, piv, _ = _lu_rect(_f64(a))
+    lu, piv, _, _ = _lu_rect(_f64(a))
     low, up = _unpack(lu, m, n)
     return _perm_matrix(_permutation(piv, m), m, lu.dtype), low, up
 
@@ -190,7 +163,7 @@ def linalg_solve_ex(a, b, left=True, check_errors=False):
     sa, sb = _shape(a), _shape(b)
     # PyTorch's vector case: b of shape (n,) or a's batch shape + (n,)
     vector = len(sb) == 1 or (len(sb) == len(sa) - 1 and sb == sa[:-1])
-    lu, piv, info = _lu_rect(_f64(a))
+    lu, piv, info, _ = _lu_rect(_f64(a))
     bf = np.expand_dims(_f64(b), -1) if vector else _f64(b)
     luf, bf = _broadcast_batch(lu, bf)
     pv = np.broadcast_to(piv, _shape(luf)[:-2] + (n,))
@@ -203,7 +176,7 @@ def linalg_solve_ex(a, b, left=True, check_errors=False):
 @reg("aten.linalg_inv_ex.default", supports=_small_float(0))
 def linalg_inv_ex(a, check_errors=False):
     n = _shape(a)[-1]
-    lu, piv, info = _lu_rect(_f64(a))
+    lu, piv, info, _ = _lu_rect(_f64(a))
     eye = np.broadcast_to(ops.eye(n, dtype=_F64), _shape(lu))
     return _solve_lu(lu, _permutation(piv, n), eye), info
 

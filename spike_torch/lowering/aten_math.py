@@ -1019,15 +1019,16 @@ def triangular_solve(b, a, upper=True, transpose=False, unitriangular=False):
     return x, np.copy(a)
 
 
-def _lu(a):
-    """Partial-pivoting LU as LAPACK's getrf: (packed LU, 1-based int32 pivots,
-    parity of the row swaps). A zero pivot column is left unscaled."""
-    n = _shape(a)[-1]
+def _lu_rect(a):
+    """Partial-pivoting LU of (..., m, n) as LAPACK's getrf: (packed LU, 1-based
+    int32 pivots (..., min(m, n)), int32 info: the first zero pivot, 1-based, else
+    0, parity of the row swaps). A zero pivot column is left unscaled."""
+    m, n = _shape(a)[-2:]
     u = a
-    rows = np.reshape(ops.arange(0, n, 1, dtype=np.int64), (n, 1))
+    rows = np.reshape(ops.arange(0, m, 1, dtype=np.int64), (m, 1))
     cols = np.reshape(ops.arange(0, n, 1, dtype=np.int64), (1, n))
-    pivots, odd = [], None
-    for k in range(n):
+    pivots, info, odd = [], None, None
+    for k in range(min(m, n)):
         p = np.argmax(np.abs(u[..., k:, k]), axis=-1).astype(np.int64) + k      # (...)
         pe = np.expand_dims(np.expand_dims(p, -1), -1)                           # (..., 1, 1)
         row_p = np.take_along_axis(u, np.broadcast_to(pe, _shape(u)[:-2] + (1, n)), axis=-2)
@@ -1037,12 +1038,23 @@ def _lu(a):
         swap = p != k
         odd = swap if odd is None else (odd != swap)
         piv = u[..., k:k + 1, k:k + 1]
+        zero = np.reshape(piv == 0, _shape(piv)[:-2])
+        info = np.where(zero, k + 1, 0) if info is None else \
+            np.where((info == 0) & zero, k + 1, info)
         safe = np.where(piv == 0, 1.0, piv)
-        l_ = np.where(piv == 0, 0.0, u[..., :, k:k + 1] / safe)                 # (..., n, 1)
+        l_ = np.where(piv == 0, 0.0, u[..., :, k:k + 1] / safe)                 # (..., m, 1)
         below = rows > k
         u = u - np.where(below & (cols > k), l_ * u[..., k:k + 1, :], 0.0)
         u = np.where(below & (cols == k), l_, u)
-    return u, np.concatenate(pivots, axis=-1).astype(np.int32), odd
+    i32 = np.dtype(np.int32)
+    return u, np.concatenate(pivots, axis=-1).astype(i32), info.astype(i32), odd
+
+
+def _lu(a):
+    """Partial-pivoting LU of a square (..., n, n) as LAPACK's getrf: (packed LU,
+    1-based int32 pivots, parity of the row swaps)."""
+    u, pivots, _, odd = _lu_rect(a)
+    return u, pivots, odd
 
 
 def _diag(x):

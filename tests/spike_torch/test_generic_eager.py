@@ -506,3 +506,23 @@ def test_half_transposed_convolution_runs_on_the_cpu(dtype):
     assert torch.equal(got.cpu(), F.conv_transpose2d(x, w, b, **kw))
     tol = {torch.float16: dict(rtol=1e-3, atol=1e-3), torch.bfloat16: dict(rtol=1.6e-2, atol=1e-2)}
     on_device(F.conv2d, x, w, b, **tol[dtype])
+
+
+def test_bfloat16_training_batch_norm_runs_exactly_on_the_cpu():
+    """bfloat16 batch norm in training (and the instance norm built on it) takes
+    the CPU path, which is exact: the device's emulation of the CPU kernel's
+    rounded statistics differed by one ulp of invstd in some channels. float16
+    keeps its device kernel (equal to the CPU bit for bit)."""
+    import torch.nn.functional as F
+
+    torch.manual_seed(1)
+    x = (torch.randn(5, 5, 5) * 5 + 3)
+    w, b = torch.randn(5), torch.randn(5)
+    for dtype, on_cpu in ((torch.bfloat16, True), (torch.float16, False)):
+        xs, ws, bs = (t.to(dtype) for t in (x, w, b))
+        want = F.instance_norm(xs, weight=ws, bias=bs, eps=0.6)
+        before = stats()
+        got = F.instance_norm(xs.nkipy(), weight=ws.nkipy(), bias=bs.nkipy(), eps=0.6)
+        after = stats()
+        assert torch.equal(got.cpu(), want), dtype
+        assert (after["cpu_fallback_calls"] > before["cpu_fallback_calls"]) == on_cpu, dtype

@@ -43,11 +43,6 @@ _POLYGAMMA_0 = ("polygamma(0, x) is digamma, computed in float64 and rounded onc
 KNOWN_FAILURES = {
     ("polygamma", "polygamma_n_0", "float32"): _POLYGAMMA_0,
     ("special.polygamma", "special_polygamma_n_0", "float32"): _POLYGAMMA_0,
-    ("nn.functional.instance_norm", "", "bfloat16"):
-        "batch norm's bfloat16 CPU kernel (which instance_norm calls) rounds its "
-        "invstd in a way not reproduced (mean matches; invstd differs by an ulp in "
-        "~1 channel of 5); where x*invstd*w cancels against the bias the result "
-        "differs past bfloat16's atol",
 }
 
 
