@@ -205,9 +205,12 @@ static inline int64_t nk_zdiv_note(void) {
  * ReLU on random signs. Elementwise operands are read at the element's own
  * position, so computing the unselected one reads nothing out of bounds; an
  * integer division by zero there is noted (NK_ZCHK) as PyTorch, which computes
- * both tensors first, raises too. */
+ * both tensors first, raises too. Each operand appears once in the expansion
+ * (__auto_type, not __typeof__(t) beside t): nested selects, such as a pooling
+ * window's running argmax, would otherwise grow exponentially in the
+ * preprocessor (a 3-D max pool with indices took cc1 past 18 GB). */
 #define NK_SELECT(c, t, f) __extension__({ \
-    __typeof__(t) nk_sel_t_ = (t); __typeof__(f) nk_sel_f_ = (f); \
+    __auto_type nk_sel_t_ = (t); __auto_type nk_sel_f_ = (f); \
     (c) ? nk_sel_t_ : nk_sel_f_; })
 
 static inline int64_t nk_clamp_index(int64_t i, int64_t n) {
