@@ -172,3 +172,21 @@ def test_where_over_an_integer_division_by_zero_selects_safely(cache):
     with np.errstate(all="ignore"):
         ref = np.where(b != 0, a // np.where(b == 0, 1, b), a)
     np.testing.assert_array_equal(out, ref)
+
+
+def test_deeply_nested_selects_compile(cache):
+    """The last of 24 taps above 0.5 (else the first) nests 24 selects in one C
+    expression (each intermediate has one reader, so it is inlined); each operand
+    must appear once in NK_SELECT's expansion, or the text doubles per level (a
+    3-D max pool with indices once took the C compiler past 18 GB)."""
+    x = RNG.standard_normal((24, 64)).astype(np.float32)
+
+    def last_above(a):
+        best = a[0]
+        for i in range(1, 24):
+            best = np.where(a[i] > 0.5, a[i], best)
+        return best
+
+    k, (out,) = run_kernel(last_above, x, cache_dir=cache, name="select_deep")
+    assert max(line.count("NK_SELECT(") for line in k.c_source.splitlines()) >= 20
+    np.testing.assert_array_equal(out, last_above(x))
