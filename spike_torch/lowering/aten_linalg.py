@@ -52,6 +52,18 @@ def _small_float(*which: int, square: bool = True):
     return ok
 
 
+def _jacobi_rotation(app, aqq, apq):
+    """The Jacobi rotation (c, s) that zeroes the off-diagonal apq of the 2 x 2
+    symmetric [[app, apq], [apq, aqq]] (the smaller angle; none when apq is 0):
+    used on A^T A's columns by the one-sided SVD and on A by the eigenvalues."""
+    skip = apq == 0
+    tau = (aqq - app) / np.where(skip, 1.0, 2.0 * apq)
+    t = np.where(tau >= 0, 1.0, -1.0) / (np.abs(tau) + np.sqrt(1.0 + tau * tau))
+    t = np.where(skip, 0.0, t)
+    c = 1.0 / np.sqrt(1.0 + t * t)
+    return c, c * t
+
+
 def _permutation(pivots, m: int):
     """The row order ``perm`` (..., m) that getrf's swaps give: A[perm] = L U."""
     k = _shape(pivots)[-1]
@@ -336,12 +348,7 @@ def _one_sided_jacobi(a):
                 al = np.sum(ap * ap, axis=-2, keepdims=True)
                 be = np.sum(aq * aq, axis=-2, keepdims=True)
                 ga = np.sum(ap * aq, axis=-2, keepdims=True)
-                skip = ga == 0
-                zeta = (be - al) / np.where(skip, 1.0, 2.0 * ga)
-                t = np.where(zeta >= 0, 1.0, -1.0) / (np.abs(zeta) + np.sqrt(1.0 + zeta * zeta))
-                t = np.where(skip, 0.0, t)
-                c = 1.0 / np.sqrt(1.0 + t * t)
-                s = c * t
+                c, s = _jacobi_rotation(al, be, ga)
                 cols[p], cols[q] = c * ap - s * aq, s * ap + c * aq
                 vp, vq = vs[p], vs[q]
                 vs[p], vs[q] = c * vp - s * vq, s * vp + c * vq
@@ -380,12 +387,7 @@ def _jacobi_eigh(a, vectors: bool):
                 apq = a[..., p:p + 1, q:q + 1]
                 app = a[..., p:p + 1, p:p + 1]
                 aqq = a[..., q:q + 1, q:q + 1]
-                skip = apq == 0
-                tau = (aqq - app) / np.where(skip, 1.0, 2.0 * apq)
-                t = np.where(tau >= 0, 1.0, -1.0) / (np.abs(tau) + np.sqrt(1.0 + tau * tau))
-                t = np.where(skip, 0.0, t)
-                c = 1.0 / np.sqrt(1.0 + t * t)
-                s = c * t
+                c, s = _jacobi_rotation(app, aqq, apq)
                 # A <- J^T A J with J the rotation in the (p, q) plane
                 rp, rq = a[..., p:p + 1, :], a[..., q:q + 1, :]
                 a = np.where(r == p, c * rp - s * rq, np.where(r == q, s * rp + c * rq, a))
