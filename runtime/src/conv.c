@@ -362,18 +362,6 @@ static const char *run_wide(conv_job_t *j, nkrt_pool_t *pool, int64_t workers) {
 
 /* ---- entry ----------------------------------------------------------------- */
 
-const nkrt_gemm_provider_t *nkrt_conv_provider(const nkrt_gemm_provider_t *selected) {
-  const char *want = getenv("NKRT_GEMM");
-  if (selected == &nkrt_gemm_reference || (want && *want && strcmp(want, "auto") != 0))
-    return selected;
-  bool intel = true;
-#if defined(__x86_64__) && defined(__GNUC__)
-  __builtin_cpu_init();
-  intel = __builtin_cpu_is("intel");
-#endif
-  return !intel && strcmp(nkrt_gemm_ref_isa(), "avx512f") == 0 ? &nkrt_gemm_reference : selected;
-}
-
 static const char *check(const nkrt_conv2d_params_t *p) {
   if (!p || p->struct_size < sizeof(nkrt_conv2d_params_t))
     return "conv2d given a parameter block older than this runtime's (struct_size too small)";

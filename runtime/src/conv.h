@@ -12,10 +12,4 @@
 const char *nkrt_conv2d_run(const nkrt_gemm_provider_t *prov, nkrt_pool_t *pool,
                             const nkrt_conv2d_params_t *p);
 
-/* The provider a convolution's products use: `selected` (nkrt_gemm_selected),
- * except that under NKRT_GEMM=auto MKL gives way to the built-in kernel on
- * a CPU not made by Intel when the built-in kernel has AVX-512: MKL runs its
- * AVX2 code there, at half the speed (docs/gemm.md). */
-const nkrt_gemm_provider_t *nkrt_conv_provider(const nkrt_gemm_provider_t *selected);
-
 #endif /* NKRT_CONV_H */

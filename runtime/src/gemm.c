@@ -9,7 +9,9 @@
  * Providers (gemm.h): "mkl" (Intel MKL from PyPI, dlopen'ed) when it can be
  * found, else "reference" (the blocked C kernel in gemm_ref.c). Chosen once,
  * at first use:
- *   NKRT_GEMM=auto|mkl|reference   which one (default auto: mkl, else reference)
+ *   NKRT_GEMM=auto|mkl|reference   which one (default auto: mkl, else reference;
+ *       on a non-Intel CPU with AVX-512, reference, which is faster there than
+ *       MKL's AVX2 code)
  *   NKRT_GEMM_LIBRARY=/path/libmkl_rt.so.3   use exactly this library
  *   NKRT_GEMM_PATH=dir1:dir2       directories searched for libmkl_rt.so.3/.2,
  *       then $VIRTUAL_ENV/lib, $CONDA_PREFIX/lib and the loader's own search.
@@ -266,6 +268,15 @@ const nkrt_gemm_provider_t *nkrt_gemm_find(const char *name) {
   return NULL;
 }
 
+bool nkrt_gemm_builtin_preferred(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  __builtin_cpu_init();
+  return !__builtin_cpu_is("intel") && strcmp(nkrt_gemm_ref_isa(), "avx512f") == 0;
+#else
+  return false;
+#endif
+}
+
 static const nkrt_gemm_provider_t *choose_provider(void) {
   const char *want = getenv("NKRT_GEMM");
   if (!want || !*want) want = "auto";
@@ -273,6 +284,11 @@ static const nkrt_gemm_provider_t *choose_provider(void) {
   char why[512] = "";
   if (strcmp(want, "reference") == 0) {
     p = &nkrt_gemm_reference;
+  } else if (strcmp(want, "auto") == 0 && nkrt_gemm_builtin_preferred()) {
+    p = &nkrt_gemm_reference;
+    if (nkrt_log_level() >= 2)
+      fprintf(stderr, "[nkrt] NKRT_GEMM=auto: MKL not used on this non-Intel CPU with AVX-512 "
+                      "(MKL runs its AVX2 code here; the built-in kernel is faster)\n");
   } else if (strcmp(want, "mkl") == 0 || strcmp(want, "auto") == 0) {
     p = find_mkl(why, sizeof(why));
     if (!p && strcmp(want, "mkl") == 0)

@@ -59,6 +59,10 @@ void nkrt_gemm_ref_sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float 
 /* The instruction set the reference kernel dispatches to: "avx512f",
  * "avx2+fma" or "generic". */
 const char *nkrt_gemm_ref_isa(void);
+/* True on a CPU not made by Intel where the reference kernel has AVX-512:
+ * MKL runs its AVX2 code there, at 0.55-0.6x the reference's speed
+ * (docs/gemm.md), so NKRT_GEMM=auto picks the reference. */
+bool nkrt_gemm_builtin_preferred(void);
 /* Tests only: use the micro-kernel for `isa` ("generic", "avx2+fma",
  * "avx512f"; NULL: the CPU's best). False when the CPU lacks it. Not safe
  * while GEMMs run. */

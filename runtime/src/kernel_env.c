@@ -166,8 +166,7 @@ static int lib_collective(void *ctx, uint32_t kind, uint32_t dtype, uint32_t red
 
 /* A convolution of the execution `ctx` on the runtime's pool (conv.c). */
 static int lib_conv2d(void *ctx, const nkrt_conv2d_params_t *params) {
-  const char *err = nkrt_conv2d_run(nkrt_conv_provider(nkrt_gemm_selected()),
-                                    ((exec_ctx_t *)ctx)->model->runtime->pool, params);
+  const char *err = nkrt_conv2d_run(nkrt_gemm_selected(), ((exec_ctx_t *)ctx)->model->runtime->pool, params);
   if (!err) return 0;
   env_set_error(ctx, err);
   return 1;

@@ -161,16 +161,6 @@ TEST(conv2d_edge_cases) {
   CHECK(y2[0] == 0.0f && y2[1] == 6.0f);
 }
 
-TEST(conv2d_provider_choice) {
-  /* the built-in kernel stays itself; MKL stays unless the CPU favours the built-in one */
-  CHECK(nkrt_conv_provider(&nkrt_gemm_reference) == &nkrt_gemm_reference);
-  const nkrt_gemm_provider_t *mkl = nkrt_gemm_find("mkl");
-  if (mkl) {
-    const nkrt_gemm_provider_t *p = nkrt_conv_provider(mkl);
-    CHECK(p == mkl || (p == &nkrt_gemm_reference && strcmp(nkrt_gemm_ref_isa(), "avx512f") == 0));
-  }
-}
-
 TEST(conv2d_argument_errors) {
   float x = 1.0f, w = 1.0f, y = 0.0f;
   nkrt_conv2d_params_t ok = {.struct_size = sizeof(ok), .n = 1, .c = 1, .h = 1, .w = 1, .o = 1,

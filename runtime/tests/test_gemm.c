@@ -466,6 +466,14 @@ TEST(gemm_through_neff) {
     const char *name = nkrt_gemm_provider();
     CHECK(strcmp(name, "mkl") == 0 || strcmp(name, "reference") == 0);
     neff_cases(rt, m);
+    /* auto: the built-in kernel where MKL would run its slower AVX2 code, else
+       MKL when it can be found */
+    set_env("NKRT_GEMM", "auto");
+    nkrt_gemm_reselect();
+    if (nkrt_gemm_builtin_preferred() || !nkrt_gemm_find("mkl"))
+      CHECK(strcmp(nkrt_gemm_provider(), "reference") == 0);
+    else
+      CHECK(strcmp(nkrt_gemm_provider(), "mkl") == 0);
     /* forced reference */
     set_env("NKRT_GEMM", "reference");
     nkrt_gemm_reselect();
