@@ -249,6 +249,14 @@ static void transpose_copy(const float *src, int64_t lds, int64_t rows, int64_t 
     for (int64_t c = 0; c < cols; c++) dst[c * ldd + r] = src[r * lds + c];
 }
 
+/* Zeroes entries used .. width of each of the kc rows of a packed sliver or
+ * panel (width entries per row): the edge tile's padding. */
+static void zero_tail(float *dst, int64_t kc, int64_t width, int64_t used) {
+  if (used < width)
+    for (int64_t p = 0; p < kc; p++)
+      memset(dst + p * width + used, 0, (size_t)(width - used) * sizeof(float));
+}
+
 /* op(A)[i0 .. i0+mc, p0 .. p0+kc] into slivers of mr rows: dst[s][p][r]. */
 static void pack_a(int ta, const float *a, int64_t lda, int64_t i0, int64_t p0, int64_t mc,
                    int64_t kc, int64_t mr, float *dst) {
@@ -260,9 +268,7 @@ static void pack_a(int ta, const float *a, int64_t lda, int64_t i0, int64_t p0, 
     } else {
       transpose_copy(a + (i0 + s) * lda + p0, lda, rows, kc, dst, mr);
     }
-    if (rows < mr)
-      for (int64_t p = 0; p < kc; p++)
-        for (int64_t r = rows; r < mr; r++) dst[p * mr + r] = 0.0f;
+    zero_tail(dst, kc, mr, rows);
     dst += kc * mr;
   }
 }
@@ -278,9 +284,7 @@ static void pack_b(int tb, const float *b, int64_t ldb, int64_t p0, int64_t j0, 
     } else {
       transpose_copy(b + (j0 + s) * ldb + p0, ldb, cols, kc, dst, nr);
     }
-    if (cols < nr)
-      for (int64_t p = 0; p < kc; p++)
-        for (int64_t j = cols; j < nr; j++) dst[p * nr + j] = 0.0f;
+    zero_tail(dst, kc, nr, cols);
     dst += kc * nr;
   }
 }
