@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "conv.h"
+#include "conv_winograd.h"
 
 /* Below this many flops a convolution runs on the calling thread. */
 #define CONV_PARALLEL_MIN_FLOPS (4.0 * 1024 * 1024)
@@ -410,6 +411,9 @@ const char *nkrt_conv2d_run(const nkrt_gemm_provider_t *prov, nkrt_pool_t *pool,
     if (j.cols) nkrt_gemm_buffer_put(j.cols);
     return NULL;
   }
+
+  if (j.k && nkrt_conv_winograd_applies(p)) /* dense 3x3, stride 1 (conv_winograd.c) */
+    return nkrt_conv_winograd_run(prov, pool, workers, p);
 
   j.pointwise = p->kh == 1 && p->kw == 1 && p->stride_h == 1 && p->stride_w == 1 &&
                 p->pad_top == 0 && p->pad_left == 0 && p->oh == p->h && p->ow == p->w;

@@ -1,0 +1,312 @@
+/* conv_winograd.c - dense 3x3 stride-1 convolutions by Winograd F(4x4, 3x3).
+ *
+ * Each 4x4 block of outputs (a tile) of one channel is A^T [U . V] A, where
+ * V = B^T d B is the tile's 6x6 input patch d transformed and U = G g G^T the
+ * 3x3 kernel g transformed (interpolation points 0, 1, -1, 2, -2, inf). Over
+ * channels the element-wise products become 36 independent matrix products
+ *
+ *   M[s] (o x tiles) = U[s] (o x c) @ V[s] (c x tiles),   s = 0 .. 35,
+ *
+ * 36 multiplies per tile and channel pair instead of 144: 4x fewer flops
+ * than im2col + GEMM, plus the transforms (linear in c + o, not c * o).
+ *
+ * Work: the weights are transformed once per call (parallel over output
+ * channels) into U [36][o][c]; the tile rows of every image are cut into
+ * blocks of about TARGET_TILES tiles, and a task transforms one block's
+ * input into its worker's V [36][c][tiles], runs the 36 products with the
+ * provider's single-threaded sgemm into M [36][o][tiles], and transforms M
+ * back into the output with the bias and activation (conv.c's epilogue
+ * semantics: NaN stays NaN). Every buffer comes from the recycled GEMM
+ * buffers; nothing is cached between calls (weights may change).
+ *
+ * Rounding: the transforms have entries up to 5 (B), 8 (A) and 1/24 (G), so
+ * the error is larger than im2col's: measured max |error| / (sum |x w| +
+ * |bias|) about 2e-7..1e-6 on random data, within the 3e-5 runtime/tests use
+ * and far within the 1e-4 / 1e-3 of the compiled-kernel tests
+ * (docs/gemm.md). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "conv_winograd.h"
+
+/* Tiles per block: V and M of a block of 64-channel layers stay in L2. */
+#define TARGET_TILES 96
+#define TASKS_PER_WORKER 2
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define WINO_SIMD NKRT_HOT __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define WINO_SIMD NKRT_HOT
+#endif
+
+static int g_force = -1;
+
+void nkrt_conv_winograd_force(int mode) { g_force = mode; }
+
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+static inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+bool nkrt_conv_winograd_applies(const nkrt_conv2d_params_t *p) {
+  if (p->kh != 3 || p->kw != 3 || p->stride_h != 1 || p->stride_w != 1 || p->dil_h != 1 ||
+      p->dil_w != 1 || p->groups != 1 || p->h < 1 || p->w < 1 || p->c < 1)
+    return false;
+  /* U is 36 * o * c floats: keep it (and the blocks) to sane sizes */
+  if ((double)p->o * (double)p->c > 16.0 * 1024 * 1024) return false;
+  if (g_force >= 0) return g_force == 1;
+  /* measured (docs/gemm.md): the products need channels on both sides and
+   * blocks of many tiles; 14x14 and 7x7 maps (few tiles, 256+ channels) are
+   * slower than im2col + GEMM */
+  return p->c >= 32 && p->o >= 32 && p->c <= 256 && p->o <= 256 && p->oh >= 24 && p->ow >= 24;
+}
+
+typedef struct wino_job {
+  const nkrt_conv2d_params_t *p;
+  const nkrt_gemm_provider_t *prov;
+  int64_t th, tw;      /* tiles per image down and across */
+  int64_t rows;        /* tile rows of every image: n * th */
+  int64_t rb, tb;      /* tile rows per block, tiles per block (rb * tw) */
+  int64_t sw;          /* an input strip's width: (tw + 1) * 4 */
+  float *u;            /* transformed weights [36][o][c] */
+  float *scratch;      /* per worker: V, M, strip, rows, out */
+  int64_t per_worker;  /* floats of scratch per worker */
+  int64_t off_m, off_strip, off_r, off_out;
+} wino_job_t;
+
+/* The transforms' loops, on rows of `n` floats: restrict parameters (not
+ * block-scope pointers, which GCC does not trust) let them vectorise. Each
+ * is inlined into its caller's instruction-set clone. */
+#define WINO_INLINE static inline __attribute__((always_inline))
+
+/* G (3 rows of a, `ld` apart) into 6 rows of d, `dld` apart. */
+WINO_INLINE void g_rows(const float *restrict a, int64_t ld, float *restrict d, int64_t dld,
+                        int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    const float g0 = a[i], g1 = a[ld + i], g2 = a[2 * ld + i];
+    d[i] = 0.25f * g0;
+    d[dld + i] = -(g0 + g1 + g2) * (1.0f / 6.0f);
+    d[2 * dld + i] = -(g0 - g1 + g2) * (1.0f / 6.0f);
+    d[3 * dld + i] = g0 * (1.0f / 24.0f) + g1 * (1.0f / 12.0f) + g2 * (1.0f / 6.0f);
+    d[4 * dld + i] = g0 * (1.0f / 24.0f) - g1 * (1.0f / 12.0f) + g2 * (1.0f / 6.0f);
+    d[5 * dld + i] = g2;
+  }
+}
+
+/* B^T over 6 rows: e0..e3 = rows 0-3 of a (`ld` apart), e4, e5 = rows `i4`
+ * and `i5` (offsets into a), into 6 rows of d (`dld` apart). */
+WINO_INLINE void bt_rows(const float *restrict a, int64_t ld, int64_t i4, int64_t i5,
+                         float *restrict d, int64_t dld, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    const float e0 = a[i], e1 = a[ld + i], e2 = a[2 * ld + i], e3 = a[3 * ld + i];
+    const float e4 = a[i4 + i], e5 = a[i5 + i];
+    d[i] = 4.0f * e0 - 5.0f * e2 + e4;
+    d[dld + i] = -4.0f * (e1 + e2) + e3 + e4;
+    d[2 * dld + i] = 4.0f * (e1 - e2) - e3 + e4;
+    d[3 * dld + i] = 2.0f * (e3 - e1) - e2 + e4;
+    d[4 * dld + i] = 2.0f * (e1 - e3) - e2 + e4;
+    d[5 * dld + i] = 4.0f * e1 - 5.0f * e3 + e5;
+  }
+}
+
+/* A^T over 6 rows of a (`ld` apart) into 4 rows of d (`dld` apart). */
+WINO_INLINE void at_rows(const float *restrict a, int64_t ld, float *restrict d, int64_t dld,
+                         int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    const float s12 = a[ld + i] + a[2 * ld + i], d12 = a[ld + i] - a[2 * ld + i];
+    const float s34 = a[3 * ld + i] + a[4 * ld + i], d34 = a[3 * ld + i] - a[4 * ld + i];
+    d[i] = a[i] + s12 + s34;
+    d[dld + i] = d12 + 2.0f * d34;
+    d[2 * dld + i] = s12 + 4.0f * s34;
+    d[3 * dld + i] = d12 + 8.0f * d34 + a[5 * ld + i];
+  }
+}
+
+/* Four phase rows of a (`ld` apart) interleaved into d, plus b. */
+WINO_INLINE void interleave4(const float *restrict a, int64_t ld, float b, float *restrict d,
+                             int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    d[4 * i] = a[i] + b;
+    d[4 * i + 1] = a[ld + i] + b;
+    d[4 * i + 2] = a[2 * ld + i] + b;
+    d[4 * i + 3] = a[3 * ld + i] + b;
+  }
+}
+
+/* The four column phases of a row: d[k * n + i] = a[4 i + k]. */
+WINO_INLINE void deinterleave4(const float *restrict a, float *restrict d, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    d[i] = a[4 * i];
+    d[n + i] = a[4 * i + 1];
+    d[2 * n + i] = a[4 * i + 2];
+    d[3 * n + i] = a[4 * i + 3];
+  }
+}
+
+/* ---- weights: U[s][o][c] = (G g G^T)[s] -------------------------------- */
+
+/* Per output channel: the taps are first gathered into 9 rows over c (tap
+ * [9][c] in the worker's scratch) so the transform runs along c, vectorised. */
+static WINO_SIMD void weights_range(void *arg, int64_t begin, int64_t end, uint32_t worker) {
+  const wino_job_t *j = arg;
+  const nkrt_conv2d_params_t *p = j->p;
+  const int64_t C = p->c, OC = p->o * p->c;
+  float *tap = j->scratch + (int64_t)worker * j->per_worker;
+  float *t = tap + 9 * C; /* G g: [6][3][c] */
+  for (int64_t o = begin; o < end; o++) {
+    const float *wo = p->weight + o * C * 9;
+    for (int64_t c = 0; c < C; c++)
+      for (int k = 0; k < 9; k++) tap[k * C + c] = wo[c * 9 + k];
+    /* t[a][k][c] = (G g)[a][k]: rows k, 3 + k, 6 + k of the taps */
+    for (int k = 0; k < 3; k++) g_rows(tap + k * C, 3 * C, t + k * C, 3 * C, C);
+    /* U[a][b] = ((G g) G^T)[a][b] */
+    for (int a = 0; a < 6; a++) g_rows(t + a * 3 * C, C, j->u + (int64_t)a * 6 * OC + o * C, OC, C);
+  }
+}
+
+/* ---- input: V[s][c][t] = (B^T d B)[s] ------------------------------------ */
+
+/* One input row (NULL: a row of padding) into its four column phases:
+ * ph[k * pw + i] = input column 4 i + k - pad_left (0 outside), i < pw. */
+static WINO_SIMD void load_row(const wino_job_t *j, const float *xr, float *row, float *ph) {
+  const nkrt_conv2d_params_t *p = j->p;
+  const int64_t pw = j->tw + 1, sw = 4 * pw, W = p->w;
+  if (!xr) {
+    memset(ph, 0, (size_t)sw * sizeof(float));
+    return;
+  }
+  const int64_t s0 = min64(max64(p->pad_left, 0), sw);
+  const int64_t s1 = max64(min64(p->pad_left + W, sw), s0);
+  if (s0 > 0) memset(row, 0, (size_t)s0 * sizeof(float));
+  if (s1 > s0) memcpy(row + s0, xr + (s0 - p->pad_left), (size_t)(s1 - s0) * sizeof(float));
+  if (s1 < sw) memset(row + s1, 0, (size_t)(sw - s1) * sizeof(float));
+  deinterleave4(row, ph, pw);
+}
+
+/* Tile rows [gr0, gr1) (global: image gr / th, row gr % th) of every channel
+ * into v (leading dimension j->tb per channel, j->tb * c per s). */
+static WINO_SIMD void input_block(const wino_job_t *j, int64_t gr0, int64_t gr1, float *v,
+                                  float *strip, float *r) {
+  const nkrt_conv2d_params_t *p = j->p;
+  const int64_t C = p->c, H = p->h, W = p->w, tw = j->tw, pw = tw + 1, sw = 4 * pw;
+  const int64_t CT = C * j->tb;
+  float *row = r + 6 * sw;
+  for (int64_t gr = gr0; gr < gr1; gr++) {
+    const int64_t n = gr / j->th, ty = gr % j->th;
+    for (int64_t c = 0; c < C; c++) {
+      const float *xc = p->x + (n * C + c) * H * W;
+      for (int64_t a = 0; a < 6; a++) {
+        const int64_t iy = ty * 4 - p->pad_top + a;
+        load_row(j, iy < 0 || iy >= H ? NULL : xc + iy * W, row, strip + a * sw);
+      }
+      /* down: r[a] = (B^T strip)[a], every column (phase-major) */
+      bt_rows(strip, sw, 4 * sw, 5 * sw, r, sw, sw);
+      /* across: tile tx reads columns 4 tx .. 4 tx + 5, i.e. phases 0-3 at
+       * tx and phases 0-1 at tx + 1 */
+      float *vc = v + c * j->tb + (gr - gr0) * tw;
+      for (int64_t a = 0; a < 6; a++) bt_rows(r + a * sw, pw, 1, pw + 1, vc + a * 6 * CT, CT, tw);
+    }
+  }
+}
+
+/* ---- output: y = act(A^T M A + bias) --------------------------------------- */
+
+/* out: q [6][4][tw], then o4 [4][4][tw] (row i, column phase k), then one
+ * output row 4 * tw wide. */
+static WINO_SIMD void output_block(const wino_job_t *j, int64_t gr0, int64_t gr1, const float *m,
+                                   float *out) {
+  const nkrt_conv2d_params_t *p = j->p;
+  const int64_t O = p->o, OH = p->oh, OW = p->ow, tw = j->tw, OT = O * j->tb;
+  const float lo = p->act_lo, hi = p->act_hi;
+  float *q = out, *o4 = q + 24 * tw, *yrow = o4 + 16 * tw;
+  for (int64_t gr = gr0; gr < gr1; gr++) {
+    const int64_t n = gr / j->th, ty = gr % j->th;
+    const int64_t rows = min64(4, OH - ty * 4);
+    for (int64_t o = 0; o < O; o++) {
+      const float *mo = m + o * j->tb + (gr - gr0) * tw;
+      /* q[a][k] = (M A)[a][k], then o4[i][k] = (A^T M A)[i][k] */
+      for (int a = 0; a < 6; a++) at_rows(mo + (int64_t)a * 6 * OT, OT, q + a * 4 * tw, tw, tw);
+      for (int k = 0; k < 4; k++) at_rows(q + k * tw, 4 * tw, o4 + k * tw, 4 * tw, tw);
+      const float b = p->bias ? p->bias[o] : 0.0f;
+      for (int64_t i = 0; i < rows; i++) {
+        float *yw = yrow;
+        interleave4(o4 + i * 4 * tw, tw, b, yw, tw);
+        float *restrict yr = p->y + ((n * O + o) * OH + ty * 4 + i) * OW;
+        switch (p->activation) {
+          case NKRT_ACT_RELU:
+            for (int64_t x = 0; x < OW; x++) yr[x] = yw[x] < 0.0f ? 0.0f : yw[x];
+            break;
+          case NKRT_ACT_CLAMP:
+            for (int64_t x = 0; x < OW; x++) {
+              float v = yw[x] < lo ? lo : yw[x];
+              yr[x] = v > hi ? hi : v;
+            }
+            break;
+          default:
+            memcpy(yr, yw, (size_t)OW * sizeof(float));
+        }
+      }
+    }
+  }
+}
+
+static void block_range(void *arg, int64_t begin, int64_t end, uint32_t worker) {
+  const wino_job_t *j = arg;
+  const nkrt_conv2d_params_t *p = j->p;
+  float *base = j->scratch + (int64_t)worker * j->per_worker;
+  float *v = base, *m = base + j->off_m;
+  for (int64_t blk = begin; blk < end; blk++) {
+    const int64_t gr0 = blk * j->rb, gr1 = min64(j->rows, gr0 + j->rb);
+    const int64_t tiles = (gr1 - gr0) * j->tw;
+    input_block(j, gr0, gr1, v, base + j->off_strip, base + j->off_r);
+    for (int64_t s = 0; s < 36; s++)
+      j->prov->sgemm(0, 0, p->o, tiles, p->c, 1.0f, j->u + s * p->o * p->c, p->c,
+                     v + s * p->c * j->tb, j->tb, 0.0f, m + s * p->o * j->tb, j->tb);
+    output_block(j, gr0, gr1, m, base + j->off_out);
+  }
+}
+
+static int64_t round16(int64_t x) { return (x + 15) / 16 * 16; }
+
+const char *nkrt_conv_winograd_run(const nkrt_gemm_provider_t *prov, nkrt_pool_t *pool,
+                                   int64_t workers, const nkrt_conv2d_params_t *p) {
+  wino_job_t j = {.p = p, .prov = prov};
+  j.th = cdiv(p->oh, 4);
+  j.tw = cdiv(p->ow, 4);
+  j.rows = p->n * j.th;
+  j.sw = j.tw * 4 + 4;
+  const int64_t want = workers > 1 ? TASKS_PER_WORKER * workers : 1;
+  j.rb = max64(1, TARGET_TILES / j.tw);
+  if (cdiv(j.rows, j.rb) < want) j.rb = max64(1, cdiv(j.rows, want));
+  j.rb = min64(j.rb, j.rows);
+  j.tb = j.rb * j.tw;
+  const int64_t blocks = cdiv(j.rows, j.rb);
+  j.off_m = round16(36 * p->c * j.tb);
+  j.off_strip = j.off_m + round16(36 * p->o * j.tb);
+  j.off_r = j.off_strip + round16(6 * j.sw);
+  j.off_out = j.off_r + round16(7 * j.sw); /* 6 rows and one input row */
+  j.per_worker = max64(j.off_out + round16(44 * j.tw), 27 * p->c); /* or the weights' taps */
+  /* the pool may run a task on any of its workers: one scratch each */
+  const int64_t slots = workers > 1 ? workers : 1;
+  const double u_bytes = 36.0 * (double)p->o * (double)p->c * sizeof(float);
+  const double s_bytes = (double)slots * (double)j.per_worker * sizeof(float);
+  if (u_bytes > 0x1p40 || s_bytes > 0x1p40) return "conv2d: out of host memory for its columns";
+  j.u = nkrt_gemm_buffer_get((uint64_t)u_bytes);
+  if (!j.u) return "conv2d: out of host memory for its columns";
+  j.scratch = nkrt_gemm_buffer_get((uint64_t)slots * (uint64_t)j.per_worker * sizeof(float));
+  if (!j.scratch) {
+    nkrt_gemm_buffer_put(j.u);
+    return "conv2d: out of host memory for its columns";
+  }
+  if (workers > 1 && p->o > 1)
+    nkrt_pool_parallel_for(pool, p->o, max64(1, p->o / (TASKS_PER_WORKER * workers)),
+                           weights_range, &j);
+  else
+    weights_range(&j, 0, p->o, 0);
+  if (workers > 1 && blocks > 1)
+    nkrt_pool_parallel_for(pool, blocks, 1, block_range, &j);
+  else
+    block_range(&j, 0, blocks, 0);
+  nkrt_gemm_buffer_put(j.scratch);
+  nkrt_gemm_buffer_put(j.u);
+  return NULL;
+}
