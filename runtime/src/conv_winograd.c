@@ -32,7 +32,7 @@
 #include "conv_winograd.h"
 
 /* Tiles per block: V and M of a block of 64-channel layers stay in L2. */
-#define TARGET_TILES 96
+#define TARGET_TILES 128
 #define MIN_TILES 40
 #define TASKS_PER_WORKER 2
 
@@ -84,82 +84,65 @@ typedef struct wino_job {
 /* Every output row is its own restrict parameter: with one base pointer and
  * unknown row offsets GCC needs more run-time alias checks than it allows. */
 
-/* G (3 rows of a, `ld` apart) into 6 rows of d, `dld` apart. */
-WINO_INLINE void g_rows6(const float *restrict a, int64_t ld, float *restrict d0,
-                         float *restrict d1, float *restrict d2, float *restrict d3,
-                         float *restrict d4, float *restrict d5, int64_t n) {
+/* G (3 rows of a, `ld` apart) into 4 rows of d, `dld` apart. */
+WINO_INLINE void g_rows4(const float *restrict a, int64_t ld, float *restrict d0,
+                         float *restrict d1, float *restrict d2, float *restrict d3, int64_t n) {
   for (int64_t i = 0; i < n; i++) {
     const float g0 = a[i], g1 = a[ld + i], g2 = a[2 * ld + i];
-    d0[i] = 0.25f * g0;
-    d1[i] = -(g0 + g1 + g2) * (1.0f / 6.0f);
-    d2[i] = -(g0 - g1 + g2) * (1.0f / 6.0f);
-    d3[i] = g0 * (1.0f / 24.0f) + g1 * (1.0f / 12.0f) + g2 * (1.0f / 6.0f);
-    d4[i] = g0 * (1.0f / 24.0f) - g1 * (1.0f / 12.0f) + g2 * (1.0f / 6.0f);
-    d5[i] = g2;
+    d0[i] = g0;
+    d1[i] = 0.5f * (g0 + g1 + g2);
+    d2[i] = 0.5f * (g0 - g1 + g2);
+    d3[i] = g2;
   }
 }
 WINO_INLINE void g_rows(const float *a, int64_t ld, float *d, int64_t dld, int64_t n) {
-  g_rows6(a, ld, d, d + dld, d + 2 * dld, d + 3 * dld, d + 4 * dld, d + 5 * dld, n);
+  g_rows4(a, ld, d, d + dld, d + 2 * dld, d + 3 * dld, n);
 }
 
-/* B^T over 6 rows: e0..e3 = rows 0-3 of a (`ld` apart), e4, e5 = rows `i4`
- * and `i5` (offsets into a), into 6 rows of d (`dld` apart). */
-WINO_INLINE void bt_rows6(const float *restrict a, int64_t ld, int64_t i4, int64_t i5,
+/* B^T: e_k = a[off[k] + i] (k < 4) into 4 rows of d, `dld` apart. */
+WINO_INLINE void bt_rows4(const float *restrict a, int64_t o1, int64_t o2, int64_t o3,
                           float *restrict d0, float *restrict d1, float *restrict d2,
-                          float *restrict d3, float *restrict d4, float *restrict d5,
-                          int64_t n) {
+                          float *restrict d3, int64_t n) {
   for (int64_t i = 0; i < n; i++) {
-    const float e0 = a[i], e1 = a[ld + i], e2 = a[2 * ld + i], e3 = a[3 * ld + i];
-    const float e4 = a[i4 + i], e5 = a[i5 + i];
-    d0[i] = 4.0f * e0 - 5.0f * e2 + e4;
-    d1[i] = -4.0f * (e1 + e2) + e3 + e4;
-    d2[i] = 4.0f * (e1 - e2) - e3 + e4;
-    d3[i] = 2.0f * (e3 - e1) - e2 + e4;
-    d4[i] = 2.0f * (e1 - e3) - e2 + e4;
-    d5[i] = 4.0f * e1 - 5.0f * e3 + e5;
+    const float e0 = a[i], e1 = a[o1 + i], e2 = a[o2 + i], e3 = a[o3 + i];
+    d0[i] = e0 - e2;
+    d1[i] = e1 + e2;
+    d2[i] = e2 - e1;
+    d3[i] = e1 - e3;
   }
 }
-WINO_INLINE void bt_rows(const float *a, int64_t ld, int64_t i4, int64_t i5, float *d,
+WINO_INLINE void bt_rows(const float *a, int64_t o1, int64_t o2, int64_t o3, float *d,
                          int64_t dld, int64_t n) {
-  bt_rows6(a, ld, i4, i5, d, d + dld, d + 2 * dld, d + 3 * dld, d + 4 * dld, d + 5 * dld, n);
+  bt_rows4(a, o1, o2, o3, d, d + dld, d + 2 * dld, d + 3 * dld, n);
 }
 
-/* A^T over 6 rows of a (`ld` apart) into 4 rows of d (`dld` apart). */
-WINO_INLINE void at_rows4(const float *restrict a, int64_t ld, float *restrict d0,
-                          float *restrict d1, float *restrict d2, float *restrict d3,
-                          int64_t n) {
+/* A^T over 4 rows of a (`ld` apart) into 2 rows of d (`dld` apart). */
+WINO_INLINE void at_rows2(const float *restrict a, int64_t ld, float *restrict d0,
+                          float *restrict d1, int64_t n) {
   for (int64_t i = 0; i < n; i++) {
-    const float s12 = a[ld + i] + a[2 * ld + i], d12 = a[ld + i] - a[2 * ld + i];
-    const float s34 = a[3 * ld + i] + a[4 * ld + i], d34 = a[3 * ld + i] - a[4 * ld + i];
-    d0[i] = a[i] + s12 + s34;
-    d1[i] = d12 + 2.0f * d34;
-    d2[i] = s12 + 4.0f * s34;
-    d3[i] = d12 + 8.0f * d34 + a[5 * ld + i];
+    d0[i] = a[i] + a[ld + i] + a[2 * ld + i];
+    d1[i] = a[ld + i] - a[2 * ld + i] - a[3 * ld + i];
   }
 }
 WINO_INLINE void at_rows(const float *a, int64_t ld, float *d, int64_t dld, int64_t n) {
-  at_rows4(a, ld, d, d + dld, d + 2 * dld, d + 3 * dld, n);
+  at_rows2(a, ld, d, d + dld, n);
 }
 
-/* Four phase rows of a (`ld` apart) interleaved into d, plus b. */
-WINO_INLINE void interleave4(const float *restrict a, int64_t ld, float b, float *restrict d,
+/* Two phase rows of a (`ld` apart) interleaved into d, plus b. */
+WINO_INLINE void interleave2(const float *restrict a, int64_t ld, float b, float *restrict d,
                              int64_t n) {
   for (int64_t i = 0; i < n; i++) {
-    d[4 * i] = a[i] + b;
-    d[4 * i + 1] = a[ld + i] + b;
-    d[4 * i + 2] = a[2 * ld + i] + b;
-    d[4 * i + 3] = a[3 * ld + i] + b;
+    d[2 * i] = a[i] + b;
+    d[2 * i + 1] = a[ld + i] + b;
   }
 }
 
-/* The four column phases of a row: d[k * ld + i] = a[4 i + k], i < n. */
-WINO_INLINE void deinterleave4(const float *restrict a, float *restrict d, int64_t ld,
+/* The two column phases of a row: d[k * ld + i] = a[2 i + k], i < n. */
+WINO_INLINE void deinterleave2(const float *restrict a, float *restrict d, int64_t ld,
                                int64_t n) {
   for (int64_t i = 0; i < n; i++) {
-    d[i] = a[4 * i];
-    d[ld + i] = a[4 * i + 1];
-    d[2 * ld + i] = a[4 * i + 2];
-    d[3 * ld + i] = a[4 * i + 3];
+    d[i] = a[2 * i];
+    d[ld + i] = a[2 * i + 1];
   }
 }
 
@@ -175,27 +158,27 @@ static WINO_SIMD void weights_range(void *arg, int64_t begin, int64_t end, uint3
   const nkrt_conv2d_params_t *p = j->p;
   const int64_t C = p->c, O = p->o, OC = p->o * p->c;
   float *tap = j->scratch + (int64_t)worker * j->per_worker;
-  float *t = tap + 9 * O; /* G g: [6][3][o] */
+  float *t = tap + 9 * O; /* G g: [4][3][o] */
   for (int64_t c = begin; c < end; c++) {
     for (int64_t o = 0; o < O; o++)
       for (int k = 0; k < 9; k++) tap[k * O + o] = p->weight[(o * C + c) * 9 + k];
     /* t[a][k][o] = (G g)[a][k]: rows k, 3 + k, 6 + k of the taps */
     for (int k = 0; k < 3; k++) g_rows(tap + k * O, 3 * O, t + k * O, 3 * O, O);
     /* U[a][b] = ((G g) G^T)[a][b] */
-    for (int a = 0; a < 6; a++) g_rows(t + a * 3 * O, O, j->u + (int64_t)a * 6 * OC + c * O, OC, O);
+    for (int a = 0; a < 4; a++) g_rows(t + a * 3 * O, O, j->u + (int64_t)a * 4 * OC + c * O, OC, O);
   }
 }
 
 /* ---- input: V[s][c][t] = (B^T d B)[s] ------------------------------------ */
 
-/* One input row (NULL: a row of padding) into its four column phases:
- * ph[k * ld + i] = input column 4 i + k - pad_left (0 outside), i <= tw. */
+/* One input row (NULL: a row of padding) into its two column phases:
+ * ph[k * ld + i] = input column 2 i + k - pad_left (0 outside), i <= tw. */
 static WINO_SIMD void load_row(const wino_job_t *j, const float *xr, float *row, float *ph,
                                int64_t ld) {
   const nkrt_conv2d_params_t *p = j->p;
-  const int64_t pw = j->tw + 1, sw = 4 * pw, W = p->w;
+  const int64_t pw = j->tw + 1, sw = 2 * pw, W = p->w;
   if (!xr) {
-    for (int k = 0; k < 4; k++) memset(ph + k * ld, 0, (size_t)pw * sizeof(float));
+    for (int k = 0; k < 2; k++) memset(ph + k * ld, 0, (size_t)pw * sizeof(float));
     return;
   }
   const int64_t s0 = min64(max64(p->pad_left, 0), sw);
@@ -203,63 +186,63 @@ static WINO_SIMD void load_row(const wino_job_t *j, const float *xr, float *row,
   if (s0 > 0) memset(row, 0, (size_t)s0 * sizeof(float));
   if (s1 > s0) memcpy(row + s0, xr + (s0 - p->pad_left), (size_t)(s1 - s0) * sizeof(float));
   if (s1 < sw) memset(row + s1, 0, (size_t)(sw - s1) * sizeof(float));
-  deinterleave4(row, ph, ld, pw);
+  deinterleave2(row, ph, ld, pw);
 }
 
 /* Tile rows [gr0, gr1) (global: image gr / th, row gr % th) of every channel
  * into v: tile tx of the block's row l is column l * pw + tx of V[s][c]
  * (leading dimension j->tb per channel, j->tb * c per s; pw = tw + 1, the
  * extra tile of each row is never read back). The strip holds a channel's
- * 6 input rows per tile row, phase-major ([a][k][l][pw]), so every
+ * 4 input rows per tile row, phase-major ([a][k][l][pw]), so every
  * transform is one long vector loop over the block. */
 static WINO_SIMD void input_block(const wino_job_t *j, int64_t gr0, int64_t gr1, float *v,
                                   float *strip, float *r) {
   const nkrt_conv2d_params_t *p = j->p;
   const int64_t C = p->c, H = p->h, W = p->w, pw = j->tw + 1;
-  const int64_t nr = gr1 - gr0, L = nr * pw, CT = C * j->tb; /* L: tiles with the extras */
-  float *row = r + 6 * 4 * L;
+  const int64_t L = (gr1 - gr0) * pw, CT = C * j->tb; /* L: tiles with the extras */
+  float *row = r + 4 * 2 * L;
   for (int64_t c = 0; c < C; c++) {
     for (int64_t gr = gr0; gr < gr1; gr++) {
       const int64_t n = gr / j->th, ty = gr % j->th;
       const float *xc = p->x + (n * C + c) * H * W;
-      for (int64_t a = 0; a < 6; a++) {
-        const int64_t iy = ty * 4 - p->pad_top + a;
+      for (int64_t a = 0; a < 4; a++) {
+        const int64_t iy = ty * 2 - p->pad_top + a;
         load_row(j, iy < 0 || iy >= H ? NULL : xc + iy * W, row,
-                 strip + a * 4 * L + (gr - gr0) * pw, L);
+                 strip + a * 2 * L + (gr - gr0) * pw, L);
       }
     }
     /* down: r[a] = (B^T strip)[a], every column of every tile row */
-    bt_rows(strip, 4 * L, 16 * L, 20 * L, r, 4 * L, 4 * L);
-    /* across: tile i reads columns 4 i .. 4 i + 5 of its row: phases 0-3 at
-     * i and phases 0-1 at i + 1 (the extra tile keeps i + 1 in the row) */
+    bt_rows(strip, 2 * L, 4 * L, 6 * L, r, 2 * L, 2 * L);
+    /* across: tile i reads columns 2 i .. 2 i + 3 of its row: phases 0-1 at
+     * i and at i + 1 (the extra tile keeps i + 1 in the row) */
     float *vc = v + c * j->tb;
-    for (int64_t a = 0; a < 6; a++) bt_rows(r + a * 4 * L, L, 1, L + 1, vc + a * 6 * CT, CT, L);
+    for (int64_t a = 0; a < 4; a++) bt_rows(r + a * 2 * L, L, 1, L + 1, vc + a * 4 * CT, CT, L);
   }
 }
 
 /* ---- output: y = act(A^T M A + bias) --------------------------------------- */
 
-/* out: q [6][4][L], then o4 [4][4][L] (row i, column phase k), then one
- * output row 4 * pw wide. */
+/* out: q [4][2][L], then o2 [2][2][L] (row i, column phase k), then one
+ * output row 2 * pw wide. */
 static WINO_SIMD void output_block(const wino_job_t *j, int64_t gr0, int64_t gr1, const float *m,
                                    float *out) {
   const nkrt_conv2d_params_t *p = j->p;
   const int64_t O = p->o, OH = p->oh, OW = p->ow, tw = j->tw, pw = tw + 1, OT = O * j->tb;
   const int64_t L = (gr1 - gr0) * pw;
   const float lo = p->act_lo, hi = p->act_hi;
-  float *q = out, *o4 = q + 24 * L, *yw = o4 + 16 * L;
+  float *q = out, *o2 = q + 8 * L, *yw = o2 + 4 * L;
   for (int64_t o = 0; o < O; o++) {
     const float *mo = m + o * j->tb;
-    /* q[a][k] = (M A)[a][k], then o4[i][k] = (A^T M A)[i][k], every tile */
-    for (int a = 0; a < 6; a++) at_rows(mo + (int64_t)a * 6 * OT, OT, q + a * 4 * L, L, L);
-    for (int k = 0; k < 4; k++) at_rows(q + k * L, 4 * L, o4 + k * L, 4 * L, L);
+    /* q[a][k] = (M A)[a][k], then o2[i][k] = (A^T M A)[i][k], every tile */
+    for (int a = 0; a < 4; a++) at_rows(mo + (int64_t)a * 4 * OT, OT, q + a * 2 * L, L, L);
+    for (int k = 0; k < 2; k++) at_rows(q + k * L, 2 * L, o2 + k * L, 2 * L, L);
     const float b = p->bias ? p->bias[o] : 0.0f;
     for (int64_t gr = gr0; gr < gr1; gr++) {
       const int64_t n = gr / j->th, ty = gr % j->th;
-      const int64_t rows = min64(4, OH - ty * 4);
+      const int64_t rows = min64(2, OH - ty * 2);
       for (int64_t i = 0; i < rows; i++) {
-        interleave4(o4 + i * 4 * L + (gr - gr0) * pw, L, b, yw, tw);
-        float *restrict yr = p->y + ((n * O + o) * OH + ty * 4 + i) * OW;
+        interleave2(o2 + i * 2 * L + (gr - gr0) * pw, L, b, yw, tw);
+        float *restrict yr = p->y + ((n * O + o) * OH + ty * 2 + i) * OW;
         switch (p->activation) {
           case NKRT_ACT_RELU:
             for (int64_t x = 0; x < OW; x++) yr[x] = yw[x] < 0.0f ? 0.0f : yw[x];
@@ -287,7 +270,7 @@ static void block_range(void *arg, int64_t begin, int64_t end, uint32_t worker) 
     const int64_t gr0 = blk * j->rb, gr1 = min64(j->rows, gr0 + j->rb);
     const int64_t tiles = (gr1 - gr0) * (j->tw + 1); /* with each row's extra tile */
     input_block(j, gr0, gr1, v, base + j->off_strip, base + j->off_r);
-    for (int64_t s = 0; s < 36; s++)
+    for (int64_t s = 0; s < 16; s++)
       j->prov->sgemm(1, 0, p->o, tiles, p->c, 1.0f, j->u + s * p->o * p->c, p->o,
                      v + s * p->c * j->tb, j->tb, 0.0f, m + s * p->o * j->tb, j->tb);
     output_block(j, gr0, gr1, m, base + j->off_out);
@@ -299,10 +282,10 @@ static int64_t round16(int64_t x) { return (x + 15) / 16 * 16; }
 const char *nkrt_conv_winograd_run(const nkrt_gemm_provider_t *prov, nkrt_pool_t *pool,
                                    int64_t workers, const nkrt_conv2d_params_t *p) {
   wino_job_t j = {.p = p, .prov = prov};
-  j.th = cdiv(p->oh, 4);
-  j.tw = cdiv(p->ow, 4);
+  j.th = cdiv(p->oh, 2);
+  j.tw = cdiv(p->ow, 2);
   j.rows = p->n * j.th;
-  j.sw = j.tw * 4 + 4;
+  j.sw = j.tw * 2 + 2;
   const int64_t want = workers > 1 ? TASKS_PER_WORKER * workers : 1;
   j.rb = max64(1, TARGET_TILES / (j.tw + 1));
   /* smaller blocks to keep every worker busy, but not below MIN_TILES: U is
@@ -311,14 +294,14 @@ const char *nkrt_conv_winograd_run(const nkrt_gemm_provider_t *prov, nkrt_pool_t
   j.rb = min64(j.rb, j.rows);
   j.tb = j.rb * (j.tw + 1);
   const int64_t blocks = cdiv(j.rows, j.rb);
-  j.off_m = round16(36 * p->c * j.tb);
-  j.off_strip = j.off_m + round16(36 * p->o * j.tb);
-  j.off_r = j.off_strip + round16(24 * j.tb);
-  j.off_out = j.off_r + round16(24 * j.tb + j.sw); /* 6 x 4 phase rows, one input row */
-  j.per_worker = max64(j.off_out + round16(40 * j.tb + j.sw), 27 * p->o); /* or the taps */
+  j.off_m = round16(16 * p->c * j.tb);
+  j.off_strip = j.off_m + round16(16 * p->o * j.tb);
+  j.off_r = j.off_strip + round16(8 * j.tb);
+  j.off_out = j.off_r + round16(8 * j.tb + j.sw); /* 4 x 2 phase rows, one input row */
+  j.per_worker = max64(j.off_out + round16(12 * j.tb + j.sw), 21 * p->o); /* or the taps */
   /* the pool may run a task on any of its workers: one scratch each */
   const int64_t slots = workers > 1 ? workers : 1;
-  const double u_bytes = 36.0 * (double)p->o * (double)p->c * sizeof(float);
+  const double u_bytes = 16.0 * (double)p->o * (double)p->c * sizeof(float);
   const double s_bytes = (double)slots * (double)j.per_worker * sizeof(float);
   if (u_bytes > 0x1p40 || s_bytes > 0x1p40) return "conv2d: out of host memory for its columns";
   j.u = nkrt_gemm_buffer_get((uint64_t)u_bytes);
