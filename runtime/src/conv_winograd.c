@@ -1,43 +1,46 @@
-/* conv_winograd.c - dense 3x3 stride-1 convolutions by Winograd F(4x4, 3x3).
+/* conv_winograd.c - dense 3x3 stride-1 convolutions by Winograd F(2x2, 3x3).
  *
- * Each 4x4 block of outputs (a tile) of one channel is A^T [U . V] A, where
- * V = B^T d B is the tile's 6x6 input patch d transformed and U = G g G^T the
- * 3x3 kernel g transformed (interpolation points 0, 1, -1, 2, -2, inf). Over
- * channels the element-wise products become 36 independent matrix products
+ * Each 2x2 block of outputs (a tile) of one channel is A^T [U . V] A, where
+ * V = B^T d B is the tile's 4x4 input patch d transformed and U = G g G^T the
+ * 3x3 kernel g transformed (interpolation points 0, 1, -1, inf). Over
+ * channels the element-wise products become 16 independent matrix products
  *
- *   M[s] (o x tiles) = U[s] (o x c) @ V[s] (c x tiles),   s = 0 .. 35,
+ *   M[s] (o x tiles) = U[s] (o x c) @ V[s] (c x tiles),   s = 0 .. 15,
  *
- * 36 multiplies per tile and channel pair instead of 144: 4x fewer flops
+ * 16 multiplies per tile and channel pair instead of 36: 2.25x fewer flops
  * than im2col + GEMM, plus the transforms (linear in c + o, not c * o).
  *
  * Work: the weights are transformed once per call (parallel over input
- * channels) into U [36][c][o] (each U[s] stored transposed); the tile rows
- * of every image are cut into blocks of about TARGET_TILES tiles (at least
- * MIN_TILES), and a task transforms one block's input into its worker's
- * V [36][c][tiles], runs the 36 products with the
- * provider's single-threaded sgemm into M [36][o][tiles], and transforms M
- * back into the output with the bias and activation (conv.c's epilogue
- * semantics: NaN stays NaN). Every buffer comes from the recycled GEMM
- * buffers; nothing is cached between calls (weights may change).
+ * channels) into U [16][c][o] (each U[s] stored transposed, so the GEMM
+ * packs it with contiguous reads); the tile rows of every image are cut
+ * into blocks of about TARGET_TILES tiles (at least MIN_TILES), and a task
+ * transforms one block's input into its worker's V [16][c][tiles], runs the
+ * 16 products with the provider's single-threaded sgemm into
+ * M [16][o][tiles], and transforms M back into the output with the bias and
+ * activation (conv.c's epilogue semantics: NaN stays NaN). Every buffer
+ * comes from the recycled GEMM buffers; nothing is cached between calls
+ * (weights may change).
  *
- * Rounding: the transforms have entries up to 5 (B), 8 (A) and 1/24 (G), so
- * the error is larger than im2col's. Measured against a float64 loop (He-
- * scaled weights, inputs of unit scale, 64-256 input channels): max |error|
- * / (sum |x w| + |bias|) 2-3e-6 (im2col: 0.6-1.2e-7), max |error| / max |y|
- * 0.5-1.2e-5 (im2col: 5e-7): within the 3e-5 of runtime/tests/test_conv.c
- * and the 1e-4 / 1e-3 of the compiled-kernel tests (docs/gemm.md). */
+ * Rounding: F(2x2)'s transforms hold only 0, +-1 and 1/2, and its error is
+ * im2col's: measured against a float64 loop (He-scaled weights, inputs of
+ * unit scale, 64-256 input channels) max |error| / (sum |x w| + |bias|)
+ * 0.8-1.0e-7 (im2col 0.6-1.2e-7). F(4x4, 3x3) (4x fewer multiplies; this
+ * file's history) reached 3e-6, 2.7e-4 absolute on unit-scale weights,
+ * beyond tests/nkipy/test_conv_compiled.py's rtol = atol = 1e-4. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "conv_winograd.h"
 
-/* Tiles per block: V and M of a block of 64-channel layers stay in L2. */
+/* Tiles per block: V and M of a block of 64-channel layers (16 x 64 x 128
+ * floats each) stay in L2. */
 #define TARGET_TILES 128
 #define MIN_TILES 40
 #define TASKS_PER_WORKER 2
 
 #if defined(__x86_64__) && defined(__GNUC__)
-#define WINO_SIMD NKRT_HOT __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#define WINO_SIMD \
+  NKRT_HOT __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define WINO_SIMD NKRT_HOT
 #endif
@@ -54,13 +57,14 @@ bool nkrt_conv_winograd_applies(const nkrt_conv2d_params_t *p) {
   if (p->kh != 3 || p->kw != 3 || p->stride_h != 1 || p->stride_w != 1 || p->dil_h != 1 ||
       p->dil_w != 1 || p->groups != 1 || p->h < 1 || p->w < 1 || p->c < 1)
     return false;
-  /* U is 36 * o * c floats: keep it (and the blocks) to sane sizes */
+  /* U is 16 * o * c floats: keep it (and the blocks) to sane sizes */
   if ((double)p->o * (double)p->c > 16.0 * 1024 * 1024) return false;
   if (g_force >= 0) return g_force == 1;
   /* measured (docs/gemm.md): the products need channels on both sides and
-   * blocks of many tiles; 14x14 and 7x7 maps (few tiles, 256+ channels) are
-   * slower than im2col + GEMM */
-  return p->c >= 32 && p->o >= 32 && p->c <= 256 && p->o <= 256 && p->oh >= 24 && p->ow >= 24;
+   * blocks of many tiles; 14x14 (256 channels) and 7x7 (512) maps ran at
+   * 0.3-0.8x im2col + GEMM */
+  return p->c >= 32 && p->o >= 32 && p->c <= 256 && p->o <= 256 && p->oh >= 20 &&
+         p->ow >= 20 && (double)p->n * (double)p->oh * (double)p->ow >= 700;
 }
 
 typedef struct wino_job {
@@ -69,8 +73,8 @@ typedef struct wino_job {
   int64_t th, tw;      /* tiles per image down and across */
   int64_t rows;        /* tile rows of every image: n * th */
   int64_t rb, tb;      /* tile rows per block, tiles per block (rb * tw) */
-  int64_t sw;          /* an input strip's width: (tw + 1) * 4 */
-  float *u;            /* transformed weights [36][c][o] */
+  int64_t sw;          /* an input row's width in the strip: (tw + 1) * 2 */
+  float *u;            /* transformed weights [16][c][o] */
   float *scratch;      /* per worker: V, M, strip, rows, out */
   int64_t per_worker;  /* floats of scratch per worker */
   int64_t off_m, off_strip, off_r, off_out;

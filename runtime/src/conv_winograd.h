@@ -1,4 +1,4 @@
-/* conv_winograd.h - Winograd F(4x4, 3x3) for dense 3x3 stride-1
+/* conv_winograd.h - Winograd F(2x2, 3x3) for dense 3x3 stride-1
  * convolutions (conv_winograd.c), one way of nkrt_conv2d_run (conv.c). Not
  * installed; not part of the API. */
 #ifndef NKRT_CONV_WINOGRAD_H
@@ -13,8 +13,8 @@
 bool nkrt_conv_winograd_applies(const nkrt_conv2d_params_t *p);
 
 /* Runs `p` (any 3x3, stride 1, dilation 1, one group, h and w >= 1, any
- * padding) by Winograd F(4x4, 3x3) on `workers` threads of `pool` (1: the
- * calling thread), the 36 products per block of tiles through the
+ * padding) by Winograd F(2x2, 3x3) on `workers` threads of `pool` (1: the
+ * calling thread), the 16 products per block of tiles through the
  * single-threaded provider `prov`. Returns NULL, or a message when host
  * memory ran out (then y is unspecified). */
 const char *nkrt_conv_winograd_run(const nkrt_gemm_provider_t *prov, nkrt_pool_t *pool,

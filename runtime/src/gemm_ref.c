@@ -224,9 +224,14 @@ static void pack_a(int ta, const float *a, int64_t lda, int64_t i0, int64_t p0, 
   for (int64_t s = 0; s < mc; s += mr) {
     int64_t rows = mc - s < mr ? mc - s : mr;
     for (int64_t p = 0; p < kc; p++) {
-      for (int64_t r = 0; r < rows; r++) {
-        int64_t i = i0 + s + r, q = p0 + p;
-        dst[p * mr + r] = ta ? a[q * lda + i] : a[i * lda + q];
+      if (ta) { /* the sliver's rows are contiguous in op(A)'s column */
+        const float *src = a + (p0 + p) * lda + i0 + s;
+        if (rows == MAX_MR) /* the AVX-512 kernel's sliver: one 32-byte move */
+          memcpy(dst + p * mr, src, MAX_MR * sizeof(float));
+        else
+          for (int64_t r = 0; r < rows; r++) dst[p * mr + r] = src[r];
+      } else {
+        for (int64_t r = 0; r < rows; r++) dst[p * mr + r] = a[(i0 + s + r) * lda + p0 + p];
       }
       for (int64_t r = rows; r < mr; r++) dst[p * mr + r] = 0.0f;
     }

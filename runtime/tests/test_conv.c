@@ -198,7 +198,7 @@ TEST(conv2d_argument_errors) {
   CHECK(nkrt_conv2d_run(&nkrt_gemm_reference, NULL, &ok) == NULL && y == 1.0f);
 }
 
-/* Winograd F(4x4, 3x3) (conv_winograd.c), forced on for every 3x3 stride-1
+/* Winograd F(2x2, 3x3) (conv_winograd.c), forced on for every 3x3 stride-1
  * case: odd sizes (partial tiles at the right and bottom), uneven, large and
  * negative padding, one and many tile rows per block, bias and every
  * activation, on the calling thread and on pools; within the same tolerance
@@ -208,7 +208,7 @@ static const ccase_t wino_cases[] = {
     {1, 3, 5, 7, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, NKRT_ACT_NONE},
     {2, 5, 9, 11, 6, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, NKRT_ACT_RELU},
     {1, 1, 1, 1, 1, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, NKRT_ACT_CLAMP},   /* one pixel */
-    {1, 4, 6, 6, 3, 3, 3, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, NKRT_ACT_NONE},    /* valid, 4x4 exact */
+    {1, 4, 6, 6, 3, 3, 3, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, NKRT_ACT_NONE},    /* valid, whole tiles */
     {1, 4, 13, 10, 5, 3, 3, 1, 1, 1, 2, 0, 1, 3, 1, 1, 1, NKRT_ACT_RELU},  /* uneven pads */
     {1, 4, 9, 10, 4, 3, 3, 1, 1, 1, -1, 1, 0, -2, 1, 1, 1, NKRT_ACT_NONE}, /* cropping */
     {1, 2, 3, 3, 2, 3, 3, 1, 1, 1, 4, 4, 4, 4, 1, 1, 1, NKRT_ACT_CLAMP},   /* mostly padding */
