@@ -431,14 +431,15 @@ static void run_task(gemm_job_t *g, int64_t t) {
                                                        i1 - i0, j1 - j0, g->k, g->alpha, b,
                                                        g->ldb, &entry)
                                    : NULL;
+    bool done = false;
     if (packed) {
-      g->p->compute_packed_b(g->ta, i1 - i0, j1 - j0, g->k, a, g->lda, packed, g->beta, c,
-                             g->ldc);
+      done = g->p->compute_packed_b(g->ta, i1 - i0, j1 - j0, g->k, a, g->lda, packed, g->beta, c,
+                                    g->ldc);
       nkrt_pack_release(g->packs, entry);
-    } else {
+    }
+    if (!done)
       g->p->sgemm(g->ta, g->tb, i1 - i0, j1 - j0, g->k, g->alpha, a, g->lda, b, g->ldb, g->beta,
                   c, g->ldc);
-    }
   } else if (!lowp_panel(g, (const uint16_t *)g->a + aoff, (const uint16_t *)g->b + boff,
                          (uint16_t *)g->c + coff, i1 - i0, j1 - j0)) {
     atomic_store(&g->failed, true);

@@ -40,11 +40,13 @@ typedef struct nkrt_gemm_provider {
    * own layout, alpha applied (pack_b_size bytes for an m x n x k product),
    * then products with the packed B (C = A @ packed + beta * C). Weights
    * reused across executions are packed once (gemm_pack.c) instead of by
-   * every call. */
+   * every call. compute_packed_b returns false, C untouched, when it cannot
+   * use the copy (made for another micro-kernel, no scratch memory): the
+   * caller then computes from B as stored. */
   uint64_t (*pack_b_size)(int64_t m, int64_t n, int64_t k);
   void (*pack_b)(int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *b,
                  int64_t ldb, float *dst);
-  void (*compute_packed_b)(int ta, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+  bool (*compute_packed_b)(int ta, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                            const float *packed, float beta, float *c, int64_t ldc);
   /* Which library, version and instruction set; for logs and docs. */
   char description[256];

@@ -112,13 +112,14 @@ static void mkl_pack_b(int tb, int64_t m, int64_t n, int64_t k, float alpha, con
   mkl.pack64(ROW_MAJOR, B_MATRIX, tb ? TRANS : NO_TRANS, m, n, k, alpha, b, ldb, dst);
 }
 
-static void mkl_compute_packed_b(int ta, int64_t m, int64_t n, int64_t k, const float *a,
+static bool mkl_compute_packed_b(int ta, int64_t m, int64_t n, int64_t k, const float *a,
                                  int64_t lda, const float *packed, float beta, float *c,
                                  int64_t ldc) {
   limit_thread();
   /* ldb is not read for a packed B */
   mkl.compute64(ROW_MAJOR, ta ? TRANS : NO_TRANS, PACKED, m, n, k, a, lda, packed, 1, beta, c,
                 ldc);
+  return true;
 }
 
 static const char *branch_name(int code) {

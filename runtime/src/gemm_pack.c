@@ -3,7 +3,8 @@
  * A float32 GEMM library re-lays-out ("packs") B into its own blocked format
  * on every call; for a weight matrix that is the same work every execution,
  * 15-65% of the product's time (docs/gemm.md). When the provider can pack
- * ahead (MKL's cblas_sgemm_pack / _compute), a product whose B lies inside
+ * ahead (MKL's cblas_sgemm_pack / _compute, or the built-in kernel's own
+ * panels), a product whose B lies inside
  * one of the execution's inputs - and in none of its outputs, so the kernel
  * cannot change it - is looked up here by (address, layout, shape, alpha):
  *
@@ -42,6 +43,7 @@ typedef struct pack_entry {
   struct pack_entry *prev, *next; /* LRU list, most recent first */
   uintptr_t lo, hi;               /* B's bytes */
   const float *b;                 /* key: */
+  const nkrt_gemm_provider_t *p;  /* whose layout (the provider can be reselected) */
   int tb;
   int64_t m, n, k, ldb;
   float alpha;
@@ -147,7 +149,7 @@ const float *nkrt_pack_acquire(nkrt_pack_cache_t *c, const nkrt_gemm_provider_t 
   if (!c->limit || !p->pack_b_size) return NULL;
   pthread_mutex_lock(&c->mu);
   pack_entry_t *e = c->head;
-  while (e && !(e->b == b && e->tb == tb && e->m == m && e->n == n && e->k == k &&
+  while (e && !(e->b == b && e->p == p && e->tb == tb && e->m == m && e->n == n && e->k == k &&
                 e->ldb == ldb && e->alpha == alpha))
     e = e->next;
   if (!e) { /* first sighting: remember it */
@@ -157,6 +159,7 @@ const float *nkrt_pack_acquire(nkrt_pack_cache_t *c, const nkrt_gemm_provider_t 
       e->lo = (uintptr_t)b;
       e->hi = (uintptr_t)(b + (rows - 1) * ldb + cols);
       e->b = b;
+      e->p = p;
       e->tb = tb;
       e->m = m;
       e->n = n;

@@ -218,23 +218,57 @@ bool nkrt_gemm_ref_force_isa(const char *isa) {
 
 /* ---- packing ------------------------------------------------------------ */
 
+/* dst[c * ldd + r] = src[r * lds + c] for r < rows, c < cols: in 4 x 4 blocks
+ * through SSE registers on x86-64 (a transposing pack element by element,
+ * with a strided load or store each, cost as much as the products it fed for
+ * a Linear layer's weight), one element at a time elsewhere. */
+static void transpose_copy(const float *src, int64_t lds, int64_t rows, int64_t cols,
+                           float *dst, int64_t ldd) {
+  int64_t r = 0;
+#ifdef NKRT_GEMM_X86
+  for (; r + 4 <= rows; r += 4) {
+    const float *s0 = src + r * lds, *s1 = s0 + lds, *s2 = s1 + lds, *s3 = s2 + lds;
+    int64_t c = 0;
+    for (; c + 4 <= cols; c += 4) {
+      __m128 x0 = _mm_loadu_ps(s0 + c), x1 = _mm_loadu_ps(s1 + c), x2 = _mm_loadu_ps(s2 + c),
+             x3 = _mm_loadu_ps(s3 + c);
+      _MM_TRANSPOSE4_PS(x0, x1, x2, x3);
+      float *d = dst + c * ldd + r;
+      _mm_storeu_ps(d, x0);
+      _mm_storeu_ps(d + ldd, x1);
+      _mm_storeu_ps(d + 2 * ldd, x2);
+      _mm_storeu_ps(d + 3 * ldd, x3);
+    }
+    for (; c < cols; c++) {
+      float *d = dst + c * ldd + r;
+      d[0] = s0[c], d[1] = s1[c], d[2] = s2[c], d[3] = s3[c];
+    }
+  }
+#endif
+  for (; r < rows; r++)
+    for (int64_t c = 0; c < cols; c++) dst[c * ldd + r] = src[r * lds + c];
+}
+
+/* Zeroes entries used .. width of each of the kc rows of a packed sliver or
+ * panel (width entries per row): the edge tile's padding. */
+static void zero_tail(float *dst, int64_t kc, int64_t width, int64_t used) {
+  if (used < width)
+    for (int64_t p = 0; p < kc; p++)
+      memset(dst + p * width + used, 0, (size_t)(width - used) * sizeof(float));
+}
+
 /* op(A)[i0 .. i0+mc, p0 .. p0+kc] into slivers of mr rows: dst[s][p][r]. */
 static void pack_a(int ta, const float *a, int64_t lda, int64_t i0, int64_t p0, int64_t mc,
                    int64_t kc, int64_t mr, float *dst) {
   for (int64_t s = 0; s < mc; s += mr) {
     int64_t rows = mc - s < mr ? mc - s : mr;
-    for (int64_t p = 0; p < kc; p++) {
-      if (ta) { /* the sliver's rows are contiguous in op(A)'s column */
-        const float *src = a + (p0 + p) * lda + i0 + s;
-        if (rows == MAX_MR) /* the AVX-512 kernel's sliver: one 32-byte move */
-          memcpy(dst + p * mr, src, MAX_MR * sizeof(float));
-        else
-          for (int64_t r = 0; r < rows; r++) dst[p * mr + r] = src[r];
-      } else {
-        for (int64_t r = 0; r < rows; r++) dst[p * mr + r] = a[(i0 + s + r) * lda + p0 + p];
-      }
-      for (int64_t r = rows; r < mr; r++) dst[p * mr + r] = 0.0f;
+    if (ta) {
+      for (int64_t p = 0; p < kc; p++)
+        memcpy(dst + p * mr, a + (p0 + p) * lda + i0 + s, (size_t)rows * sizeof(float));
+    } else {
+      transpose_copy(a + (i0 + s) * lda + p0, lda, rows, kc, dst, mr);
     }
+    zero_tail(dst, kc, mr, rows);
     dst += kc * mr;
   }
 }
@@ -245,20 +279,12 @@ static void pack_b(int tb, const float *b, int64_t ldb, int64_t p0, int64_t j0, 
   for (int64_t s = 0; s < nc; s += nr) {
     int64_t cols = nc - s < nr ? nc - s : nr;
     if (!tb) {
-      for (int64_t p = 0; p < kc; p++) {
-        const float *src = b + (p0 + p) * ldb + j0 + s;
-        float *d = dst + p * nr;
-        memcpy(d, src, (size_t)cols * sizeof(float));
-        for (int64_t j = cols; j < nr; j++) d[j] = 0.0f;
-      }
-    } else {
-      for (int64_t j = 0; j < cols; j++) {
-        const float *src = b + (j0 + s + j) * ldb + p0;
-        for (int64_t p = 0; p < kc; p++) dst[p * nr + j] = src[p];
-      }
       for (int64_t p = 0; p < kc; p++)
-        for (int64_t j = cols; j < nr; j++) dst[p * nr + j] = 0.0f;
+        memcpy(dst + p * nr, b + (p0 + p) * ldb + j0 + s, (size_t)cols * sizeof(float));
+    } else {
+      transpose_copy(b + (j0 + s) * ldb + p0, ldb, cols, kc, dst, nr);
     }
+    zero_tail(dst, kc, nr, cols);
     dst += kc * nr;
   }
 }
@@ -349,6 +375,28 @@ static bool few_rows(int ta, int tb, int64_t m, int64_t n, int64_t k, float alph
   return true;
 }
 
+/* C[:, 0 .. nc] += alpha * op(A)[:, pc .. pc+kc] @ the packed slab `bpack`
+ * (nc columns in panels of the kernel's width), A packed MC rows at a time
+ * into `apack`. */
+static void multiply_block(kernel_choice_t kc_, int ta, const float *a, int64_t lda, int64_t m,
+                           int64_t pc, int64_t kc, const float *bpack, int64_t nc, float *apack,
+                           float *c, int64_t ldc, float alpha) {
+  int64_t mr = kc_.mr, nr = kc_.nr;
+  for (int64_t ic = 0; ic < m; ic += MC) {
+    int64_t mc = m - ic < MC ? m - ic : MC;
+    pack_a(ta, a, lda, ic, pc, mc, kc, mr, apack);
+    for (int64_t jr = 0; jr < nc; jr += nr) {
+      int64_t nrr = nc - jr < nr ? nc - jr : nr;
+      const float *bp = bpack + (jr / nr) * kc * nr;
+      for (int64_t ir = 0; ir < mc; ir += mr) {
+        int64_t mrr = mc - ir < mr ? mc - ir : mr;
+        kc_.fn(kc, apack + (ir / mr) * kc * mr, bp, c + (ic + ir) * ldc + jr, ldc, mrr, nrr,
+               alpha);
+      }
+    }
+  }
+}
+
 void nkrt_gemm_ref_sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha,
                          const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                          float *c, int64_t ldc) {
@@ -376,27 +424,93 @@ void nkrt_gemm_ref_sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float 
     for (int64_t pc = 0; pc < k; pc += KC) {
       int64_t kc = k - pc < KC ? k - pc : KC;
       pack_b(tb, b, ldb, pc, jc, kc, nc, nr, bpack);
-      for (int64_t ic = 0; ic < m; ic += MC) {
-        int64_t mc = m - ic < MC ? m - ic : MC;
-        pack_a(ta, a, lda, ic, pc, mc, kc, mr, apack);
-        for (int64_t jr = 0; jr < nc; jr += nr) {
-          int64_t nrr = nc - jr < nr ? nc - jr : nr;
-          const float *bp = bpack + (jr / nr) * kc * nr;
-          for (int64_t ir = 0; ir < mc; ir += mr) {
-            int64_t mrr = mc - ir < mr ? mc - ir : mr;
-            kc_.fn(kc, apack + (ir / mr) * kc * mr, bp, c + (ic + ir) * ldc + jc + jr, ldc, mrr,
-                   nrr, alpha);
-          }
-        }
-      }
+      multiply_block(kc_, ta, a, lda, m, pc, kc, bpack, nc, apack, c + jc, ldc, alpha);
     }
   }
   nkrt_gemm_buffer_put(apack);
+}
+
+/* ---- B packed ahead (gemm_pack.c) -----------------------------------------
+ * A header, then the panels pack_b makes for each NC-wide block of columns
+ * and each KC-deep slab of it, in the order the kernel walks them, alpha
+ * applied. The header records the panel width: a copy made for another
+ * micro-kernel (nkrt_gemm_ref_force_isa in tests) is refused, and the caller
+ * computes from B as stored. */
+
+#define PACKED_MAGIC 0x6e6b5042u /* "nkPB" */
+#define PACKED_HEADER 16         /* floats: 64 bytes keep the panels aligned */
+
+typedef struct packed_header {
+  uint32_t magic;
+  uint32_t nr;
+  int64_t n, k;
+} packed_header_t;
+
+_Static_assert(sizeof(packed_header_t) <= PACKED_HEADER * sizeof(float), "header too large");
+
+/* Columns of the packed copy: each block's width rounded up to panels. */
+static int64_t packed_cols(int64_t n, int64_t nr) {
+  int64_t full = n / NC * NC, rest = n - full;
+  return full + (rest + nr - 1) / nr * nr;
+}
+
+static uint64_t ref_pack_b_size(int64_t m, int64_t n, int64_t k) {
+  (void)m;
+  if (n <= 0 || k <= 0) return 0;
+  return (uint64_t)(PACKED_HEADER + k * packed_cols(n, kernel().nr)) * sizeof(float);
+}
+
+static void ref_pack_b(int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *b,
+                       int64_t ldb, float *dst) {
+  (void)m;
+  int64_t nr = kernel().nr;
+  packed_header_t h = {.magic = PACKED_MAGIC, .nr = (uint32_t)nr, .n = n, .k = k};
+  memcpy(dst, &h, sizeof(h));
+  float *d = dst + PACKED_HEADER;
+  for (int64_t jc = 0; jc < n; jc += NC) {
+    int64_t nc = n - jc < NC ? n - jc : NC, ncp = (nc + nr - 1) / nr * nr;
+    for (int64_t pc = 0; pc < k; pc += KC) {
+      int64_t kc = k - pc < KC ? k - pc : KC;
+      pack_b(tb, b, ldb, pc, jc, kc, nc, nr, d);
+      if (alpha != 1.0f)
+        for (int64_t e = 0; e < kc * ncp; e++) d[e] *= alpha;
+      d += kc * ncp;
+    }
+  }
+}
+
+static bool ref_compute_packed_b(int ta, int64_t m, int64_t n, int64_t k, const float *a,
+                                 int64_t lda, const float *packed, float beta, float *c,
+                                 int64_t ldc) {
+  kernel_choice_t kc_ = kernel();
+  packed_header_t h;
+  memcpy(&h, packed, sizeof(h));
+  if (h.magic != PACKED_MAGIC || h.nr != (uint32_t)kc_.nr || h.n != n || h.k != k) return false;
+  if (m <= 0 || n <= 0) return true;
+  int64_t mr = kc_.mr, nr = kc_.nr;
+  int64_t kcap = k < KC ? k : KC, mcap = m < MC ? (m + mr - 1) / mr * mr : MC;
+  float *apack = nkrt_gemm_buffer_get((uint64_t)(mcap * kcap) * sizeof(float));
+  if (!apack) return false; /* C untouched: the caller computes it unpacked */
+  scale_c(m, n, beta, c, ldc);
+  const float *d = packed + PACKED_HEADER;
+  for (int64_t jc = 0; jc < n; jc += NC) {
+    int64_t nc = n - jc < NC ? n - jc : NC, ncp = (nc + nr - 1) / nr * nr;
+    for (int64_t pc = 0; pc < k; pc += KC) {
+      int64_t kc = k - pc < KC ? k - pc : KC;
+      multiply_block(kc_, ta, a, lda, m, pc, kc, d, nc, apack, c + jc, ldc, 1.0f);
+      d += kc * ncp;
+    }
+  }
+  nkrt_gemm_buffer_put(apack);
+  return true;
 }
 
 const nkrt_gemm_provider_t nkrt_gemm_reference = {
     .name = "reference",
     .sgemm = nkrt_gemm_ref_sgemm,
     .gemm_lowp_f32 = NULL,
+    .pack_b_size = ref_pack_b_size,
+    .pack_b = ref_pack_b,
+    .compute_packed_b = ref_compute_packed_b,
     .description = "built-in blocked C kernel",
 };

@@ -251,6 +251,56 @@ TEST(gemm_reference_micro_kernels) {
   nkrt_pool_destroy(pool);
 }
 
+/* The built-in kernel's B packed ahead (gemm_pack.c uses it): shapes across
+ * its column blocks (NC 1024) and depth slabs (KC 256), every transpose,
+ * alpha folded into the copy, beta on C; a copy made for another
+ * micro-kernel is refused with C untouched. */
+TEST(gemm_reference_packed_b) {
+  const nkrt_gemm_provider_t *p = &nkrt_gemm_reference;
+  const int64_t shapes[][3] = {{37, 1100, 300}, {8, 33, 7}, {130, 64, 520}};
+  for (int s = 0; s < 3; s++)
+    for (int t = 0; t < 4; t++) {
+      int64_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+      int ta = t & 1, tb = t >> 1;
+      int64_t lda = (ta ? m : k) + 1, ldb = (tb ? k : n) + 2, ldc = n + 3;
+      float alpha = t == 3 ? -0.5f : 1.0f, beta = t == 1 ? 0.25f : 0.0f;
+      float *a = malloc((size_t)((ta ? k : m) * lda) * 4);
+      float *b = malloc((size_t)((tb ? n : k) * ldb) * 4);
+      float *c = malloc((size_t)(m * ldc) * 4), *c0 = malloc((size_t)(m * ldc) * 4);
+      for (int64_t i = 0; i < (ta ? k : m) * lda; i++) a[i] = rnd();
+      for (int64_t i = 0; i < (tb ? n : k) * ldb; i++) b[i] = rnd();
+      for (int64_t i = 0; i < m * ldc; i++) c0[i] = rnd();
+      memcpy(c, c0, (size_t)(m * ldc) * 4);
+      uint64_t bytes = p->pack_b_size(m, n, k);
+      CHECK(bytes >= (uint64_t)(n * k) * 4);
+      float *packed = malloc(bytes);
+      p->pack_b(tb, m, n, k, alpha, b, ldb, packed);
+      CHECK(p->compute_packed_b(ta, m, n, k, a, lda, packed, beta, c, ldc));
+      int bad = 0;
+      for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+          double want = beta * (double)c0[i * ldc + j];
+          for (int64_t q = 0; q < k; q++)
+            want += alpha * (double)(ta ? a[q * lda + i] : a[i * lda + q]) *
+                    (tb ? b[j * ldb + q] : b[q * ldb + j]);
+          bad += fabs(c[i * ldc + j] - want) > 1e-4 * (1 + fabs(want));
+        }
+      CHECK(bad == 0);
+      if (bad) printf("  packed B %lld x %lld x %lld, ta %d tb %d: %d wrong\n", (long long)m,
+                      (long long)n, (long long)k, ta, tb, bad);
+      /* another micro-kernel, or another shape: refused, C untouched */
+      memcpy(c, c0, (size_t)(m * ldc) * 4);
+      CHECK(!p->compute_packed_b(ta, m, n + 1, k, a, lda, packed, beta, c, ldc));
+      const char *other = strcmp(nkrt_gemm_ref_isa(), "generic") ? "generic" : NULL;
+      if (other && nkrt_gemm_ref_force_isa(other)) {
+        CHECK(!p->compute_packed_b(ta, m, n, k, a, lda, packed, beta, c, ldc));
+        CHECK(nkrt_gemm_ref_force_isa(NULL));
+      }
+      CHECK(memcmp(c, c0, (size_t)(m * ldc) * 4) == 0);
+      free(a), free(b), free(c), free(c0), free(packed);
+    }
+}
+
 TEST(gemm_float32_batched) {
   const nkrt_gemm_provider_t *ps[4];
   int np = providers(ps);
@@ -553,20 +603,20 @@ static nkrt_gemm_pack_stats_t pack_stats(nkrt_runtime_t *rt) {
   return s;
 }
 
-/* Makes MKL the provider for a packed-weight test and returns it; NULL (the
- * checks are skipped) without an MKL that packs. *saved: NKRT_GEMM to put
- * back with restore_gemm. */
-static const nkrt_gemm_provider_t *use_packing_mkl(char **saved) {
-  const nkrt_gemm_provider_t *mkl = nkrt_gemm_find("mkl");
+/* Makes `name` ("reference" or "mkl") the provider for a packed-weight test
+ * and returns it; NULL (the checks are skipped) when it cannot be had or
+ * cannot pack. *saved: NKRT_GEMM to put back with restore_gemm. */
+static const nkrt_gemm_provider_t *use_packing(const char *name, char **saved) {
+  const nkrt_gemm_provider_t *p = nkrt_gemm_find(name);
   *saved = NULL;
-  if (!mkl || !mkl->pack_b_size) {
-    printf("  (packed-weight checks skipped: no MKL with packed GEMM)\n");
+  if (!p || !p->pack_b_size) {
+    printf("  (packed-weight checks for %s skipped: not found or no packed GEMM)\n", name);
     return NULL;
   }
   *saved = getenv("NKRT_GEMM") ? strdup(getenv("NKRT_GEMM")) : NULL;
-  set_env("NKRT_GEMM", "mkl");
+  set_env("NKRT_GEMM", name);
   nkrt_gemm_reselect();
-  return mkl;
+  return p;
 }
 
 static void restore_gemm(char *saved) {
@@ -578,10 +628,10 @@ static void restore_gemm(char *saved) {
 /* A weight is packed on its second sighting and reused after; every kind of
  * write to its bytes (a tensor write, a memset, a kernel's output) drops the
  * packed copy, so results always follow the current bytes. */
-TEST(gemm_packed_weights) {
+static void gemm_packed_weights_with(const char *provider) {
   char *saved;
-  const nkrt_gemm_provider_t *mkl = use_packing_mkl(&saved);
-  if (!mkl) return;
+  const nkrt_gemm_provider_t *prov = use_packing(provider, &saved);
+  if (!prov) return;
   pack_fixture_t f = {.rt = nkrt_test_runtime("0", 16 << 20)};
   CHECK_OK(nkrt_model_load_file(f.rt, nkrt_test_neff("matmul"), 0, NULL, &f.mm));
   nkrt_model_t *inc = NULL;
@@ -655,12 +705,17 @@ TEST(gemm_packed_weights) {
   restore_gemm(saved);
 }
 
+TEST(gemm_packed_weights) {
+  gemm_packed_weights_with("reference");
+  gemm_packed_weights_with("mkl");
+}
+
 /* Host buffers (nkrt_execute_host) are written without nkrt seeing it, so a
  * weight in host memory is never packed: a changed B shows at once. */
-TEST(gemm_host_weights_never_packed) {
+static void gemm_host_weights_never_packed_with(const char *provider) {
   char *saved;
-  const nkrt_gemm_provider_t *mkl = use_packing_mkl(&saved);
-  if (!mkl) return;
+  const nkrt_gemm_provider_t *prov = use_packing(provider, &saved);
+  if (!prov) return;
   nkrt_runtime_t *rt = nkrt_test_runtime("0", 16 << 20);
   nkrt_model_t *mm = NULL;
   CHECK_OK(nkrt_model_load_file(rt, nkrt_test_neff("matmul"), 0, NULL, &mm));
@@ -692,9 +747,14 @@ TEST(gemm_host_weights_never_packed) {
   restore_gemm(saved);
 }
 
+TEST(gemm_host_weights_never_packed) {
+  gemm_host_weights_never_packed_with("reference");
+  gemm_host_weights_never_packed_with("mkl");
+}
+
 /* nkrt_tensor_update writes only the 16 KiB blocks that differ: an unchanged
  * weight keeps its packed copy, a changed one is rewritten and repacked. */
-TEST(tensor_update_keeps_unchanged_weights) {
+static void tensor_update_keeps_unchanged_weights_with(const char *provider) {
   nkrt_runtime_t *rt = nkrt_test_runtime("0", 16 << 20);
   enum { BYTES = 40000 }; /* two whole blocks and a partial one */
   uint8_t *src = malloc(BYTES), *back = malloc(BYTES);
@@ -724,8 +784,8 @@ TEST(tensor_update_keeps_unchanged_weights) {
   nkrt_runtime_destroy(rt);
 
   char *saved;
-  const nkrt_gemm_provider_t *mkl = use_packing_mkl(&saved);
-  if (!mkl) return;
+  const nkrt_gemm_provider_t *prov = use_packing(provider, &saved);
+  if (!prov) return;
   pack_fixture_t f = {.rt = nkrt_test_runtime("0", 16 << 20)};
   CHECK_OK(nkrt_model_load_file(f.rt, nkrt_test_neff("matmul"), 0, NULL, &f.mm));
   pack_fixture_fill(&f);
@@ -745,16 +805,26 @@ TEST(tensor_update_keeps_unchanged_weights) {
   restore_gemm(saved);
 }
 
+TEST(tensor_update_keeps_unchanged_weights) {
+  tensor_update_keeps_unchanged_weights_with("reference");
+  tensor_update_keeps_unchanged_weights_with("mkl");
+}
+
 /* A B rewritten before every execution is never packed, even when its
  * product is cut into panels that meet the same entry within an execution;
  * past NKRT_GEMM_PACK_LIMIT weights run unpacked and results stay right. */
-TEST(gemm_packing_skips_one_off_operands_and_respects_the_limit) {
+static void gemm_packing_skips_one_off_operands_and_respects_the_limit_with(const char *provider) {
   char *saved;
-  const nkrt_gemm_provider_t *mkl = use_packing_mkl(&saved);
-  if (!mkl) return;
+  const nkrt_gemm_provider_t *prov = use_packing(provider, &saved);
+  if (!prov) return;
   enum { S = 256 }; /* 2 * 256^3 flops: split into panels over the pool */
   for (int limited = 0; limited < 2; limited++) {
-    if (limited) set_env("NKRT_GEMM_PACK_LIMIT", "1M"); /* below one packed copy */
+    if (limited) { /* below one packed copy */
+      char limit[32];
+      snprintf(limit, sizeof(limit), "%llu",
+               (unsigned long long)(prov->pack_b_size(8, S, S) / 2));
+      set_env("NKRT_GEMM_PACK_LIMIT", limit);
+    }
     nkrt_runtime_t *rt = nkrt_test_runtime("0", 16 << 20);
     nkrt_model_t *mm = NULL;
     CHECK_OK(nkrt_model_load_file(rt, nkrt_test_neff("matmul"), 0, NULL, &mm));
@@ -797,15 +867,20 @@ TEST(gemm_packing_skips_one_off_operands_and_respects_the_limit) {
   restore_gemm(saved);
 }
 
+TEST(gemm_packing_skips_one_off_operands_and_respects_the_limit) {
+  gemm_packing_skips_one_off_operands_and_respects_the_limit_with("reference");
+  gemm_packing_skips_one_off_operands_and_respects_the_limit_with("mkl");
+}
+
 /* Past NKRT_GEMM_PACK_LIMIT the first weight keeps its packed copy and the
  * second runs unpacked, call after call (nothing is evicted to make room). */
-TEST(gemm_pack_limit_keeps_what_it_packed) {
+static void gemm_pack_limit_keeps_what_it_packed_with(const char *provider) {
   char *saved;
-  const nkrt_gemm_provider_t *mkl = use_packing_mkl(&saved);
-  if (!mkl) return;
+  const nkrt_gemm_provider_t *prov = use_packing(provider, &saved);
+  if (!prov) return;
   char limit[32];
   snprintf(limit, sizeof(limit), "%llu",
-           (unsigned long long)(mkl->pack_b_size(PM, PN, PK) * 3 / 2)); /* room for one */
+           (unsigned long long)(prov->pack_b_size(PM, PN, PK) * 3 / 2)); /* room for one */
   set_env("NKRT_GEMM_PACK_LIMIT", limit);
   pack_fixture_t f = {.rt = nkrt_test_runtime("0", 16 << 20)};
   CHECK_OK(nkrt_model_load_file(f.rt, nkrt_test_neff("matmul"), 0, NULL, &f.mm));
@@ -827,4 +902,9 @@ TEST(gemm_pack_limit_keeps_what_it_packed) {
   nkrt_runtime_destroy(f.rt);
   set_env("NKRT_GEMM_PACK_LIMIT", NULL);
   restore_gemm(saved);
+}
+
+TEST(gemm_pack_limit_keeps_what_it_packed) {
+  gemm_pack_limit_keeps_what_it_packed_with("reference");
+  gemm_pack_limit_keeps_what_it_packed_with("mkl");
 }

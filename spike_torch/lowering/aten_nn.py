@@ -136,15 +136,25 @@ def _conv_args(x, stride, padding, dilation, output_padding):
     return _tup(stride, n), _tup(padding, n), _tup(dilation, n), _tup(output_padding, n)
 
 
+def _conv_dtype_ok(t: Any) -> bool:
+    """The runtime's convolution computes in float32 (half precision widened
+    and rounded once, as the CPU kernel does); integer and float64 operands
+    would be rounded to float32's 24-bit significand, so they run on the CPU."""
+    import torch
+
+    return t is not None and t.dtype in (torch.float32, torch.float16, torch.bfloat16)
+
+
 def _conv_supported(node: Any) -> bool:
-    """1-D to 3-D convolutions; not transposed ones in half precision, whose CPU
+    """1-D to 3-D convolutions in float32 or half precision (see
+    :func:`_conv_dtype_ok`); not transposed ones in half precision, whose CPU
     kernel (GEMM, then col2im adding the overlapping columns in the half dtype,
     then the bias) rounds at steps the device does not reproduce (past OpInfo's
     tolerance): they run on the CPU."""
     import torch
 
     x = node.args[0].meta.get("val") if hasattr(node.args[0], "meta") else None
-    if x is None or x.dim() not in (3, 4, 5):
+    if x is None or x.dim() not in (3, 4, 5) or not _conv_dtype_ok(x):
         return False
     transposed = node.args[6] if len(node.args) > 6 else node.kwargs.get("transposed", False)
     return not (transposed and x.dtype in (torch.float16, torch.bfloat16))
@@ -216,7 +226,7 @@ def _conv_backward(grad_output, x, w, stride, padding, dilation, transposed,
 
 def _conv_bw_supported(node: Any) -> bool:
     x = node.args[1].meta.get("val") if hasattr(node.args[1], "meta") else None
-    return x is not None and x.dim() in (3, 4, 5)
+    return x is not None and x.dim() in (3, 4, 5) and _conv_dtype_ok(x)
 
 
 @reg("aten.convolution_backward.default", supports=_conv_bw_supported)

@@ -662,7 +662,7 @@ def test_nkipy_device_weight_updates_reach_packed_gemms(backend):
 
     check()
     before = rt.gemm_pack_stats()
-    packing = before["limit_bytes"] > 0 and spike._spike.gemm_provider() == "mkl"
+    packing = before["limit_bytes"] > 0   # both providers pack weights (docs/gemm.md)
     if packing:
         assert before["hits"] >= 2 and before["packed_matrices"] >= 2
     with torch.no_grad():                              # in-place arithmetic

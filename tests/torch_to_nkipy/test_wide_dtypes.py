@@ -277,10 +277,42 @@ def test_nkipy_kernels_keep_numpy_division():
     assert any(n.attrs.get("zero_div") == "raise" for n in g.nodes)
 
 
-def test_float64_conv2d_is_refused(backend):
-    """The convolution's GEMM computes in float32: float64 is refused, not narrowed."""
-    x = torch.randn(1, 2, 5, 5, dtype=torch.float64)
-    w = torch.randn(3, 2, 3, 3, dtype=torch.float64)
-    with pytest.raises(Exception, match="conv2d in float64 is not supported by the C code "
-                                        "generator"):
-        compiled(torch.nn.functional.conv2d)(x, w)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.int64, torch.int32])
+@pytest.mark.parametrize("transposed", [False, True])
+def test_wide_and_integer_convolutions_are_exact(backend, dtype, transposed):
+    """The runtime's convolution computes in float32, which would round these
+    (int32 values near 2**20 times weights in the hundreds lost low bits, eager
+    and compiled): they run on the CPU and give eager's answer."""
+    if transposed and dtype == torch.int32:
+        pytest.skip("eager has no int32 transposed convolution")
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(-2**20, 2**20, (1, 3, 5, 5), generator=g).to(dtype)
+    w = torch.randint(-300, 300, (3, 3, 3, 3), generator=g).to(dtype)
+    if dtype == torch.float64:
+        x, w = x + 1 / 3, w + 1 / 7
+    f = ((lambda a, b: torch.nn.functional.conv_transpose2d(a, b, stride=2, padding=1))
+         if transposed else (lambda a, b: torch.nn.functional.conv2d(a, b, padding=1)))
+    want = f(x, w)
+    got = compiled(f)(x.to("nkipy"), w.to("nkipy")).cpu()
+    assert got.dtype == want.dtype and torch.equal(got, want)
+    got = f(x.to("nkipy"), w.to("nkipy")).cpu()              # eagerly on the device
+    assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "int32", "int64"])
+def test_nkipy_conv2d_refuses_what_float32_would_round(tmp_path, dtype):
+    """A kernel calling ops.conv2d on these is refused at compile time, not narrowed."""
+    import numpy as np
+
+    import nkipy.core.ops as ops
+    from nkipy.compiler import codegen
+    from nkipy.compiler.codegen import CodegenError
+    from nkipy.core import dtypes
+    from nkipy.core.trace import trace
+
+    x, w = np.ones((1, 2, 5, 5), dtype), np.ones((3, 2, 3, 3), dtype)
+    with dtypes.torch_semantics():         # 64-bit values stay 64-bit in the graph
+        g = trace(lambda a, b: ops.conv2d(a, b), x, w, name="c")
+    with pytest.raises(CodegenError, match=f"conv2d in {dtype} is not supported by the C code "
+                                           f"generator .*would round {dtype} values"):
+        codegen.generate_c(g)

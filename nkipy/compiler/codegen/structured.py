@@ -480,10 +480,13 @@ class Structured:
         x, wgt = n.inputs[0], n.inputs[1]
         bias = n.inputs[2] if len(n.inputs) > 2 else None
         v = n.output
-        if any(t.dtype.itemsize == 8 for t in n.inputs):
-            raise CodegenError("conv2d in float64 is not supported by the C code generator "
-                               "(its im2col GEMM computes in float32): convert the model to "
-                               "float32 to compile it")
+        for t in n.inputs:
+            name = dtype_name(t.dtype)
+            if name not in ("float32", "float16", "bfloat16"):
+                raise CodegenError(
+                    f"conv2d in {name} is not supported by the C code generator (its "
+                    f"im2col GEMM computes in float32, which would round {name} values): "
+                    "convert the operands to float32 to compile it")
         lo, hi, fused = self.conv_epilogue.get(id(n), (-np.inf, np.inf, None))
         if fused is not None:            # the convolution writes the clamped result
             out = self.new_output_buffer(fused.output)
