@@ -2,7 +2,7 @@
  *
  * float32 throughout, NCHW input, OIHW weights, NCHW output, with the bias
  * and an activation (ReLU, clamp) applied to each output block while it is
- * still in cache. Three ways, all on the runtime's worker pool (the pool
+ * still in cache. Several ways, all on the runtime's worker pool (the pool
  * GEMM uses) through nkrt_pool_parallel_for:
  *
  * - One input channel per output channel (depthwise): a direct loop per
@@ -12,6 +12,8 @@
  *   output row.
  * - 1x1, stride 1, no padding (pointwise): per image and group the output
  *   is W[o, c] @ X[c, h*w], the input read in place as the GEMM's B.
+ * - Dense 3x3, stride 1, with channels and positions enough: Winograd
+ *   F(2x2, 3x3) (conv_winograd.c, nkrt_conv_winograd_applies).
  * - Otherwise im2col + GEMM, blocked: the output columns (positions) are cut
  *   into chunks whose column matrix (k = c/groups * kh * kw rows by the
  *   chunk) stays in cache; a task builds its chunk's columns in a per-worker
@@ -33,6 +35,7 @@
 #include <string.h>
 
 #include "conv.h"
+#include "conv_winograd.h"
 
 /* Below this many flops a convolution runs on the calling thread. */
 #define CONV_PARALLEL_MIN_FLOPS (4.0 * 1024 * 1024)
@@ -410,6 +413,9 @@ const char *nkrt_conv2d_run(const nkrt_gemm_provider_t *prov, nkrt_pool_t *pool,
     if (j.cols) nkrt_gemm_buffer_put(j.cols);
     return NULL;
   }
+
+  if (j.k && nkrt_conv_winograd_applies(p)) /* dense 3x3, stride 1 (conv_winograd.c) */
+    return nkrt_conv_winograd_run(prov, pool, workers, p);
 
   j.pointwise = p->kh == 1 && p->kw == 1 && p->stride_h == 1 && p->stride_w == 1 &&
                 p->pad_top == 0 && p->pad_left == 0 && p->oh == p->h && p->ow == p->w;

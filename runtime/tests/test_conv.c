@@ -7,8 +7,10 @@
  * Tolerance: |got - ref| <= 3e-5 * (sum |x w| + |bias|) + 1e-6. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "conv.h"
+#include "conv_winograd.h"
 #include "test.h"
 
 typedef struct ccase {
@@ -194,4 +196,80 @@ TEST(conv2d_argument_errors) {
   e = nkrt_conv2d_run(&nkrt_gemm_reference, NULL, &p);
   CHECK(e && strstr(e, "conv2d given a NULL tensor"));
   CHECK(nkrt_conv2d_run(&nkrt_gemm_reference, NULL, &ok) == NULL && y == 1.0f);
+}
+
+/* Winograd F(2x2, 3x3) (conv_winograd.c), forced on for every 3x3 stride-1
+ * case: odd sizes (partial tiles at the right and bottom), uneven, large and
+ * negative padding, one and many tile rows per block, bias and every
+ * activation, on the calling thread and on pools; within the same tolerance
+ * as im2col. */
+static const ccase_t wino_cases[] = {
+    /* n  c   h   w   o  kh kw  g sh sw pt pl pb pr dh dw bias act */
+    {1, 3, 5, 7, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, NKRT_ACT_NONE},
+    {2, 5, 9, 11, 6, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, NKRT_ACT_RELU},
+    {1, 1, 1, 1, 1, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, NKRT_ACT_CLAMP},   /* one pixel */
+    {1, 4, 6, 6, 3, 3, 3, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, NKRT_ACT_NONE},    /* valid, whole tiles */
+    {1, 4, 13, 10, 5, 3, 3, 1, 1, 1, 2, 0, 1, 3, 1, 1, 1, NKRT_ACT_RELU},  /* uneven pads */
+    {1, 4, 9, 10, 4, 3, 3, 1, 1, 1, -1, 1, 0, -2, 1, 1, 1, NKRT_ACT_NONE}, /* cropping */
+    {1, 2, 3, 3, 2, 3, 3, 1, 1, 1, 4, 4, 4, 4, 1, 1, 1, NKRT_ACT_CLAMP},   /* mostly padding */
+    {3, 17, 23, 19, 9, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, NKRT_ACT_CLAMP},
+    {2, 32, 30, 33, 40, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, NKRT_ACT_RELU}, /* pool-sized */
+    {1, 64, 57, 57, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, NKRT_ACT_NONE},
+};
+
+TEST(conv2d_winograd_against_reference) {
+  nkrt_conv_winograd_force(1);
+  const nkrt_gemm_provider_t *ps[2] = {&nkrt_gemm_reference, nkrt_gemm_find("mkl")};
+  for (int pi = 0; pi < 2; pi++) {
+    if (!ps[pi]) continue;
+    for (uint32_t workers = 0; workers <= 3; workers++) {
+      nkrt_pool_t *pool = workers ? make_pool(workers) : NULL;
+      int bad = 0;
+      for (size_t i = 0; i < sizeof(wino_cases) / sizeof(wino_cases[0]) && bad < 3; i++) {
+        CHECK(nkrt_conv_winograd_applies(&(nkrt_conv2d_params_t){
+            .n = 1, .c = wino_cases[i].c, .h = wino_cases[i].h, .w = wino_cases[i].w,
+            .o = wino_cases[i].o, .kh = 3, .kw = 3, .oh = 1, .ow = 1, .groups = 1,
+            .stride_h = 1, .stride_w = 1, .dil_h = 1, .dil_w = 1}));
+        bad += run_case(ps[pi], pool, &wino_cases[i]) != 0;
+      }
+      /* the im2col cases too: Winograd where it applies, the rest unchanged */
+      for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]) && bad < 3; i++)
+        bad += run_case(ps[pi], pool, &cases[i]) != 0;
+      if (pool) nkrt_pool_destroy(pool);
+    }
+  }
+  nkrt_conv_winograd_force(-1);
+}
+
+TEST(conv2d_winograd_selection) {
+  nkrt_conv2d_params_t p = {.n = 4, .c = 64, .h = 56, .w = 56, .o = 64, .kh = 3, .kw = 3,
+                            .oh = 56, .ow = 56, .groups = 1, .stride_h = 1, .stride_w = 1,
+                            .pad_top = 1, .pad_left = 1, .dil_h = 1, .dil_w = 1};
+  CHECK(nkrt_conv_winograd_applies(&p)); /* ResNet's first stage */
+  nkrt_conv2d_params_t q = p;
+  q.stride_h = 2;
+  CHECK(!nkrt_conv_winograd_applies(&q));
+  q = p, q.dil_w = 2;
+  CHECK(!nkrt_conv_winograd_applies(&q));
+  q = p, q.groups = 2;
+  CHECK(!nkrt_conv_winograd_applies(&q));
+  q = p, q.kw = 5;
+  CHECK(!nkrt_conv_winograd_applies(&q));
+  q = p, q.c = q.o = 512, q.h = q.w = q.oh = q.ow = 7; /* few tiles: im2col is faster */
+  CHECK(!nkrt_conv_winograd_applies(&q));
+  nkrt_conv_winograd_force(0);
+  CHECK(!nkrt_conv_winograd_applies(&p));
+  nkrt_conv_winograd_force(-1);
+}
+
+TEST(conv2d_columns_out_of_memory) {
+  /* columns beyond any memory (k = c * 9 rows for one position, 2^62+
+   * bytes): refused before allocating, and no input is read */
+  float x = 1.0f, w = 1.0f, y = 0.0f;
+  nkrt_conv2d_params_t p = {.struct_size = sizeof(p), .n = 1, .c = (int64_t)1 << 59, .h = 1,
+                            .w = 1, .o = 1, .kh = 3, .kw = 3, .oh = 1, .ow = 1, .groups = 1,
+                            .stride_h = 1, .stride_w = 1, .pad_top = 1, .pad_left = 1,
+                            .dil_h = 1, .dil_w = 1, .x = &x, .weight = &w, .y = &y};
+  const char *e = nkrt_conv2d_run(&nkrt_gemm_reference, NULL, &p);
+  CHECK(e && strcmp(e, "conv2d: out of host memory for its columns") == 0);
 }
