@@ -230,3 +230,24 @@ def test_arange_past_int32_needs_a_64_bit_dtype() -> None:
     np.testing.assert_array_equal(run_graph(g, x)[0], np.arange(2 ** 31 - 2, 2 ** 31 + 2))
     with pytest.raises(ValueError, match=r"values or indices outside int32 need a 64-bit dtype"):
         trace(lambda y: y + ops.arange(2 ** 31 - 2, 2 ** 31 + 2), np.zeros(4, np.int32))
+
+
+def test_fail_if_fails_with_its_message() -> None:
+    """ops.fail_if: x unchanged while the condition is false; its message as a
+    RuntimeError on NumPy arrays and from run_graph when it holds anywhere."""
+    from nkipy.core.interp import run_graph
+
+    def k(x):
+        return ops.fail_if(x + 1.0, np.max(x, axis=-1, keepdims=True) > 4.0, "check: x too large")
+
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(k(x - 6), x - 5)
+    with pytest.raises(RuntimeError, match="check: x too large"):
+        k(x)
+    g = trace(k, x)
+    assert [n.op for n in g.nodes].count("fail_if") == 1
+    np.testing.assert_array_equal(run_graph(g, x - 6)[0], x - 5)
+    with pytest.raises(RuntimeError, match="check: x too large"):
+        run_graph(g, x)
+    with pytest.raises(ValueError, match="does not broadcast to"):
+        trace(lambda y: ops.fail_if(y[:1], y > 0, "m"), x)
