@@ -198,6 +198,12 @@ static inline int64_t nk_zdiv_note(void) {
 }
 #define NK_ZCHK(b, expr) ((b) == 0 ? nk_zdiv_note() : (expr))
 
+/* fail_if(bad, x): x, noting a failure where bad holds; the kernel compares
+ * the count before and after its body and fails with the node's message. */
+static uint64_t nk_failed_checks;
+#define NK_FAIL_IF(bad, x) ({ __auto_type nk_fx_ = (x);                          \
+  if (bad) __atomic_fetch_add(&nk_failed_checks, 1, __ATOMIC_RELAXED); nk_fx_; })
+
 /* where(c, t, f): both values computed, then one chosen. A plain `c ? t : f`
  * loads f's operands only when c is false, which the compiler may not make
  * unconditional, so the loop keeps a branch per element instead of a vector

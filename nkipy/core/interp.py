@@ -309,6 +309,10 @@ def eval_node(n: Node, args: list[np.ndarray]) -> list[np.ndarray]:
         if op in PREDICATES:
             r = r.astype(bool)
         return [np.broadcast_to(r, out.shape)]
+    if op == "fail_if":
+        if np.any(args[0]):
+            raise RuntimeError(a["message"])
+        return [np.asarray(args[1]).astype(out.dtype, copy=False)]
     if op == "cast":
         with np.errstate(all="ignore"):
             return [args[0].astype(out.dtype)]

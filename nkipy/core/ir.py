@@ -67,13 +67,15 @@ PREDICATES = frozenset({
 })
 REDUCTIONS = frozenset({"reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "reduce_any",
                         "reduce_all"})
-ELEMENTWISE = UNARY | BINARY | {"where", "cast"}
+ELEMENTWISE = UNARY | BINARY | {"where", "cast", "fail_if"}
 
 # op name -> (arity or None for variadic, required attribute names, description)
 OPS: dict[str, tuple[int | None, tuple[str, ...], str]] = {
     **{op: (1, (), "elementwise unary") for op in UNARY},
     **{op: (2, (), "elementwise binary") for op in BINARY},
     "where": (3, (), "where(cond: bool, a, b)"),
+    "fail_if": (2, ("message",), "fail_if(bad: bool, x): x unchanged; the execution fails "
+                                 "with attrs['message'] where any element of bad is true"),
     "cast": (1, ("dtype",), "convert to attrs['dtype'] (NumPy astype semantics)"),
     "constant": (0, ("value",), "a NumPy array (often 0-d) baked into the kernel"),
     "iota": (0, ("shape", "dim", "dtype"), "index along attrs['dim'] over attrs['shape']"),
@@ -233,7 +235,7 @@ class Graph:
                     raise ValueError(f"{n.op} produces unsupported dtype {v.dtype}")
                 defined.add(v.id)
             if n.op in ELEMENTWISE and n.op != "cast":
-                operands = n.inputs[1:] if n.op == "where" else n.inputs
+                operands = n.inputs[1:] if n.op in ("where", "fail_if") else n.inputs
                 if len({o.dtype for o in operands}) > 1:
                     raise ValueError(f"{n.op} operands have different dtypes: {operands}")
                 shape = np.broadcast_shapes(*(o.shape for o in n.inputs))

@@ -324,7 +324,13 @@ def ormqr(a, tau, c, left=True, transpose=False):
 #
 # Cyclic Jacobi in float64 with a fixed number of sweeps (quadratic convergence:
 # eight sweeps leave off-diagonal mass far below float64's rounding for the small
-# sizes served, up to _JACOBI_MAX columns). Singular vectors and eigenvectors
+# sizes served, up to _JACOBI_MAX columns). A kernel has no data-dependent loop,
+# so convergence is checked after the sweeps instead: the off-diagonal residual
+# (two-sided: ||offdiag(A)||_F against ||A||_F; one-sided: each pair's
+# |a_p . a_q| against ||a_p|| ||a_q||) above _JACOBI_TOL fails the execution
+# (ops.fail_if) with _NOT_CONVERGED rather than return inaccurate values: the
+# eigenvalue error is at most the off-diagonal norm (Weyl), so passing the check
+# bounds it by _JACOBI_TOL * ||A||_F. Singular vectors and eigenvectors
 # are determined only up to sign (and rotation within repeated values), unlike
 # LAPACK's, so an entry serves a node only when the graph uses none of them:
 # singular values / eigenvalues alone (svdvals, cond, matrix_rank, the nuclear
@@ -332,6 +338,28 @@ def ormqr(a, tau, c, left=True, transpose=False):
 
 _JACOBI_MAX = 6
 _SWEEPS = 8
+_JACOBI_TOL = 1e-12
+_NOT_CONVERGED = ("linalg: the Jacobi {what} iteration did not converge in {sweeps} sweeps "
+                  "(off-diagonal residual above {tol:g} of the norm), so its result would be "
+                  "inaccurate; compute this op on a CPU tensor instead")
+
+
+def _not_converged(what: str) -> str:
+    return _NOT_CONVERGED.format(what=what, sweeps=_SWEEPS, tol=_JACOBI_TOL)
+
+
+def _orthogonality_failed(cols):
+    """(..., 1, 1) bool: whether some pair of the columns is not orthogonal to
+    _JACOBI_TOL relative to their norms (zero columns are orthogonal to all)."""
+    n = len(cols)
+    norms = [np.sum(c * c, axis=-2, keepdims=True) for c in cols]
+    bad = None
+    for p in range(n):
+        for q in range(p + 1, n):
+            ga = np.abs(np.sum(cols[p] * cols[q], axis=-2, keepdims=True))
+            b = ga > _JACOBI_TOL * (np.sqrt(norms[p]) * np.sqrt(norms[q]))
+            bad = b if bad is None else np.logical_or(bad, b)
+    return bad
 
 
 def _one_sided_jacobi(a):
@@ -355,13 +383,23 @@ def _one_sided_jacobi(a):
     return cols, vs
 
 
+def _checked_singular_values(cols):
+    """The column norms (..., n) of one-sided Jacobi's columns, failing the
+    execution unless the columns converged to orthogonal ones."""
+    s = np.concatenate([np.sqrt(np.sum(c * c, axis=-2)) for c in cols], axis=-1)
+    bad = _orthogonality_failed(cols)
+    if bad is None:                                  # a single column
+        return s
+    return ops.fail_if(s, bad[..., 0], _not_converged("SVD"))
+
+
 def _singular_values(a):
     """Singular values (..., k), descending, of a float64 (..., m, n)."""
     m, n = _shape(a)[-2:]
     if m < n:
         a = _mT(a)
     cols, _ = _one_sided_jacobi(a)
-    s = np.concatenate([np.sqrt(np.sum(c * c, axis=-2)) for c in cols], axis=-1)
+    s = _checked_singular_values(cols)
     return ops.topk(s, _shape(s)[-1], axis=-1, is_ascend=False)[0]
 
 
@@ -397,7 +435,15 @@ def _jacobi_eigh(a, vectors: bool):
                     vp, vq = v[..., :, p:p + 1], v[..., :, q:q + 1]
                     v = np.where(cidx == p, c * vp - s * vq, np.where(cidx == q, s * vp + c * vq, v))
     flat = np.reshape(a, _shape(a)[:-2] + (n * n,))
-    return flat[..., ::n + 1], v
+    w = flat[..., ::n + 1]
+    if n > 1:
+        big = np.max(np.abs(a), axis=(-2, -1), keepdims=True)     # scaled: no over/underflow
+        sc = a / np.where(big == 0, 1.0, big)
+        sq = sc * sc
+        off = np.sum(np.where(r != cidx, sq, 0.0), axis=(-2, -1))
+        bad = off > (_JACOBI_TOL * _JACOBI_TOL) * np.sum(sq, axis=(-2, -1))
+        w = ops.fail_if(w, np.expand_dims(bad, -1), _not_converged("eigenvalue"))
+    return w, v
 
 
 def _only_outputs(node: Any, used: set) -> bool:
@@ -482,7 +528,7 @@ def linalg_pinv(a, atol=None, rtol=None, hermitian=False):
     tall = m >= n
     x = af if tall else _mT(af)
     cols, vs = _one_sided_jacobi(x)
-    s = np.concatenate([np.sqrt(np.sum(c * c, axis=-2)) for c in cols], axis=-1)   # (..., k)
+    s = _checked_singular_values(cols)                                              # (..., k)
     big = np.max(s, axis=-1, keepdims=True)
     tol = np.maximum(at, rt * big)
     keep = s > tol

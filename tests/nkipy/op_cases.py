@@ -1296,6 +1296,10 @@ def _random_cases() -> list[OpCase]:
     cases: list[OpCase] = []
     idx = np.arange(24, dtype=I32).reshape(2, 3, 4) * 977
     _c(cases, "random-philox", _philox_low_bits, np.array(12345, I32), idx, check_dtype=False)
+    # the run-time check of the same module (IR op fail_if), passing: x unchanged
+    _c(cases, "check-fail_if-passes",
+       lambda x: ops.fail_if(x * 2.0, np.max(np.abs(x), axis=-1, keepdims=True) > 1e30, "never"),
+       data((3, 5), F32))
     return cases
 
 

@@ -210,3 +210,44 @@ def test_nkipy_op_argument_errors() -> None:
         trace(lambda x: ops.dynamic_update_slice(x, x[:1], [0]), X)
     with pytest.raises(ValueError, match="one start/limit/stride per dimension"):
         trace(lambda x: ops.static_slice(x, [0], [1]), X)
+
+
+def test_arange_past_int32_needs_a_64_bit_dtype() -> None:
+    """An integer arange whose values or indices leave int32 is an int64 iota
+    under wide dtypes (exact, run by the interpreter), and refused when the
+    kernel dtype is 32-bit rather than wrapping silently."""
+    import nkipy.core.ops as ops
+    from nkipy.core.dtypes import wide_dtypes
+    from nkipy.core.interp import run_graph
+    from nkipy.core.trace import trace
+
+    def k(x):
+        return x + ops.arange(2 ** 31 - 2, 2 ** 31 + 2, dtype=np.int64)
+
+    x = np.zeros(4, np.int64)
+    with wide_dtypes():
+        g = trace(k, x)
+    np.testing.assert_array_equal(run_graph(g, x)[0], np.arange(2 ** 31 - 2, 2 ** 31 + 2))
+    with pytest.raises(ValueError, match=r"values or indices outside int32 need a 64-bit dtype"):
+        trace(lambda y: y + ops.arange(2 ** 31 - 2, 2 ** 31 + 2), np.zeros(4, np.int32))
+
+
+def test_fail_if_fails_with_its_message() -> None:
+    """ops.fail_if: x unchanged while the condition is false; its message as a
+    RuntimeError on NumPy arrays and from run_graph when it holds anywhere."""
+    from nkipy.core.interp import run_graph
+
+    def k(x):
+        return ops.fail_if(x + 1.0, np.max(x, axis=-1, keepdims=True) > 4.0, "check: x too large")
+
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(k(x - 6), x - 5)
+    with pytest.raises(RuntimeError, match="check: x too large"):
+        k(x)
+    g = trace(k, x)
+    assert [n.op for n in g.nodes].count("fail_if") == 1
+    np.testing.assert_array_equal(run_graph(g, x - 6)[0], x - 5)
+    with pytest.raises(RuntimeError, match="check: x too large"):
+        run_graph(g, x)
+    with pytest.raises(ValueError, match="does not broadcast to"):
+        trace(lambda y: ops.fail_if(y[:1], y > 0, "m"), x)

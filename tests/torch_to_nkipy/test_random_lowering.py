@@ -188,3 +188,50 @@ def test_dynamic_sizes_draw_per_size(backend) -> None:
         y1, y2 = c(torch.zeros(n, 8)), c(torch.zeros(n, 8))
         assert y1.shape == (n, 8) and y1.min() >= 0 and y1.max() < 1
         assert not torch.equal(y1, y2)
+
+
+def test_element_indices_past_int32_are_64_bit() -> None:
+    """Tensors of more than 2^31 elements get distinct counters: the element
+    index random_words builds is an int64 iota (no int32 node that would wrap
+    and repeat values). Traced only: nothing of 2^31 elements is allocated."""
+    from nkipy.core.dtypes import wide_dtypes
+    from nkipy.core.trace import trace
+
+    n = 2 ** 31 + 4
+    with wide_dtypes():
+        g = trace(lambda s: R.random_words(s, (n,))[3], np.int64(7))
+    iotas = [nd for nd in g.nodes if nd.op == "iota"]
+    assert len(iotas) == 1 and iotas[0].outputs[0].dtype == np.int64
+    assert iotas[0].outputs[0].shape == (n,)
+    assert all(o.dtype != np.int32 for nd in g.nodes for o in nd.outputs)
+
+
+def test_philox_counters_past_int32_compiled(tmp_path) -> None:
+    """The kernel's Philox of indices around 2^31 and 2^32 (built as
+    random_words builds them, an arange) equals the NumPy reference bit for
+    bit, and index i + 2^31 / i + 2^32 gives other words than index i."""
+    from nkipy.core import ops
+    from nkipy.core.dtypes import wide_dtypes
+    from nkipy.core.philox import philox_word
+    from nkipy.core.trace import trace
+    from nkipy.runtime import DeviceKernel, DeviceTensor
+
+    starts = (0, 2 ** 31 - 2, 2 ** 32 - 2, 2 ** 32 + 2 ** 31)
+
+    def k(s):
+        return tuple(w for a in starts for w in ops.philox(s, ops.arange(a, a + 4, dtype=np.int64)))
+
+    seed = np.asarray(12345, dtype=np.int64)
+    with wide_dtypes():
+        g = trace(k, seed)
+    kern = DeviceKernel.from_graph(g, build_dir=str(tmp_path))
+    outs = kern(inputs={g.inputs[0].name: DeviceTensor.from_numpy(seed)})
+    got = [outs[nm].numpy() for nm in kern.graph.output_names]
+    words = {}
+    for j, a in enumerate(starts):
+        idx = np.arange(a, a + 4, dtype=np.int64)
+        for w in range(4):
+            np.testing.assert_array_equal(got[4 * j + w], philox_word(seed, idx, w))
+        words[a] = np.stack(got[4 * j:4 * j + 4])
+    for a in (2 ** 31 - 2, 2 ** 32 - 2):   # indices 0, 1 against 2^31 (2^32) + 0, 1
+        assert not (words[0][:, :2] == words[a][:, 2:]).any()

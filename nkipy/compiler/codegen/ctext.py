@@ -282,6 +282,8 @@ def elementwise_c(n: Node, args: list[str]) -> str:
         return cast_c(n, a)
     if op == "where":
         return f"NK_SELECT({a}, {b}, {args[2]})"
+    if op == "fail_if":
+        return f"NK_FAIL_IF({a}, {b})"
     if op in UNARY:
         table = (UNARY_DOUBLE_C if is_double(src_dtype) else UNARY_FLOAT_C) if flt else (
             UNARY_BOOL_C if dtype_name(src_dtype) == "bool" else UNARY_INT_C)

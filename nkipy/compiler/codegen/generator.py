@@ -152,7 +152,18 @@ class Generator(Planning, Loops, Matmul, Structured, RowGroups):
         if zero_div:
             lines.append("  const uint64_t zero_divs = __atomic_load_n(&nk_zero_divs, "
                          "__ATOMIC_RELAXED);")
+        checks = sorted({n.attrs["message"] for n in g.nodes if n.op == "fail_if"})
+        if checks:
+            lines.append("  const uint64_t failed_checks = __atomic_load_n(&nk_failed_checks, "
+                         "__ATOMIC_RELAXED);")
         lines += self.body
+        if checks:
+            msg = _c_string("; ".join(checks) + f" (in kernel {g.name})")
+            lines.append("  if (__atomic_load_n(&nk_failed_checks, __ATOMIC_RELAXED) != "
+                         "failed_checks) {")
+            lines.append(f"    env->set_error(env->ctx, {msg});")
+            lines.append("    return 1;")
+            lines.append("  }")
         if zero_div:
             lines.append("  if (__atomic_load_n(&nk_zero_divs, __ATOMIC_RELAXED) != zero_divs) {")
             lines.append(f"    env->set_error(env->ctx, \"ZeroDivisionError: integer division or "
@@ -165,6 +176,19 @@ class Generator(Planning, Loops, Matmul, Structured, RowGroups):
         lines.append("")
         lines += descriptor(g, scratch_total)
         return "\n".join(lines) + "\n"
+
+
+def _c_string(text: str) -> str:
+    """A C string literal of ``text`` (printable ASCII kept, the rest escaped)."""
+    out = []
+    for ch in text:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif " " <= ch <= "~" and ch != "?":
+            out.append(ch)
+        else:
+            out.append("\\%03o" % (ord(ch) & 0xFF) if ord(ch) < 256 else "?")
+    return '"' + "".join(out) + '"'
 
 
 PRELUDE_INCLUDE = "#include \"nkipy_prelude.h\""

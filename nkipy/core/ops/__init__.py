@@ -49,7 +49,7 @@ from nkipy.core.ops.indexing import (
     take, take_along_axis, where,
 )
 from nkipy.core.ops.collectives import all_gather, all_reduce, all_to_all, reduce_scatter
-from nkipy.core.ops.random import philox
+from nkipy.core.ops.random import fail_if, philox
 
 __all__ = [
     "NKIPyUnsupportedError", "nkipy_op", "get_backend",
@@ -84,5 +84,5 @@ __all__ = [
     "where", "take", "take_along_axis", "put_along_axis", "scatter_along_axis",
     "static_slice", "dynamic_update_slice", "scatter_strided",
     # collectives
-    "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "philox",
+    "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "philox", "fail_if",
 ]

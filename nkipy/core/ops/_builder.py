@@ -94,6 +94,17 @@ def binary(op: str, a: Value, b: Value) -> Value:
 INT_DIVISIONS = frozenset({"div", "floor_div", "mod"})
 
 
+def fail_if(bad: Value, x: Value, message: str) -> Value:
+    """x, with the execution failing (``message``) where any element of
+    ``bad`` (broadcastable to x) is true."""
+    if bad.dtype != BOOL:
+        bad = cast(bad, BOOL)
+    if broadcast_shapes(bad.shape, x.shape) != x.shape:
+        raise ValueError(f"fail_if: condition of shape {bad.shape} does not broadcast to "
+                         f"{x.shape}")
+    return emit1("fail_if", [bad, x], {"message": str(message)}, x.shape, x.dtype)
+
+
 def where(c: Value, a: Value, b: Value) -> Value:
     if c.dtype != BOOL:
         c = cast(c, BOOL)

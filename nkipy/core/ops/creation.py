@@ -183,16 +183,33 @@ def arange(start: Any, stop: Any = None, step: Any = 1, dtype: Any = None) -> An
     """``np.arange`` as a traced tensor (an iota when start/step are integers)."""
     if any(is_tracer(x) for x in (start, stop, step)):
         raise unsupported("arange with traced bounds", "bounds must be static")
-    ref = np.arange(start, stop, step, dtype=dtype) if stop is not None else \
-        np.arange(start, dtype=dtype)
-    dt = _dt.check_supported(ref.dtype)
     if stop is None:
         start, stop = 0, start
-    if ref.size and float(start) == int(start) and float(step) == int(step) and dt.kind in "iu":
-        i = B.iota((ref.size,), 0, B.INT32)
+    ints = all(isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+               for x in (start, stop, step))
+    if ints and step != 0:
+        # the size and dtype without materialising the range (it may be huge)
+        size = len(range(int(start), int(stop), int(step)))
+        ref = np.arange(start, start + step * min(size, 1), step, dtype=dtype)
+    else:
+        ref = np.arange(start, stop, step, dtype=dtype)
+        size = ref.size
+    dt = _dt.check_supported(ref.dtype)
+    if size and float(start) == int(start) and float(step) == int(step) and dt.kind in "iu":
+        # int32 indices unless a value or the index itself leaves int32's range:
+        # then 64-bit ones (a 64-bit dtype only), never silently wrapping
+        last = int(start) + int(step) * (size - 1)
+        lim = np.iinfo(np.int32)
+        fits32 = all(lim.min <= int(x) <= lim.max for x in (start, last, step, size - 1))
+        if not fits32 and dt.itemsize < 8:
+            raise ValueError(f"arange({start}, {stop}, {step}): values or indices outside "
+                             f"int32 need a 64-bit dtype (int64 under wide dtypes); the "
+                             f"kernel dtype is {dt}")
+        ity = np.int32 if fits32 else np.int64
+        i = B.iota((size,), 0, np.dtype(ity))
         if step != 1:
-            i = B.binary("mul", i, B.const(np.int32(step)))
+            i = B.binary("mul", i, B.const(ity(step)))
         if start != 0:
-            i = B.binary("add", i, B.const(np.int32(start)))
+            i = B.binary("add", i, B.const(ity(start)))
         return wrap(B.cast(i, dt))
     return wrap(B.const(ref.astype(dt)))
