@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "conv.h"
+#include "conv_direct.h"
 
 /* Below this many flops a convolution runs on the calling thread. */
 #define CONV_PARALLEL_MIN_FLOPS (4.0 * 1024 * 1024)
@@ -423,6 +424,10 @@ const char *nkrt_conv2d_run(const nkrt_gemm_provider_t *prov, nkrt_pool_t *pool,
     return NULL;
   }
 
+  if (nkrt_conv_direct_applies(p)) { /* few input channels: conv_direct.c */
+    nkrt_conv_direct_run(pool, workers, p);
+    return NULL;
+  }
   j.pointwise = p->kh == 1 && p->kw == 1 && p->stride_h == 1 && p->stride_w == 1 &&
                 p->pad_top == 0 && p->pad_left == 0 && p->oh == p->h && p->ow == p->w;
   const int64_t ig = p->n * p->groups, want = workers > 1 ? TASKS_PER_WORKER * workers : 1;
