@@ -219,6 +219,23 @@ static uint64_t nk_failed_checks;
     __auto_type nk_sel_t_ = (t); __auto_type nk_sel_f_ = (f); \
     (c) ? nk_sel_t_ : nk_sel_f_; })
 
+/* maximum / minimum of floats, NaN propagating (a NaN in either operand
+ * gives NaN): each operand appears once in the expansion, as in NK_SELECT,
+ * so a chain of them (the taps of a max pool, one fused loop) stays linear
+ * in size; with the operands repeated in a plain ?: a 3x3 pool's chain of 8
+ * expanded to 2^8 copies of its first tap. Two selects rather than one on
+ * `a > b || a != a`: each is one instruction (max, unordered-compare blend),
+ * where the `||` became a branch per element in a loop's scalar tail, and a
+ * 3x3 pool's 8 unpredictable branches per output cost more than its loads. */
+#define NK_FMAX(a, b) __extension__({ \
+    __auto_type nk_mx_a_ = (a); __auto_type nk_mx_b_ = (b); \
+    nk_mx_b_ = nk_mx_a_ > nk_mx_b_ ? nk_mx_a_ : nk_mx_b_; \
+    nk_mx_a_ != nk_mx_a_ ? nk_mx_a_ : nk_mx_b_; })
+#define NK_FMIN(a, b) __extension__({ \
+    __auto_type nk_mn_a_ = (a); __auto_type nk_mn_b_ = (b); \
+    nk_mn_b_ = nk_mn_a_ < nk_mn_b_ ? nk_mn_a_ : nk_mn_b_; \
+    nk_mn_a_ != nk_mn_a_ ? nk_mn_a_ : nk_mn_b_; })
+
 static inline int64_t nk_clamp_index(int64_t i, int64_t n) {
   i = i < 0 ? i + n : i;
   return i < 0 ? 0 : (i >= n ? n - 1 : i);

@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "conv.h"
+#include "conv_direct.h"
 #include "conv_winograd.h"
 
 /* Below this many flops a convolution runs on the calling thread. */
@@ -414,6 +415,10 @@ const char *nkrt_conv2d_run(const nkrt_gemm_provider_t *prov, nkrt_pool_t *pool,
     return NULL;
   }
 
+  if (nkrt_conv_direct_applies(p)) { /* few input channels: conv_direct.c */
+    nkrt_conv_direct_run(pool, workers, p);
+    return NULL;
+  }
   if (j.k && nkrt_conv_winograd_applies(p)) /* dense 3x3, stride 1 (conv_winograd.c) */
     return nkrt_conv_winograd_run(prov, pool, workers, p);
 

@@ -1,4 +1,4 @@
-/* The convolution lent to kernels (conv.c): every way it runs (depthwise,
+/* The convolution lent to kernels (conv.c): every way it runs (depthwise, direct,
  * pointwise, im2col with private and shared columns; on the calling thread
  * and on pools of 1-3 workers) with every provider that loads here, against
  * a float64 reference; bias and activations; argument errors. Through a
@@ -118,6 +118,17 @@ static const ccase_t cases[] = {
     {1, 4, 9, 10, 8, 3, 5, 4, 1, 1, 0, 3, 2, 1, 1, 1, 1, NKRT_ACT_NONE},
     {1, 4, 9, 10, 4, 3, 3, 4, 1, 1, -1, -2, 1, 0, 1, 1, 1, NKRT_ACT_NONE},
     {1, 4, 9, 10, 4, 3, 3, 1, 1, 1, -1, 1, 0, -2, 1, 1, 0, NKRT_ACT_NONE},
+    /* few input channels, c * kh * kw <= 32, stride_w 1 (conv_direct.c): an ONet-like
+     * first layer (two 16-wide blocks and a tail of 14, 32 channels = 4 blocks), odd
+     * channel counts (a partial block of 8), padding, negative padding, dilation,
+     * stride_h 2, rows narrower than a vector, every activation */
+    {2, 3, 48, 48, 32, 3, 3, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, NKRT_ACT_NONE},
+    {1, 3, 20, 37, 13, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, NKRT_ACT_RELU},
+    {2, 2, 11, 19, 5, 3, 5, 1, 2, 1, 2, 3, 0, 1, 1, 2, 0, NKRT_ACT_CLAMP},
+    {1, 3, 9, 21, 9, 3, 3, 1, 1, 1, -1, -2, 0, -1, 1, 1, 1, NKRT_ACT_RELU},
+    {1, 1, 6, 5, 3, 4, 4, 1, 1, 1, 2, 3, 2, 3, 2, 1, 1, NKRT_ACT_NONE},
+    {1, 8, 6, 40, 17, 2, 2, 1, 1, 1, 0, 0, 1, 1, 1, 1, 1, NKRT_ACT_CLAMP},
+    {3, 32, 5, 18, 8, 1, 1, 1, 1, 1, 0, 1, 0, 1, 1, 1, 0, NKRT_ACT_NONE},
 };
 
 static nkrt_pool_t *make_pool(uint32_t workers) {

@@ -330,8 +330,11 @@ def _max_pool(x, nsp, kernel_size, stride, padding, dilation, ceil_mode):
             best, idx = win, np.broadcast_to(pos, _shape(win))
         else:
             take = (win > best) | np.isnan(win)
-            best = np.where(take, win, best)
             idx = np.where(take, pos, idx)
+            # maximum propagates NaN as the take above does (win wins ties,
+            # the same value); unlike where(take, win, best) it reads best
+            # once, so the taps stay one fused loop when the indices are dead
+            best = np.maximum(win, best)
     return best, idx
 
 

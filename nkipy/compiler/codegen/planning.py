@@ -72,7 +72,10 @@ class Planning:
         if len(users) != 1:
             return False
         u = users[0]
-        return (u.op in ELEMENTWISE or u.op in REDUCTIONS) and self.view_chain_affine(v)
+        # np.pad reads its source elementwise too (Structured._gen_pad's copy
+        # loop): a PReLU before a ceil-mode max pool's padding is computed there
+        return (u.op in ELEMENTWISE or u.op in REDUCTIONS or u.op == "pad") and \
+            self.view_chain_affine(v)
 
     def plan_inline(self) -> None:
         """Chooses the elementwise nodes computed inside their readers' loops.
