@@ -474,14 +474,27 @@ def mean_all(x, dtype=None):
     return np.mean(x if dtype is None else cast(x, dtype))
 
 
+def _int_acc(x: Any, dtype: Any) -> Any:
+    """The dtype eager multiplies integer and bool elements in when no dtype is
+    given: int64 (a product computed in int8/int16/int32 wraps, then widened,
+    was off by multiples of 2**32)."""
+    if dtype is None and (np.issubdtype(np.dtype(x.dtype), np.integer)
+                          or np.dtype(x.dtype) == np.bool_):
+        return np.dtype(np.int64)
+    return dtype
+
+
 @reg("aten.prod.default")
 def prod_all(x, dtype=None):
-    return np.prod(x, dtype=dtype)
+    dtype = _int_acc(x, dtype)
+    return np.prod(x if dtype is None else cast(x, dtype), dtype=dtype)
 
 
 @reg("aten.prod.dim_int")
 def prod_dim(x, dim, keepdim=False, dtype=None):
-    return np.prod(x, axis=_ax(dim, x.ndim), keepdims=keepdim, dtype=dtype)
+    dtype = _int_acc(x, dtype)
+    return np.prod(x if dtype is None else cast(x, dtype), axis=_ax(dim, x.ndim),
+                   keepdims=keepdim, dtype=dtype)
 
 
 @reg("aten.var.correction")
@@ -576,6 +589,9 @@ def cumsum(x, dim, dtype=None):
 
 @reg("aten.cumprod.default")
 def cumprod(x, dim, dtype=None):
+    dtype = _int_acc(x, dtype)
+    if dtype is not None:
+        x = cast(x, dtype)
     if x.ndim == 0:
         return np.reshape(np.cumprod(np.reshape(x, (1,)), axis=0, dtype=dtype), ())
     return np.cumprod(x, axis=dim, dtype=dtype)
