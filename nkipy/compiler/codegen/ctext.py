@@ -270,8 +270,24 @@ def _small_int_exponent(v) -> int | None:
     return e if (-4 <= e <= -1 or 2 <= e <= 4) else None
 
 
+#: Integer dtypes stored narrower than the int32_t they are computed in.
+_NARROW_INT = frozenset({"int8", "uint8", "int16", "uint16"})
+
+
 def elementwise_c(n: Node, args: list[str]) -> str:
-    """C expression of an elementwise node over operand expressions."""
+    """C expression of an elementwise node over operand expressions.
+
+    Results of int8/uint8/int16/uint16 ops are wrapped to their storage type
+    right away: C computes them in int32_t, and a fused consumer reading the
+    unwrapped value saw e.g. abs(int8 -128) as 128 rather than -128."""
+    text = _elementwise_c(n, args)
+    dst = n.output.dtype
+    if n.op not in ("cast", "where") and dtype_name(dst) in _NARROW_INT:
+        text = f"(({compute_type(dst)})({storage_type(dst)})({text}))"
+    return text
+
+
+def _elementwise_c(n: Node, args: list[str]) -> str:
     op = n.op
     out = n.output
     src_dtype = n.inputs[-1].dtype if n.inputs else out.dtype

@@ -1,0 +1,60 @@
+"""Adversarial exactness checks: results on the nkipy device, eager and
+compiled, equal eager PyTorch on the CPU bit for bit for integers, on values
+chosen to wrap narrow integer types or overflow them in a product."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import spike_torch  # noqa: F401  (the "nkipy" device)
+
+pytestmark = pytest.mark.usefixtures("backend")
+
+NARROW = [torch.int8, torch.uint8, torch.int16]
+
+
+def _vals(dtype):
+    return torch.tensor([127, -128, 100, -100, 5, -7]).to(dtype)
+
+
+def _check(fn, x, eager=True):
+    want = fn(x)
+    gots = [torch.compile(fn, backend="nkipy", fullgraph=True)(x.to("nkipy"))]
+    if eager:
+        gots.append(fn(x.to("nkipy")))
+    for got in gots:
+        assert got.dtype == want.dtype, (got.dtype, want.dtype)
+        assert torch.equal(got.cpu(), want), (got.cpu(), want)
+
+
+@pytest.mark.parametrize("dtype", NARROW)
+@pytest.mark.parametrize("name,fn", [
+    ("abs_clamp", lambda x: x.abs().clamp(0, 3)),     # abs(int8 -128) wraps to -128
+    ("add_gt", lambda x: (x + x) > 0),
+    ("mul_floordiv", lambda x: (x * x) // 3),
+    ("neg_eq", lambda x: (-x) == x),
+    ("not_gt", lambda x: (~x) > 0),
+    ("square_max", lambda x: torch.maximum(x * x, x)),
+    ("square_sum", lambda x: (x * x).sum()),
+    ("mul_to_float", lambda x: (x * 3).float()),
+])
+def test_narrow_int_intermediates_wrap(dtype, name, fn):
+    """A fused int8/uint8/int16 intermediate wraps before its consumer reads it
+    (it was computed in int32 and read unwrapped: abs(int8 -128).clamp(0, 3)
+    gave 3 instead of 0)."""
+    _check(fn, _vals(dtype), eager=False)
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.uint8, torch.int16, torch.int32,
+                                   torch.bool])
+@pytest.mark.parametrize("name,fn", [
+    ("prod", lambda x: x.prod()),
+    ("prod_dim", lambda x: x.reshape(2, 3).prod(1)),
+    ("cumprod", lambda x: x.cumprod(0)),
+])
+def test_integer_products_accumulate_in_int64(dtype, name, fn):
+    """prod/cumprod of integer and bool tensors are int64 products, as eager's
+    (they were computed in the input dtype and widened after wrapping)."""
+    x = torch.tensor([127, -128, 100, -100, 5, -7]) if dtype != torch.int32 else \
+        torch.tensor([2**24 + 1, 2**24 + 3, -(2**24 + 5), 2**30 + 7, 123456789, -987654321])
+    _check(fn, x.to(dtype))
