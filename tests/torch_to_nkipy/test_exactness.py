@@ -79,3 +79,23 @@ def test_float64_special_functions_are_float64_accurate(name, fn):
                 torch.compile(fn, backend="nkipy", fullgraph=True)(x.to("nkipy"))):
         assert got.dtype == want.dtype
         torch.testing.assert_close(got.cpu(), want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_float_floor_divide_matches_eager(dtype):
+    """Float floor division is computed from fmod as eager's (floor(a / b)
+    gave 10 for 1.0 // 0.1 in float32 where eager gives 9, and -inf instead of
+    NaN for inf // -0.5)."""
+    a = torch.tensor([1.0, 0.3, 7.0, -1.0, float("inf"), -float("inf"), 0.0, -0.0,
+                      5.0, -5.0, float("nan"), 1e30], dtype=dtype)
+    b = torch.tensor([0.1, 0.1, 0.7, 0.1, -0.5, 2.0, -3.0, 3.0, 0.0, 0.0, 1.0, 3e-9],
+                     dtype=dtype)
+    fn = lambda a, b: a // b  # noqa: E731
+    want = fn(a, b)
+    for got in (fn(a.to("nkipy"), b.to("nkipy")),
+                torch.compile(fn, backend="nkipy", fullgraph=True)(a.to("nkipy"), b.to("nkipy"))):
+        got = got.cpu()
+        assert torch.equal(torch.isnan(got), torch.isnan(want))
+        assert torch.equal(torch.nan_to_num(got), torch.nan_to_num(want)), (got, want)
+        num = ~torch.isnan(want)
+        assert torch.equal(torch.signbit(got[num]), torch.signbit(want[num]))

@@ -189,7 +189,7 @@ UNARY_DOUBLE_C = {
 }
 #: Binary ops whose float64 or int64 C text differs from BINARY_C's.
 BINARY_DOUBLE_C = {"pow": "pow({a}, {b})", "mod": "nk_fmod_py_d({a}, {b})",
-                   "floor_div": "__builtin_floor(({a}) / ({b}))"}
+                   "floor_div": "nk_floordiv_py_d({a}, {b})"}
 BINARY_INT64_C = {"pow": "nk_ipow64({a}, {b})", "mod": "nk_imod_py64({a}, {b})",
                   "floor_div": "nk_idiv_floor64({a}, {b})", "div": "nk_idiv_trunc64({a}, {b})"}
 #: Unary ops on integer operands.
@@ -216,7 +216,7 @@ BINARY_C: dict[str, tuple[str | None, str | None]] = {
                 "(({a}) < ({b}) ? ({a}) : ({b}))"),
     "pow": ("powf({a}, {b})", "nk_ipow({a}, {b})"),
     "mod": ("nk_fmod_py({a}, {b})", "nk_imod_py({a}, {b})"),
-    "floor_div": ("__builtin_floorf(({a}) / ({b}))", "nk_idiv_floor({a}, {b})"),
+    "floor_div": ("nk_floordiv_py({a}, {b})", "nk_idiv_floor({a}, {b})"),
     **{op: (f"((({{a}}) != 0) {sym} (({{b}}) != 0))",) * 2 for op, sym in (
         ("logical_and", "&&"), ("logical_or", "||"), ("logical_xor", "!="))},
     **{op: (None, f"(({{a}}) {sym} ({{b}}))") for op, sym in (
