@@ -107,7 +107,7 @@ for _n, _f in {
     "aten.reciprocal.default": np.reciprocal, "aten.sqrt.default": np.sqrt,
     "aten.tanh.default": np.tanh, "aten.bitwise_not.default": np.invert,
     "aten.logical_not.default": np.logical_not, "aten.ceil.default": np.ceil,
-    "aten.trunc.default": np.trunc, "aten.round.default": np.round, "aten.sign.default": np.sign,
+    "aten.trunc.default": np.trunc, "aten.round.default": np.round,
     "aten.expm1.default": np.expm1, "aten.exp2.default": np.exp2, "aten.log2.default": np.log2,
     "aten.log10.default": np.log10, "aten.tan.default": np.tan, "aten.asin.default": np.arcsin,
     "aten.acos.default": np.arccos, "aten.atan.default": np.arctan, "aten.sinh.default": np.sinh,
@@ -116,6 +116,16 @@ for _n, _f in {
     "aten.sigmoid.default": ops.sigmoid,
 }.items():
     _unary(_n, _f)
+
+
+@reg("aten.sign.default")
+def sign(x):
+    """torch.sign: (x > 0) - (x < 0) on floats, so NaN and -0.0 give +0.0
+    (np.sign kept NaN and -0.0: sign(nan) was nan where eager gives 0)."""
+    if _is_integral(x):
+        return np.sign(x)
+    dtype = np.dtype(x.dtype)
+    return cast(x > 0, dtype) - cast(x < 0, dtype)
 
 
 @reg("aten.relu.default")

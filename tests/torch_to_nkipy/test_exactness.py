@@ -99,3 +99,16 @@ def test_float_floor_divide_matches_eager(dtype):
         assert torch.equal(torch.nan_to_num(got), torch.nan_to_num(want)), (got, want)
         num = ~torch.isnan(want)
         assert torch.equal(torch.signbit(got[num]), torch.signbit(want[num]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_sign_of_nan_and_negative_zero(dtype):
+    """torch.sign(nan) is 0 and sign(-0.0) is +0.0 (the device kept NaN and -0.0)."""
+    x = torch.tensor([-0.0, 0.0, float("inf"), -float("inf"), float("nan"), 2.5, -3.0],
+                     dtype=dtype)
+    want = torch.sign(x)
+    for got in (torch.sign(x.to("nkipy")),
+                torch.compile(torch.sign, backend="nkipy", fullgraph=True)(x.to("nkipy"))):
+        got = got.cpu()
+        assert got.dtype == want.dtype
+        assert torch.equal(got, want) and torch.equal(torch.signbit(got), torch.signbit(want))
