@@ -114,6 +114,21 @@ static inline float nk_fmod_py(float a, float b) {
   float r = fmodf(a, b);
   return (r != 0.0f && ((r < 0.0f) != (b < 0.0f))) ? r + b : r;
 }
+/* Float floor division as PyTorch and NumPy compute it: from fmod, not
+ * floor(a / b), whose rounded quotient is off by one (1.0f // 0.1f is 9, not
+ * 10) and which gives +-inf instead of NaN for an infinite dividend. */
+#define NK_FLOORDIV_PY(T, FMOD, FLOOR, COPYSIGN) { \
+  if (b == (T)0) return a / b; \
+  T mod = FMOD(a, b); \
+  T div = (a - mod) / b; \
+  if (mod != (T)0 && ((b < (T)0) != (mod < (T)0))) div -= (T)1; \
+  if (div == (T)0) return COPYSIGN((T)0, a / b); \
+  T fl = FLOOR(div); \
+  return div - fl > (T)0.5 ? fl + (T)1 : fl; }
+static inline float nk_floordiv_py(float a, float b)
+  NK_FLOORDIV_PY(float, fmodf, __builtin_floorf, __builtin_copysignf)
+static inline double nk_floordiv_py_d(double a, double b)
+  NK_FLOORDIV_PY(double, fmod, __builtin_floor, __builtin_copysign)
 static inline int32_t nk_imod_py(int32_t a, int32_t b) {
   if (b == 0 || b == -1) return 0;
   int32_t r = a % b;

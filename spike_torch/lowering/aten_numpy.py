@@ -107,7 +107,7 @@ for _n, _f in {
     "aten.reciprocal.default": np.reciprocal, "aten.sqrt.default": np.sqrt,
     "aten.tanh.default": np.tanh, "aten.bitwise_not.default": np.invert,
     "aten.logical_not.default": np.logical_not, "aten.ceil.default": np.ceil,
-    "aten.trunc.default": np.trunc, "aten.round.default": np.round, "aten.sign.default": np.sign,
+    "aten.trunc.default": np.trunc, "aten.round.default": np.round,
     "aten.expm1.default": np.expm1, "aten.exp2.default": np.exp2, "aten.log2.default": np.log2,
     "aten.log10.default": np.log10, "aten.tan.default": np.tan, "aten.asin.default": np.arcsin,
     "aten.acos.default": np.arccos, "aten.atan.default": np.arctan, "aten.sinh.default": np.sinh,
@@ -116,6 +116,16 @@ for _n, _f in {
     "aten.sigmoid.default": ops.sigmoid,
 }.items():
     _unary(_n, _f)
+
+
+@reg("aten.sign.default")
+def sign(x):
+    """torch.sign: (x > 0) - (x < 0) on floats, so NaN and -0.0 give +0.0
+    (np.sign kept NaN and -0.0: sign(nan) was nan where eager gives 0)."""
+    if _is_integral(x):
+        return np.sign(x)
+    dtype = np.dtype(x.dtype)
+    return cast(x > 0, dtype) - cast(x < 0, dtype)
 
 
 @reg("aten.relu.default")
@@ -474,14 +484,27 @@ def mean_all(x, dtype=None):
     return np.mean(x if dtype is None else cast(x, dtype))
 
 
+def _int_acc(x: Any, dtype: Any) -> Any:
+    """The dtype eager multiplies integer and bool elements in when no dtype is
+    given: int64 (a product computed in int8/int16/int32 wraps, then widened,
+    was off by multiples of 2**32)."""
+    if dtype is None and (np.issubdtype(np.dtype(x.dtype), np.integer)
+                          or np.dtype(x.dtype) == np.bool_):
+        return np.dtype(np.int64)
+    return dtype
+
+
 @reg("aten.prod.default")
 def prod_all(x, dtype=None):
-    return np.prod(x, dtype=dtype)
+    dtype = _int_acc(x, dtype)
+    return np.prod(x if dtype is None else cast(x, dtype), dtype=dtype)
 
 
 @reg("aten.prod.dim_int")
 def prod_dim(x, dim, keepdim=False, dtype=None):
-    return np.prod(x, axis=_ax(dim, x.ndim), keepdims=keepdim, dtype=dtype)
+    dtype = _int_acc(x, dtype)
+    return np.prod(x if dtype is None else cast(x, dtype), axis=_ax(dim, x.ndim),
+                   keepdims=keepdim, dtype=dtype)
 
 
 @reg("aten.var.correction")
@@ -576,6 +599,9 @@ def cumsum(x, dim, dtype=None):
 
 @reg("aten.cumprod.default")
 def cumprod(x, dim, dtype=None):
+    dtype = _int_acc(x, dtype)
+    if dtype is not None:
+        x = cast(x, dtype)
     if x.ndim == 0:
         return np.reshape(np.cumprod(np.reshape(x, (1,)), axis=0, dtype=dtype), ())
     return np.cumprod(x, axis=dim, dtype=dtype)

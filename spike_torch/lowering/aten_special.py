@@ -29,6 +29,16 @@ from .registry import AtenOpRegistry
 
 reg = AtenOpRegistry.register
 
+
+def _not_f64(node: Any) -> bool:
+    """Whether the node's argument is not float64: the Bessel J/Y and Airy
+    approximations here are float32-accurate (j1 of float64 was off by 3e-8,
+    airy_ai by 1e-6), so float64 runs on the CPU."""
+    import torch
+
+    v = node.args[0].meta.get("val") if hasattr(node.args[0], "meta") else None
+    return v is not None and v.dtype != torch.float64
+
 _F64 = np.dtype(np.float64)
 _EULER = 0.57721566490153286061
 
@@ -217,22 +227,22 @@ def _bessel_y(x, nu: int):
     return np.where(xf < 0, math.nan, np.where(xf == 0, -math.inf, y))
 
 
-@reg("aten.special_bessel_j0.default")
+@reg("aten.special_bessel_j0.default", supports=_not_f64)
 def bessel_j0(x):
     return _bessel_j(x, 0)
 
 
-@reg("aten.special_bessel_j1.default")
+@reg("aten.special_bessel_j1.default", supports=_not_f64)
 def bessel_j1(x):
     return _bessel_j(x, 1)
 
 
-@reg("aten.special_bessel_y0.default")
+@reg("aten.special_bessel_y0.default", supports=_not_f64)
 def bessel_y0(x):
     return _bessel_y(x, 0)
 
 
-@reg("aten.special_bessel_y1.default")
+@reg("aten.special_bessel_y1.default", supports=_not_f64)
 def bessel_y1(x):
     return _bessel_y(x, 1)
 
@@ -417,7 +427,7 @@ def _airy_u(k: int) -> float:
     return u
 
 
-@reg("aten.special_airy_ai.default")
+@reg("aten.special_airy_ai.default", supports=_not_f64)
 def airy_ai(x):
     xf = _f64(x)
     mid = (xf >= -8.0) & (xf <= 6.0)

@@ -189,7 +189,7 @@ UNARY_DOUBLE_C = {
 }
 #: Binary ops whose float64 or int64 C text differs from BINARY_C's.
 BINARY_DOUBLE_C = {"pow": "pow({a}, {b})", "mod": "nk_fmod_py_d({a}, {b})",
-                   "floor_div": "__builtin_floor(({a}) / ({b}))"}
+                   "floor_div": "nk_floordiv_py_d({a}, {b})"}
 BINARY_INT64_C = {"pow": "nk_ipow64({a}, {b})", "mod": "nk_imod_py64({a}, {b})",
                   "floor_div": "nk_idiv_floor64({a}, {b})", "div": "nk_idiv_trunc64({a}, {b})"}
 #: Unary ops on integer operands.
@@ -216,7 +216,7 @@ BINARY_C: dict[str, tuple[str | None, str | None]] = {
                 "(({a}) < ({b}) ? ({a}) : ({b}))"),
     "pow": ("powf({a}, {b})", "nk_ipow({a}, {b})"),
     "mod": ("nk_fmod_py({a}, {b})", "nk_imod_py({a}, {b})"),
-    "floor_div": ("__builtin_floorf(({a}) / ({b}))", "nk_idiv_floor({a}, {b})"),
+    "floor_div": ("nk_floordiv_py({a}, {b})", "nk_idiv_floor({a}, {b})"),
     **{op: (f"((({{a}}) != 0) {sym} (({{b}}) != 0))",) * 2 for op, sym in (
         ("logical_and", "&&"), ("logical_or", "||"), ("logical_xor", "!="))},
     **{op: (None, f"(({{a}}) {sym} ({{b}}))") for op, sym in (
@@ -270,8 +270,24 @@ def _small_int_exponent(v) -> int | None:
     return e if (-4 <= e <= -1 or 2 <= e <= 4) else None
 
 
+#: Integer dtypes stored narrower than the int32_t they are computed in.
+_NARROW_INT = frozenset({"int8", "uint8", "int16", "uint16"})
+
+
 def elementwise_c(n: Node, args: list[str]) -> str:
-    """C expression of an elementwise node over operand expressions."""
+    """C expression of an elementwise node over operand expressions.
+
+    Results of int8/uint8/int16/uint16 ops are wrapped to their storage type
+    right away: C computes them in int32_t, and a fused consumer reading the
+    unwrapped value saw e.g. abs(int8 -128) as 128 rather than -128."""
+    text = _elementwise_c(n, args)
+    dst = n.output.dtype
+    if n.op not in ("cast", "where") and dtype_name(dst) in _NARROW_INT:
+        text = f"(({compute_type(dst)})({storage_type(dst)})({text}))"
+    return text
+
+
+def _elementwise_c(n: Node, args: list[str]) -> str:
     op = n.op
     out = n.output
     src_dtype = n.inputs[-1].dtype if n.inputs else out.dtype
