@@ -38,9 +38,11 @@ typedef float vec_t __attribute__((vector_size(DIRECT_VL * sizeof(float))));
 static inline int64_t dmin(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t dmax(int64_t a, int64_t b) { return a > b ? a : b; }
 
+/* Not for 1x1 convolutions: the GEMM ran MobileNetV2's pointwise layers with
+ * 16-32 input channels 1.3-2.7x faster (2 workers, Zen 5). */
 bool nkrt_conv_direct_applies(const nkrt_conv2d_params_t *p) {
   const int64_t k = p->c * p->kh * p->kw;
-  return p->groups == 1 && p->stride_w == 1 && k > 0 && k <= NKRT_CONV_DIRECT_MAX_K &&
+  return p->groups == 1 && p->stride_w == 1 && p->kh * p->kw > 1 && k > 0 && k <= NKRT_CONV_DIRECT_MAX_K &&
          p->h > 0 && p->w > 0;
 }
 
