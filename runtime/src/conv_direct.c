@@ -21,7 +21,11 @@
 /* acc += x * w as one fused multiply-add (ISO C mode turns contraction off):
  * half the instructions of the hot loop; the rounding differs from a
  * separate multiply and add only by being exact in the product. */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT ON
+#elif defined(__GNUC__)
 #pragma GCC optimize("fp-contract=fast")
+#endif
 
 /* Output channels per accumulator block, positions per vector. */
 #define DIRECT_OB 8
