@@ -115,3 +115,17 @@ def test_sign_of_nan_and_negative_zero(dtype):
         got = got.cpu()
         assert got.dtype == want.dtype
         assert torch.equal(got, want) and torch.equal(torch.signbit(got), torch.signbit(want))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("name,fn", [
+    ("prod_dim", lambda x: x.prod(1)),
+    ("prod_all", lambda x: x[:, :20].prod()),
+])
+def test_half_products_match_eager(dtype, name, fn):
+    """Half-precision prod gives eager's value (eager rounds its partial
+    products as it goes: bfloat16 0.7891 where a once-rounded product is
+    0.8086), eagerly and compiled: it runs on the CPU."""
+    g = torch.Generator().manual_seed(0)
+    x = (torch.rand(2, 64, generator=g) * 0.1 + 0.95).to(dtype)
+    _check(fn, x)
