@@ -232,6 +232,19 @@ def test_arange_past_int32_needs_a_64_bit_dtype() -> None:
         trace(lambda y: y + ops.arange(2 ** 31 - 2, 2 ** 31 + 2), np.zeros(4, np.int32))
 
 
+def test_arange_of_integer_bounds_in_a_float_dtype_has_every_value() -> None:
+    """arange(0, 7, 1, dtype=float32) is all seven values (sizing the range
+    without materialising it once left a float range of one element)."""
+    import nkipy.core.ops as ops
+    from nkipy.core.interp import run_graph
+    from nkipy.core.trace import trace
+
+    for args in ((0, 7, 1), (5, -4, -3), (3,)):
+        g = trace(lambda x: x + ops.arange(*args, dtype=np.float32), np.zeros((), np.float32))
+        np.testing.assert_array_equal(run_graph(g, np.zeros((), np.float32))[0],
+                                      np.arange(*args, dtype=np.float32))
+
+
 def test_fail_if_fails_with_its_message() -> None:
     """ops.fail_if: x unchanged while the condition is false; its message as a
     RuntimeError on NumPy arrays and from run_graph when it holds anywhere."""

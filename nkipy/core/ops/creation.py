@@ -212,4 +212,6 @@ def arange(start: Any, stop: Any = None, step: Any = 1, dtype: Any = None) -> An
         if start != 0:
             i = B.binary("add", i, B.const(ity(start)))
         return wrap(B.cast(i, dt))
+    if ref.size != size:   # a float dtype over integer bounds: the values themselves
+        ref = np.arange(start, stop, step, dtype=dtype)
     return wrap(B.const(ref.astype(dt)))
