@@ -114,13 +114,16 @@ def test_calls_on_cpu_tensors_hold_no_device_memory(backend):
 
     c = torch.compile(lambda x, w: torch.relu(x @ w) - 3.5, backend="nkipy")
     x, w = torch.randn(248, 264), torch.randn(264, 232)
+    # float32, a 264-deep product of values ~16: eager's and the device's GEMMs sum
+    # in different orders, each ~3e-5 from the float64 product
+    tol = dict(rtol=1e-5, atol=1e-4)
     with torch.no_grad():                             # shapes no other test compiles
         want = torch.relu(x @ w) - 3.5
-        torch.testing.assert_close(c(x, w), want)
+        torch.testing.assert_close(c(x, w), want, **tol)
         rt = spike.get_spike_singleton()
         allocs = rt.memory_stats(0)["total_allocations"]
         for _ in range(3):
-            torch.testing.assert_close(c(x, w), want)
+            torch.testing.assert_close(c(x, w), want, **tol)
         assert rt.memory_stats(0)["total_allocations"] == allocs
     stats = spiky.get_memory_stats()
     pool = spike_torch.memory_pool_stats()
