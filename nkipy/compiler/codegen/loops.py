@@ -205,10 +205,6 @@ class Loops:
                  "  const kctx_t *k = (const kctx_t *)arg;", "  (void)worker; (void)k;"]
         nleaf = len(leaves)
 
-        def offset_expr(a_off: int, strides: list[int], outer_idx: list[str]) -> str:
-            terms = [str(a_off)] + [f"{st} * {ix}" for st, ix in zip(strides[:-1], outer_idx) if st]
-            return " + ".join(terms)
-
         if n_outer == 1:
             # one (collapsed) dimension: parallelise over chunks of it
             lines.append("  #pragma omp simd")
@@ -240,33 +236,48 @@ class Loops:
         # outer rows x inner vector loop
         lines.append("  for (int64_t r = begin; r < end; r++) {")
         lines.append("    int64_t rem = r;")
-        outer_idx = []
         for d in reversed(range(len(outer_dims))):
             lines.append(f"    int64_t ix{d} = rem % {outer_dims[d]}; rem /= {outer_dims[d]};")
-        outer_idx = [f"ix{d}" for d in range(len(outer_dims))]
-        for k, a in enumerate(leaves):
-            lines.append(f"    const int64_t b{k} = {offset_expr(a.offset, cstrides[k], outer_idx)};")
-        for w, (buf, _, off) in enumerate(writes):
-            lines.append(f"    const int64_t w{w} = "
-                         f"{offset_expr(off, cstrides[nleaf + w], outer_idx)};")
-        lines.append("    #pragma omp simd")
-        lines.append(f"    for (int64_t j = 0; j < {inner}; j++) {{")
-        if uses_idx:
-            lines.append(f"      const int64_t ix{ndim - 1} = j;")
-        subst = {}
-        for k, a in enumerate(leaves):
-            st = cstrides[k][-1]
-            subst[f"LEAF{k}"] = f"{a.buffer.name}[b{k} + {st} * j]" if st else f"{a.buffer.name}[b{k}]"
-        for w, (buf, _, off) in enumerate(writes):
-            st = cstrides[nleaf + w][-1]
-            lines.append(f"      k->{buf.name}[w{w} + {st} * j] = "
-                         f"{store_expr(buf.dtype, _subst(values[w], subst))};")
-        lines.append("    }")
+        self.emit_row(lines, "    ", "0", str(inner), cstrides, leaves, writes, values,
+                      uses_idx, ndim)
         lines.append("  }")
         lines.append("}")
         self.funcs.append("\n".join(_fix_ptrs(lines, not self.g.aliases)))
         grain = max(1, PARALLEL_GRAIN // max(inner, 1))
         self.body.append(f"  env->parallel_for(env->ctx, {n_outer}, {grain}, {fn}, &kc);")
+
+    @staticmethod
+    def emit_row(lines: list[str], pad: str, j0: str, j1: str, cstrides: list[list[int]],
+                 leaves: list[Access], writes: list[tuple[Buffer, tuple[int, ...], int]],
+                 values: list[str], uses_idx: bool, ndim: int) -> None:
+        """One row of a loop nest whose outer indices ``ix0 ..`` are set: each
+        access's base offset, then the vectorised inner loop over ``j`` in
+        [j0, j1), indented by ``pad`` (emit_loop's row order and
+        emit_tiled_loop's tiles share it)."""
+        nleaf = len(leaves)
+
+        def base(off: int, strides: list[int]) -> str:
+            return " + ".join([str(off)] + [f"{st} * ix{d}" for d, st in
+                                            enumerate(strides[:-1]) if st])
+
+        for k, a in enumerate(leaves):
+            lines.append(f"{pad}const int64_t b{k} = {base(a.offset, cstrides[k])};")
+        for w, (buf, _, off) in enumerate(writes):
+            lines.append(f"{pad}const int64_t w{w} = {base(off, cstrides[nleaf + w])};")
+        lines.append(f"{pad}#pragma omp simd")
+        lines.append(f"{pad}for (int64_t j = {j0}; j < {j1}; j++) {{")
+        if uses_idx:
+            lines.append(f"{pad}  const int64_t ix{ndim - 1} = j;")
+        subst = {}
+        for k, a in enumerate(leaves):
+            st = cstrides[k][-1]
+            subst[f"LEAF{k}"] = f"{a.buffer.name}[b{k} + {st} * j]" if st else \
+                f"{a.buffer.name}[b{k}]"
+        for w, (buf, _, off) in enumerate(writes):
+            st = cstrides[nleaf + w][-1]
+            lines.append(f"{pad}  k->{buf.name}[w{w} + {st} * j] = "
+                         f"{store_expr(buf.dtype, _subst(values[w], subst))};")
+        lines.append(f"{pad}}}")
 
     @staticmethod
     def transpose_tile_dim(cshape: list[int], cstrides: list[list[int]]) -> int | None:
@@ -301,7 +312,6 @@ class Loops:
         tiles[td] = -(-outer[td] // T)
         n_par = int(np.prod(tiles))
         inner = cshape[-1]
-        nleaf = len(leaves)
         lines.append("  for (int64_t r = begin; r < end; r++) {")
         lines.append("    int64_t rem = r;")
         for d in reversed(range(len(outer))):
@@ -312,29 +322,9 @@ class Loops:
         lines.append(f"    for (int64_t jb = 0; jb < {inner}; jb += {T}) {{")
         lines.append(f"      const int64_t je = jb + {T} < {inner} ? jb + {T} : {inner};")
         lines.append(f"      for (int64_t ix{td} = tt{td} * {T}; ix{td} < td_end; ix{td}++) {{")
-
-        def offset_expr(a_off: int, strides: list[int]) -> str:
-            return " + ".join([str(a_off)] + [f"{st} * ix{d}" for d, st in
-                                              enumerate(strides[:-1]) if st])
-
-        for k, a in enumerate(leaves):
-            lines.append(f"        const int64_t b{k} = {offset_expr(a.offset, cstrides[k])};")
-        for w, (buf, _, off) in enumerate(writes):
-            lines.append(f"        const int64_t w{w} = {offset_expr(off, cstrides[nleaf + w])};")
-        lines.append("        #pragma omp simd")
-        lines.append("        for (int64_t j = jb; j < je; j++) {")
-        if uses_idx:
-            lines.append(f"          const int64_t ix{ndim - 1} = j;")
-        subst = {}
-        for k, a in enumerate(leaves):
-            st = cstrides[k][-1]
-            subst[f"LEAF{k}"] = f"{a.buffer.name}[b{k} + {st} * j]" if st else \
-                f"{a.buffer.name}[b{k}]"
-        for w, (buf, _, off) in enumerate(writes):
-            st = cstrides[nleaf + w][-1]
-            lines.append(f"          k->{buf.name}[w{w} + {st} * j] = "
-                         f"{store_expr(buf.dtype, _subst(values[w], subst))};")
-        lines += ["        }", "      }", "    }", "  }", "}"]
+        self.emit_row(lines, "        ", "jb", "je", cstrides, leaves, writes, values,
+                      uses_idx, ndim)
+        lines += ["      }", "    }", "  }", "}"]
         self.funcs.append("\n".join(_fix_ptrs(lines, not self.g.aliases)))
         grain = max(1, PARALLEL_GRAIN // max(T * inner, 1))
         self.body.append(f"  env->parallel_for(env->ctx, {n_par}, {grain}, {fn}, &kc);")
