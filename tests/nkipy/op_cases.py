@@ -1315,3 +1315,15 @@ assert len(set(_ids)) == len(_ids), sorted({i for i in _ids if _ids.count(i) > 1
 
 __all__ = ["OpCase", "ALL_CASES", "case_id", "check_case", "reference", "graph_inputs",
            "compare", "data", "TOLERANCES", "interp_executor"]
+
+
+def run_kernel(fn: Callable, *arrays: np.ndarray, cache_dir: Any, **kwargs: Any):
+    """Compiles ``fn`` for ``arrays`` (DeviceKernel.compile_and_load, build
+    files under ``cache_dir``; ``kwargs`` such as ``name`` passed on), runs it
+    on the device once and returns (the kernel, its outputs as NumPy arrays)."""
+    from nkipy.runtime import DeviceKernel, DeviceTensor
+
+    k = DeviceKernel.compile_and_load(fn, *arrays, build_dir=cache_dir, **kwargs)
+    names = [v.name for v in k.graph.inputs]
+    outs = k(inputs={n: DeviceTensor.from_numpy(a) for n, a in zip(names, arrays)})
+    return k, [outs[n].numpy() for n in k.graph.output_names]

@@ -4,7 +4,7 @@ float32 tolerances: products of a few factors, 2 ulp (rtol 3e-7)."""
 import numpy as np
 import pytest
 
-from nkipy.runtime import DeviceKernel, DeviceTensor
+from op_cases import run_kernel
 
 RNG = np.random.default_rng(13)
 
@@ -12,13 +12,6 @@ RNG = np.random.default_rng(13)
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):
     return tmp_path_factory.mktemp("fast_paths_cache")
-
-
-def run_kernel(fn, *arrays, cache_dir, name):
-    k = DeviceKernel.compile_and_load(fn, *arrays, build_dir=cache_dir, name=name)
-    names = [v.name for v in k.graph.inputs]
-    outs = k(inputs={n: DeviceTensor.from_numpy(a) for n, a in zip(names, arrays)})
-    return k, [outs[n].numpy() for n in k.graph.output_names]
 
 
 SPECIAL = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-30, -3.5e12], np.float32)

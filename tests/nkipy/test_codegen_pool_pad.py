@@ -5,7 +5,7 @@ operand once). Results are exact: padding copies and maximum selects."""
 import numpy as np
 import pytest
 
-from nkipy.runtime import DeviceKernel, DeviceTensor
+from op_cases import run_kernel
 
 RNG = np.random.default_rng(48)
 
@@ -13,13 +13,6 @@ RNG = np.random.default_rng(48)
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):
     return tmp_path_factory.mktemp("pool_pad_cache")
-
-
-def run_kernel(fn, *arrays, cache_dir, name):
-    k = DeviceKernel.compile_and_load(fn, *arrays, build_dir=cache_dir, name=name)
-    names = [v.name for v in k.graph.inputs]
-    outs = k(inputs={n: DeviceTensor.from_numpy(a) for n, a in zip(names, arrays)})
-    return k, [outs[n].numpy() for n in k.graph.output_names]
 
 
 def kernel_body(src: str) -> str:

@@ -9,6 +9,7 @@ import pytest
 import nkipy.core.ops as ops
 from nkipy.core.trace import trace
 from nkipy.runtime import DeviceKernel, DeviceTensor, baremetal_jit
+from op_cases import run_kernel
 
 RNG = np.random.default_rng(7)
 
@@ -16,13 +17,6 @@ RNG = np.random.default_rng(7)
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):
     return tmp_path_factory.mktemp("kernels_cache")
-
-
-def run_kernel(fn, *arrays, cache_dir, **kwargs):
-    k = DeviceKernel.compile_and_load(fn, *arrays, build_dir=cache_dir, **kwargs)
-    names = [v.name for v in k.graph.inputs]
-    outs = k(inputs={n: DeviceTensor.from_numpy(a) for n, a in zip(names, arrays)})
-    return k, [outs[n].numpy() for n in k.graph.output_names]
 
 
 def f32(*shape):
