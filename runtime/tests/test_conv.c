@@ -138,19 +138,22 @@ static nkrt_pool_t *make_pool(uint32_t workers) {
   return pool;
 }
 
-TEST(conv2d_against_reference) {
+/* The n cases of cs with each provider, on no pool and on pools of 1-3
+ * workers (after three wrong cases in one setting, the rest are skipped). */
+static void run_everywhere(const ccase_t *cs, size_t n) {
   const nkrt_gemm_provider_t *ps[2] = {&nkrt_gemm_reference, nkrt_gemm_find("mkl")};
   for (int pi = 0; pi < 2; pi++) {
     if (!ps[pi]) continue;
     for (uint32_t workers = 0; workers <= 3; workers++) {
       nkrt_pool_t *pool = workers ? make_pool(workers) : NULL;
       int bad = 0;
-      for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]) && bad < 3; i++)
-        bad += run_case(ps[pi], pool, &cases[i]) != 0;
+      for (size_t i = 0; i < n && bad < 3; i++) bad += run_case(ps[pi], pool, &cs[i]) != 0;
       if (pool) nkrt_pool_destroy(pool);
     }
   }
 }
+
+TEST(conv2d_against_reference) { run_everywhere(cases, sizeof(cases) / sizeof(cases[0])); }
 
 TEST(conv2d_edge_cases) {
   /* no input rows (all padding): the bias alone; no images / outputs: nothing */
@@ -231,25 +234,14 @@ static const ccase_t wino_cases[] = {
 
 TEST(conv2d_winograd_against_reference) {
   nkrt_conv_winograd_force(1);
-  const nkrt_gemm_provider_t *ps[2] = {&nkrt_gemm_reference, nkrt_gemm_find("mkl")};
-  for (int pi = 0; pi < 2; pi++) {
-    if (!ps[pi]) continue;
-    for (uint32_t workers = 0; workers <= 3; workers++) {
-      nkrt_pool_t *pool = workers ? make_pool(workers) : NULL;
-      int bad = 0;
-      for (size_t i = 0; i < sizeof(wino_cases) / sizeof(wino_cases[0]) && bad < 3; i++) {
-        CHECK(nkrt_conv_winograd_applies(&(nkrt_conv2d_params_t){
-            .n = 1, .c = wino_cases[i].c, .h = wino_cases[i].h, .w = wino_cases[i].w,
-            .o = wino_cases[i].o, .kh = 3, .kw = 3, .oh = 1, .ow = 1, .groups = 1,
-            .stride_h = 1, .stride_w = 1, .dil_h = 1, .dil_w = 1}));
-        bad += run_case(ps[pi], pool, &wino_cases[i]) != 0;
-      }
-      /* the im2col cases too: Winograd where it applies, the rest unchanged */
-      for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]) && bad < 3; i++)
-        bad += run_case(ps[pi], pool, &cases[i]) != 0;
-      if (pool) nkrt_pool_destroy(pool);
-    }
-  }
+  for (size_t i = 0; i < sizeof(wino_cases) / sizeof(wino_cases[0]); i++)
+    CHECK(nkrt_conv_winograd_applies(&(nkrt_conv2d_params_t){
+        .n = 1, .c = wino_cases[i].c, .h = wino_cases[i].h, .w = wino_cases[i].w,
+        .o = wino_cases[i].o, .kh = 3, .kw = 3, .oh = 1, .ow = 1, .groups = 1,
+        .stride_h = 1, .stride_w = 1, .dil_h = 1, .dil_w = 1}));
+  run_everywhere(wino_cases, sizeof(wino_cases) / sizeof(wino_cases[0]));
+  /* the im2col cases too: Winograd where it applies, the rest unchanged */
+  run_everywhere(cases, sizeof(cases) / sizeof(cases[0]));
   nkrt_conv_winograd_force(-1);
 }
 
