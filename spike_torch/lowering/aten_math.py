@@ -18,7 +18,7 @@ import numpy as np
 
 from nkipy.core import ops
 
-from .aten_numpy import _half, _index, cast
+from .aten_numpy import _half, _index, _val, cast
 from .registry import AtenOpRegistry
 
 reg = AtenOpRegistry.register
@@ -49,11 +49,6 @@ def _arg(node: Any, i: int, name: str, default: Any = None) -> Any:
     if len(node.args) > i:
         return node.args[i]
     return node.kwargs.get(name, default)
-
-
-def _val(a: Any) -> Any:
-    """The example value (a FakeTensor) of an FX node argument, or None."""
-    return a.meta.get("val") if hasattr(a, "meta") else None
 
 
 def _dim_of(node: Any, i: int = 0) -> int:
@@ -148,10 +143,11 @@ def digamma(x):
 
 
 def _not_f64(node: Any) -> bool:
-    """Whether the node's (last) tensor argument is not float64: the Bessel entries'
-    Abramowitz-Stegun polynomials are accurate to ~1e-7 relative, fine for
-    float32 but not float64 (i0 of float64 was off by 9e-7), so float64 runs
-    on the CPU."""
+    """Whether the node's (last) tensor argument is not float64: the Bessel
+    entries' Abramowitz-Stegun polynomials (here and in aten_special: J/Y, Airy)
+    are accurate to ~1e-7 relative, fine for float32 but not float64 (i0 of
+    float64 was off by 9e-7, j1 by 3e-8, airy_ai by 1e-6), so float64 runs on
+    the CPU."""
     import torch
 
     v = _val(node.args[-1])

@@ -30,7 +30,7 @@ import numpy as np
 
 from nkipy.core import ops
 
-from .aten_numpy import _half, _shape, acc_dtype, cast
+from .aten_numpy import _half, _shape, _val, acc_dtype, cast
 from .registry import AtenOpRegistry
 
 reg = AtenOpRegistry.register
@@ -153,7 +153,7 @@ def _conv_supported(node: Any) -> bool:
     tolerance): they run on the CPU."""
     import torch
 
-    x = node.args[0].meta.get("val") if hasattr(node.args[0], "meta") else None
+    x = _val(node.args[0])
     if x is None or x.dim() not in (3, 4, 5) or not _conv_dtype_ok(x):
         return False
     transposed = node.args[6] if len(node.args) > 6 else node.kwargs.get("transposed", False)
@@ -225,7 +225,7 @@ def _conv_backward(grad_output, x, w, stride, padding, dilation, transposed,
 
 
 def _conv_bw_supported(node: Any) -> bool:
-    x = node.args[1].meta.get("val") if hasattr(node.args[1], "meta") else None
+    x = _val(node.args[1])
     return x is not None and x.dim() in (3, 4, 5) and _conv_dtype_ok(x)
 
 
@@ -506,7 +506,7 @@ def _pool3d_supported(node: Any) -> bool:
     """Half inputs: only windows of at most HALF_POOL3D_MAX_WINDOW positions."""
     import torch
 
-    x = node.args[0].meta.get("val") if hasattr(node.args[0], "meta") else None
+    x = _val(node.args[0])
     if x is None or x.dtype not in (torch.float16, torch.bfloat16):
         return x is not None
     out = _tup(node.args[1], 3)
@@ -627,7 +627,7 @@ def _bn_bfloat16_training(node: Any, training_at: int) -> bool:
     (exact) instead. float16 matches the CPU bit for bit and stays."""
     import torch
 
-    v = node.args[0].meta.get("val") if hasattr(node.args[0], "meta") else None
+    v = _val(node.args[0])
     args = list(node.args) + [None] * 8
     training = node.kwargs.get("training", args[training_at]) if training_at >= 0 else True
     return bool(training) and v is not None and v.dtype == torch.bfloat16
@@ -954,7 +954,7 @@ def _bn_update_ok(node: Any) -> bool:
     """float32 / float64 only: PyTorch's half-precision kernel rounds differently."""
     import torch
 
-    v = node.args[0].meta.get("val") if hasattr(node.args[0], "meta") else None
+    v = _val(node.args[0])
     return v is not None and v.dtype in (torch.float32, torch.float64)
 
 

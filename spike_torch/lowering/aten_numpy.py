@@ -484,6 +484,11 @@ def mean_all(x, dtype=None):
     return np.mean(x if dtype is None else cast(x, dtype))
 
 
+def _val(a: Any) -> Any:
+    """The example value (a FakeTensor) of an FX node argument, or None."""
+    return a.meta.get("val") if hasattr(a, "meta") else None
+
+
 def _int_acc(x: Any, dtype: Any) -> Any:
     """The dtype eager multiplies integer and bool elements in when no dtype is
     given: int64 (a product computed in int8/int16/int32 wraps, then widened,
@@ -501,7 +506,7 @@ def _prod_not_half(node: Any) -> bool:
     order of the device's reduction reproduces that."""
     import torch
 
-    v = node.args[0].meta.get("val") if hasattr(node.args[0], "meta") else None
+    v = _val(node.args[0])
     dtype = node.kwargs.get("dtype")
     return v is not None and v.dtype not in (torch.float16, torch.bfloat16) and \
         dtype not in (torch.float16, torch.bfloat16)
@@ -830,7 +835,7 @@ def index(x, indices):
 def _index_put_ok(node: Any) -> bool:
     """Boolean-mask indices are handled as the one index, over the leading dims."""
     idx = node.args[1] if len(node.args) > 1 else node.kwargs.get("indices", ())
-    vals = [i.meta.get("val") if hasattr(i, "meta") else None for i in idx]
+    vals = [_val(i) for i in idx]
     import torch
 
     masks = [k for k, v in enumerate(vals) if v is not None and v.dtype in (torch.bool, torch.uint8)]

@@ -25,19 +25,11 @@ import numpy as np
 
 from nkipy.core import ops
 
+from .aten_math import _not_f64
 from .registry import AtenOpRegistry
 
 reg = AtenOpRegistry.register
 
-
-def _not_f64(node: Any) -> bool:
-    """Whether the node's argument is not float64: the Bessel J/Y and Airy
-    approximations here are float32-accurate (j1 of float64 was off by 3e-8,
-    airy_ai by 1e-6), so float64 runs on the CPU."""
-    import torch
-
-    v = node.args[0].meta.get("val") if hasattr(node.args[0], "meta") else None
-    return v is not None and v.dtype != torch.float64
 
 _F64 = np.dtype(np.float64)
 _EULER = 0.57721566490153286061
