@@ -90,8 +90,11 @@ sanitize: $(BUILD)/nkrt_tests_san $(NEFFS) | $(VENV)/.mkl
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 $(BUILD)/nkrt_tests_san
 
 # ---- Python tests -------------------------------------------------------
+# PYTEST_ARGS passes options to pytest, e.g. `make test-py PYTEST_ARGS="-x -k conv"`
+# or `PYTEST_ARGS=tests/spike` for one folder (the default is the whole tests/).
+PYTEST_ARGS ?=
 test-py: venv $(NEFFS)
-	$(GEMM_ENV) NKRT_TEST_NEFF_DIR=$(BUILD)/neff $(PY) -m pytest -q tests
+	$(GEMM_ENV) NKRT_TEST_NEFF_DIR=$(BUILD)/neff $(PY) -m pytest -q $(if $(filter tests%,$(PYTEST_ARGS)),,tests) $(PYTEST_ARGS)
 
 # The architecture contracts of pyproject.toml ([tool.importlinter]): the stack's
 # layers, the layers of nkipy.core.ops, no import circles. Checked first.

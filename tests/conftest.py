@@ -16,3 +16,27 @@ if ROOT not in sys.path:
 def nkipy_cache(tmp_path_factory) -> str:
     """A torch_to_nkipy cache directory shared by the session's tests."""
     return str(tmp_path_factory.mktemp("nkipy_cache"))
+
+
+# ---- the slowest test files, printed at the end of every run -------------
+# `make test` shows where the suite's time goes, per file (setup, call and
+# teardown of every test in it, summed); NKIPY_SLOWEST_FILES sets how many
+# (0: none).
+_FILE_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report) -> None:
+    path = report.nodeid.split("::", 1)[0]
+    _FILE_SECONDS[path] = _FILE_SECONDS.get(path, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    count = int(os.environ.get("NKIPY_SLOWEST_FILES", "15"))
+    if count <= 0 or not _FILE_SECONDS:
+        return
+    slowest = sorted(_FILE_SECONDS.items(), key=lambda kv: kv[1], reverse=True)[:count]
+    total = sum(_FILE_SECONDS.values())
+    terminalreporter.write_sep("=", f"{len(slowest)} slowest test files "
+                                    f"(of {len(_FILE_SECONDS)}, {total:.0f} s in tests)")
+    for path, seconds in slowest:
+        terminalreporter.write_line(f"{seconds:8.1f} s  {path}")
