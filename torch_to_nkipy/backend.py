@@ -434,15 +434,20 @@ def compile_fx_graph(gm: torch.fx.GraphModule, role: str = "forward",
         run_split._boxed_call = True  # type: ignore[attr-defined]
         return run_split
     unsupported = [n for n in gm.graph.nodes if n.op == "call_function" and not is_supported_node(n)]
-    record_graph([target_name(n.target) for n in unsupported])
+    # the ops named to the user are ATen's: the getitems that unpack a CPU op's
+    # tuple result (and Python arithmetic on sizes) follow it to the CPU
+    # without being fallbacks of their own
+    cpu_ops = [target_name(n.target) for n in unsupported
+               if isinstance(n.target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket))]
+    record_graph(cpu_ops)
     if not unsupported:
         compiled: Any = CompiledGraph(gm, role, opts)
 
         def run(args: List[Any]) -> Any:
             return compiled(*args)
     else:
-        for n in unsupported:
-            _log_unsupported_once(target_name(n.target))
+        for name in cpu_ops:
+            _log_unsupported_once(name)
         part = _partition(gm, role, opts)
 
         def run(args: List[Any]) -> Any:

@@ -319,6 +319,27 @@ def test_partitioned_graph_runs_unsupported_ops_on_cpu(backend, caplog):
     assert len(msgs) <= 1  # logged once per process (possibly by an earlier test)
 
 
+def test_cpu_fallback_warning_names_only_aten_ops(backend, caplog):
+    """A CPU op with a tuple result (eigvals' complex pair through
+    linalg_eig) is unpacked by getitem nodes; the warning and the statistics
+    name the ATen op, never _operator.getitem."""
+    from spiky.stats import get_stats
+
+    def f(x):
+        return torch.linalg.eigvals(x * 2).abs() + 1
+
+    _LOGGED = __import__("torch_to_nkipy.backend", fromlist=["_LOGGED_UNSUPPORTED"])._LOGGED_UNSUPPORTED
+    _LOGGED.clear()
+    x = torch.randn(4, 4, dtype=torch.float64)
+    with caplog.at_level(logging.WARNING, logger="torch_to_nkipy"):
+        got = torch.compile(f, backend="nkipy")(x)
+    torch.testing.assert_close(got, f(x))
+    msgs = [r.getMessage() for r in caplog.records if "is not supported" in r.getMessage()]
+    assert msgs and all("aten." in m for m in msgs), msgs
+    assert not any("getitem" in m for m in msgs), msgs
+    assert not any("getitem" in name for name in get_stats().cpu_partition_ops)
+
+
 def test_fullgraph_graph_break_raises(backend):
     def f(x):
         y = x * 2
