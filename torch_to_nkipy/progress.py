@@ -11,8 +11,10 @@ began, *left* the compiled graphs created meanwhile whose kernel is not built ye
 turning kernels into NEFFs (its IR passes, C generation and the C compiler). The
 line is finished with a summary when no kernel build follows within
 :data:`IDLE_END_S` (at once when no compiled graph is left to build).
-Nothing is shown when standard error is not a terminal (a pipe, a file, a CI
-log), and nothing at all with ``NKIPY_PROGRESS=0`` or
+When standard error is not a terminal (a pipe, a file, a CI log) nothing is
+redrawn: a compile longer than the delay writes one line when it passes the
+delay and one (the summary) when it ends, so a log never sits silent through a
+long compile. Nothing at all is shown with ``NKIPY_PROGRESS=0`` or
 :func:`set_enabled(False) <set_enabled>`.
 
 This is the one place in the backend that writes to the terminal; everything
@@ -28,7 +30,7 @@ import time
 from typing import Any, Iterator, Optional, Set
 
 #: The environment variable: "0" turns the display off; "1" or "auto" (or unset)
-#: shows it when standard error is a terminal.
+#: shows it (redrawn on a terminal, a start and an end line elsewhere).
 ENV = "NKIPY_PROGRESS"
 #: Seconds a compile must run before anything is shown.
 DELAY_S = 2.0
@@ -69,8 +71,9 @@ def enabled() -> bool:
 class _Session:
     """One compile: from the first build (or trace) until the builds stop."""
 
-    def __init__(self, stream: Any) -> None:
-        self.stream = stream          # a terminal, or None: count but show nothing
+    def __init__(self, stream: Any, plain: bool = False) -> None:
+        self.stream = stream          # standard error, or None: count but show nothing
+        self.plain = plain            # not a terminal: whole lines, never redrawn
         self.start = time.monotonic()
         self.pending: Set[int] = set()
         self.done = 0
@@ -97,10 +100,13 @@ class _Session:
         return text + f"; C compile {self.c_seconds:.1f} s; {now - self.start:.1f} s"
 
     def draw(self, now: float, final: bool = False) -> None:
-        if self.stream is None:
+        if self.stream is None or (self.plain and self.shown and not final):
             return
         try:
-            self.stream.write("\r" + self.line(now, final) + "\x1b[K" + ("\n" if final else ""))
+            if self.plain:   # a log: the start line once, then the summary
+                self.stream.write(self.line(now, final) + "\n")
+            else:
+                self.stream.write("\r" + self.line(now, final) + "\x1b[K" + ("\n" if final else ""))
             self.stream.flush()
         except (OSError, ValueError):   # the terminal went away: stop showing
             self.stream = None
@@ -111,15 +117,18 @@ class _Session:
 _session: Optional[_Session] = None
 
 
-def _terminal() -> Any:
-    """Standard error when it is a terminal and the display is on; else None."""
+def _stderr() -> Any:
+    """(standard error, whether it is not a terminal) when the display is on;
+    (None, False) when it is off or there is no standard error."""
     if not enabled():
-        return None
+        return None, False
     err = sys.stderr
+    if err is None:
+        return None, False
     try:
-        return err if err is not None and err.isatty() else None
+        return err, not err.isatty()
     except (AttributeError, ValueError, OSError):
-        return None
+        return err, True
 
 
 def _ticker(s: _Session) -> None:
@@ -151,7 +160,7 @@ def _open() -> _Session:
     global _session
     s = _session
     if s is None or s.closed:
-        s = _session = _Session(_terminal())
+        s = _session = _Session(*_stderr())
         if s.stream is not None:
             threading.Thread(target=_ticker, args=(s,), name="nkipy-progress",
                              daemon=True).start()

@@ -1,5 +1,5 @@
-"""The compile progress line (torch_to_nkipy.progress): shown on a terminal after
-the delay, never on a pipe, never when switched off."""
+"""The compile progress line (torch_to_nkipy.progress): redrawn on a terminal after
+the delay, a start and an end line on a pipe, nothing when switched off."""
 from __future__ import annotations
 
 import fcntl
@@ -114,18 +114,34 @@ def test_progress_waits_for_the_delay(fast, monkeypatch):
     assert out == ""   # a compile shorter than the delay shows nothing
 
 
-def test_progress_nothing_on_a_pipe(fast, monkeypatch):
+def _on_a_pipe(monkeypatch, work_s: float) -> str:
     r, w = os.pipe()
     pipe = os.fdopen(w, "w")
     monkeypatch.setattr(sys, "stderr", pipe)
     try:
-        _compile_two(0.05)
+        _compile_two(work_s)
         _wait_closed()
         pipe.flush()
     finally:
         pipe.close()
     with os.fdopen(r) as f:
-        assert f.read() == ""
+        return f.read()
+
+
+def test_progress_on_a_pipe_a_start_and_an_end_line(fast, monkeypatch):
+    """A log (not a terminal): no redraws, one line once the delay has passed
+    and the summary at the end."""
+    out = _on_a_pipe(monkeypatch, 0.15)
+    assert "\r" not in out and "\x1b" not in out, repr(out)
+    lines = out.splitlines()
+    assert len(lines) == 2, lines
+    assert re.match(r"nkipy: (compiling|tracing).*\d+ left; C compile", lines[0]), lines
+    assert lines[1].startswith("nkipy: compiled: 2 kernels done (1 from the cache or shared)"), lines
+
+
+def test_progress_on_a_pipe_nothing_before_the_delay(fast, monkeypatch):
+    monkeypatch.setattr(progress, "DELAY_S", 60.0)
+    assert _on_a_pipe(monkeypatch, 0.05) == ""   # a short compile says nothing
 
 
 @pytest.mark.parametrize("how", ["env", "api"])
