@@ -30,6 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 # bench_torch_compile sets a fresh TORCHINDUCTOR_CACHE_DIR before torch is imported
 import bench_torch_compile as btc  # noqa: E402
+import charts  # noqa: E402
 
 import argparse  # noqa: E402
 import collections  # noqa: E402
@@ -641,12 +642,8 @@ def render_md(result: Dict[str, Any], png: Optional[str]) -> str:
 
 
 def render_png(result: Dict[str, Any], path: Path) -> bool:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = charts.pyplot()
+    if plt is None:
         return False
     cases = result["cases"]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 0.42 * len(cases) + 2.2))
@@ -660,14 +657,13 @@ def render_png(result: Dict[str, Any], path: Path) -> bool:
     ax1.axvline(1.0, color="black", linewidth=0.8)
     ax1.set_yticks(range(len(cases)), [c["key"] for c in cases], fontsize=7)
     ax1.invert_yaxis()
-    ax1.set_xscale("log")
-    ax1.set_xlabel("speed-up (x, log scale; above 1: the first named is faster)")
+    charts.ratio_axis(ax1, [c[ratio][v] for c in cases for v, ratio, _, _ in bars])
+    ax1.set_xlabel("speed-up (above 1x: the first named is faster)")
     ax1.set_title("per-call time ratios")
-    ax1.legend(fontsize=7, loc="lower right")
+    ax1.legend(fontsize=7, loc="best")
     btc.cold_compile_panel(ax2, cases, hgt)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    charts.save(fig, path)
     return True
 
 
@@ -690,9 +686,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--from-json", default=None, metavar="JSON",
                     help="write models.md and models.png again from a models.json "
                          "(no measuring)")
+    ap.add_argument("--replot", action="store_true",
+                    help="the same from the --out folder's models.json")
     args = ap.parse_args(argv)
-    if args.from_json:
-        result = json.loads(Path(args.from_json).read_text())
+    if args.replot or args.from_json:
+        result = (charts.load_result(Path(args.out), "models.json") if args.replot
+                  else json.loads(Path(args.from_json).read_text()))
         out = Path(args.out)
         png = "models.png" if render_png(result, out / "models.png") else None
         (out / "models.md").write_text(render_md(result, png))

@@ -32,6 +32,9 @@ from typing import Any, Callable
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import charts  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -262,24 +265,33 @@ def write(result: dict, out: Path) -> None:
         lines.append(f"| {r['benchmark']}{note} | {r['ours_ms']:.2f} | {r['baseline']} | "
                      f"{r['baseline_ms']:.2f} | {r['ratio']:.2f}x | {target} | {met} |")
     (out / "nkipy.md").write_text("\n".join(lines) + "\n")
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        rows = [r for r in result["rows"] if "compile" not in r["benchmark"]
-                and "load" not in r["benchmark"]]
-        labels = [f"{r['benchmark']}\nvs {r['baseline']}" for r in rows]
-        fig, ax = plt.subplots(figsize=(9, 0.45 * len(rows) + 1))
-        ax.barh(range(len(rows)), [r["ratio"] for r in rows], color="#3b7dd8")
-        ax.axvline(1.0, color="black", linewidth=0.8)
-        ax.set_yticks(range(len(rows)), labels, fontsize=7)
-        ax.invert_yaxis()
-        ax.set_xlabel("speed-up over baseline (x)")
-        ax.set_title("nkipy kernels on the CPU device")
-        fig.tight_layout()
-        fig.savefig(out / "nkipy.png", dpi=110)
-    except ImportError:
-        pass
+    render_png(result, out / "nkipy.png")
+
+
+def render_png(result: dict, path: Path) -> bool:
+    """The ratios as bars on a log axis (they span 1x to about 70x), coloured by
+    baseline."""
+    plt = charts.pyplot()
+    if plt is None:
+        return False
+    rows = [r for r in result["rows"] if "compile" not in r["benchmark"]
+            and "load" not in r["benchmark"]]
+    palette = ("#3b7dd8", "#e0873a", "#55a868", "#8172b3", "#c44e52")
+    baselines = list(dict.fromkeys(r["baseline"] for r in rows))
+    color = {b: palette[i % len(palette)] for i, b in enumerate(baselines)}
+    fig, ax = plt.subplots(figsize=(9, 0.32 * len(rows) + 1.4))
+    ax.barh(range(len(rows)), [r["ratio"] for r in rows],
+            color=[color[r["baseline"]] for r in rows])
+    ax.axvline(1.0, color="black", linewidth=0.8)
+    ax.set_yticks(range(len(rows)), [r["benchmark"] for r in rows], fontsize=7)
+    ax.invert_yaxis()
+    charts.ratio_axis(ax, [r["ratio"] for r in rows])
+    ax.set_xlabel("speed-up over the baseline (above 1x: nkipy is faster)")
+    ax.set_title("nkipy kernels on the CPU device")
+    charts.color_legend(ax, [(f"vs {b}", color[b]) for b in baselines], loc="best")
+    fig.tight_layout()
+    charts.save(fig, path)
+    return True
 
 
 def main() -> int:
@@ -288,7 +300,12 @@ def main() -> int:
     ap.add_argument("--out", default=str(REPO / "docs" / "benchmarks"))
     ap.add_argument("--only", choices=("conv", "other"),
                     help="run only the convolution rows, or only the others")
+    ap.add_argument("--replot", action="store_true",
+                    help="draw nkipy.png again from nkipy.json; measure nothing")
     args = ap.parse_args()
+    if args.replot:
+        return 0 if render_png(charts.load_result(Path(args.out), "nkipy.json"),
+                               Path(args.out) / "nkipy.png") else 1
     result = run(args.quick, args.only)
     write(result, Path(args.out))
     print((Path(args.out) / "nkipy.md").read_text())

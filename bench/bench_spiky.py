@@ -37,6 +37,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+sys.path.insert(0, str(REPO / "bench"))
+import charts  # noqa: E402
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 
@@ -311,31 +313,44 @@ def write(result: dict, out: Path) -> None:
               "runs on the other core, as a Neuron device's DMA engines run beside its "
               "compute engines: the configuration the pipelining target is about.", ""]
     (out / "spiky.md").write_text("\n".join(lines))
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.5))
-    names = ["eager", "nkipy buckets", "nkipy per shape", "inductor dynamic"]
-    a1.bar(names, [s[n]["warm_s"] * 1e3 for n in names], color="#4c72b0", label="warm")
-    a1.set_ylabel("warm pass (ms)")
-    a1.set_title("varying batch stream")
+    render_png(result, out / "spiky.png")
+
+
+def render_png(result: dict, path: Path) -> bool:
+    """The stream's warm passes and the pipelining configurations, every colour
+    in a legend."""
+    plt = charts.pyplot()
+    if plt is None:
+        return False
+    s, pls = result["stream"], result["pipeline"]
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.6))
+    names = [n for n in ("eager", "nkipy buckets", "nkipy per shape", "inductor dynamic") if n in s]
+    ours = {"nkipy buckets", "nkipy per shape"}
+    a1.bar(names, [s[n]["warm_s"] * 1e3 for n in names],
+           color=["#4c72b0" if n in ours else "#999999" for n in names])
+    a1.set_ylabel("warm pass over the stream (ms)")
+    a1.set_title("varying batch stream (lower is better)")
     a1.tick_params(axis="x", labelrotation=20)
+    a1.set_ylim(0, max(s[n]["warm_s"] for n in names) * 1e3 * 1.25)
+    charts.color_legend(a1, [("nkipy", "#4c72b0"), ("baseline", "#999999")],
+                        loc="upper center", ncol=2)
     labels, vals, cols = [], [], []
+    modes = (("synchronous", "#937860"), ("pipelined", "#dd8452"))
     for label, pl in pls.items():
-        short = "1 worker" if label.startswith("1") else "default"
-        for mode, col in (("synchronous", "#937860"), ("pipelined", "#dd8452")):
-            labels.append(f"{short}\n{mode}")
+        short = "1 worker" if label.startswith("1") else "default pool"
+        for mode, col in modes:
+            labels.append(short)
             vals.append(pl["per_call_ms"][mode])
             cols.append(col)
-    a2.bar(labels, vals, color=cols)
-    a2.tick_params(axis="x", labelsize=7)
+    a2.bar(range(len(vals)), vals, color=cols)
+    a2.set_xticks(range(len(vals)), labels, fontsize=7)
     a2.set_ylabel("ms per call")
-    a2.set_title("transfer-heavy model")
+    a2.set_title("transfer-heavy model (lower is better)")
+    a2.set_ylim(0, max(vals) * 1.25)
+    charts.color_legend(a2, modes, loc="upper center", ncol=2)
     fig.tight_layout()
-    fig.savefig(out / "spiky.png", dpi=110)
+    charts.save(fig, path)
+    return True
 
 
 def main() -> None:
@@ -348,7 +363,12 @@ def main() -> None:
                     help="run only the dynamic batch stream and print its JSON (writes nothing)")
     ap.add_argument("--rounds", type=int, default=7,
                     help="interleaved warm passes of the stream (median reported)")
+    ap.add_argument("--replot", action="store_true",
+                    help="draw spiky.png again from spiky.json; measure nothing")
     args = ap.parse_args()
+    if args.replot:
+        render_png(charts.load_result(Path(args.out), "spiky.json"), Path(args.out) / "spiky.png")
+        return
     import logging
 
     from spiky.torch import init_nkipy_backend

@@ -63,6 +63,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO / "examples" / "torch_to_nkipy"))
 
+import charts  # noqa: E402
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 
@@ -444,12 +445,8 @@ def render_md(result: Dict[str, Any], png: Optional[str]) -> str:
 
 
 def render_png(result: Dict[str, Any], path: Path) -> bool:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = charts.pyplot()
+    if plt is None:
         return False
     cases = result["cases"]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 0.6 * len(cases) + 2.2))
@@ -463,14 +460,13 @@ def render_png(result: Dict[str, Any], path: Path) -> bool:
     ax1.axvline(1.0, color="black", linewidth=0.8)
     ax1.set_yticks(range(len(cases)), [c["label"] for c in cases], fontsize=7)
     ax1.invert_yaxis()
-    ax1.set_xscale("log")
-    ax1.set_xlabel("speed-up over eager CPU PyTorch (x, log scale)")
+    charts.ratio_axis(ax1, [c["x_eager"][v] for c in cases for v, _, _ in bars])
+    ax1.set_xlabel("speed-up over eager CPU PyTorch (above 1x: faster than eager)")
     ax1.set_title("per-call time vs eager")
-    ax1.legend(fontsize=7, loc="lower right")
+    ax1.legend(fontsize=7, loc="best")
     cold_compile_panel(ax2, cases, hgt)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    charts.save(fig, path)
     return True
 
 
@@ -484,7 +480,7 @@ def cold_compile_panel(ax: Any, cases: List[Dict[str, Any]], hgt: float) -> None
     ax.invert_yaxis()
     ax.set_xlabel("cold compile, s (first call, empty caches)")
     ax.set_title("cold compile")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="best")
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -496,7 +492,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--max-wait", type=float, default=10.0,
                     help="seconds to wait for a quiet host before timing each model")
     ap.add_argument("--out", default=str(REPO / "docs" / "benchmarks"))
+    ap.add_argument("--replot", action="store_true",
+                    help="draw torch_compile.png again from torch_compile.json; measure nothing")
     args = ap.parse_args(argv)
+    if args.replot:
+        return 0 if render_png(charts.load_result(Path(args.out), "torch_compile.json"),
+                               Path(args.out) / "torch_compile.png") else 1
     keys = [k for k in args.models.split(",") if k]
     for k in keys:
         if k not in CASES:

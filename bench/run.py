@@ -35,6 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_spike  # noqa: E402  (after the path tweak above)
+import charts  # noqa: E402
 
 # ---------------------------------------------------------------------------
 # Measuring the rest of the host
@@ -349,30 +350,35 @@ def render_markdown(rows: List[Dict[str, Any]], c: Dict[str, Any], py: Dict[str,
     return "\n".join(lines)
 
 
-def render_png(rows: List[Dict[str, Any]], path: Path) -> bool:
-    try:
-        import matplotlib
+#: Bar colours by outcome, shared by both panels and named in their legends.
+_OUTCOME = (("target met", "tab:green"), ("target missed", "tab:red"), ("no target", "tab:gray"))
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+
+def _outcome_color(met: Any) -> str:
+    return dict(_OUTCOME)["no target" if met is None else ("target met" if met else "target missed")]
+
+
+def render_png(rows: List[Dict[str, Any]], path: Path) -> bool:
+    plt = charts.pyplot()
+    if plt is None:
         return False
     lat = [r for r in rows if r["id"].startswith(("a.", "b."))]
     thr = [r for r in rows if r["id"].startswith(("c.", "d."))]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.2))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.4))
     labels = [r["benchmark"].replace(", noop.neff", "").replace("Python: ", "Py: ")
               for r in lat]
     values = [r["value_ns"] / 1000 for r in lat]
-    colors = ["tab:green" if r["met"] else ("tab:gray" if r["met"] is None else "tab:red")
-              for r in lat]
-    ax1.barh(range(len(lat)), values, color=colors)
+    ax1.barh(range(len(lat)), values, color=[_outcome_color(r["met"]) for r in lat])
     ax1.set_yticks(range(len(lat)), labels, fontsize=7)
     ax1.invert_yaxis()
-    ax1.set_xscale("log")
-    ax1.axvline(5.0, color="black", linestyle="--", linewidth=1)
-    ax1.text(5.0, len(lat) - 0.5, " 5 µs", fontsize=8)
-    ax1.set_xlabel("execute round trip, µs (log scale)")
+    charts.ratio_axis(ax1, values, unit="", extra=(5.0,), log_above=1.0)
+    ax1.axvline(5.0, color="black", linestyle="--", linewidth=1, label="5 µs target")
+    ax1.set_xlabel("execute round trip, µs (log scale; lower is better)")
     ax1.set_title("Execute latency (noop NEFF)")
+    used = {_outcome_color(r["met"]) for r in lat}
+    handles = [h for h in _OUTCOME if h[1] in used]
+    charts.color_legend(ax1, handles + [("5 µs target (dashed)", "black")],
+                        loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3)
     short = {"c.write_from_numpy": "write_from_numpy (64 MiB)",
              "c.tensor_read_to_pybuffer": "tensor_read_to_pybuffer (64 MiB)",
              "c.numpy_method": "SpikeTensor.numpy() (64 MiB)",
@@ -381,8 +387,7 @@ def render_png(rows: List[Dict[str, Any]], path: Path) -> bool:
     labels2 = [short.get(r["id"], r["id"]) for r in thr]
     values2 = [r["value"] for r in thr]
     targets = [0.8 if r["id"].startswith("c.") else 1.7 for r in thr]
-    colors2 = ["tab:green" if r["met"] else "tab:red" for r in thr]
-    ax2.barh(range(len(thr)), values2, color=colors2)
+    ax2.barh(range(len(thr)), values2, color=[_outcome_color(r["met"]) for r in thr])
     for i, t in enumerate(targets):
         ax2.plot([t, t], [i - 0.4, i + 0.4], color="black", linewidth=2)
         if "host_ratio" in thr[i]:
@@ -390,11 +395,16 @@ def render_png(rows: List[Dict[str, Any]], path: Path) -> bool:
             ax2.plot([h, h], [i - 0.4, i + 0.4], color="tab:gray", linewidth=2, linestyle=":")
     ax2.set_yticks(range(len(thr)), labels2, fontsize=7)
     ax2.invert_yaxis()
-    ax2.set_xlabel("ratio to baseline (black: target; dotted: the host alone)")
+    ax2.set_xlim(0, max(values2 + targets) * 1.3)
+    ax2.set_xlabel("ratio to baseline (higher is better)")
     ax2.set_title("64 MiB copies vs NumPy; 2 cores vs 1")
+    used2 = {_outcome_color(r["met"]) for r in thr}
+    charts.color_legend(ax2, [h for h in _OUTCOME if h[1] in used2]
+                        + [("target (black line)", "black"),
+                           ("the host alone (dotted)", "tab:gray")],
+                        loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    charts.save(fig, path)
     return True
 
 
@@ -416,7 +426,12 @@ def main(argv: Optional[List[str]] = None) -> int:
                    help="seconds to wait for a quiet host before each attempt")
     p.add_argument("--max-other-load", type=float, default=0.25,
                    help="CPUs of foreign work tolerated before a section is measured again")
+    p.add_argument("--replot", action="store_true",
+                   help="draw runtime.png again from runtime.json; measure nothing")
     args = p.parse_args(argv)
+    if args.replot:
+        rows = charts.load_result(Path(args.out), "runtime.json")["rows"]
+        return 0 if render_png(rows, Path(args.out) / "runtime.png") else 1
 
     neff_dir = Path(args.neff_dir)
     for name in ("noop", "spin"):
