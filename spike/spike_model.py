@@ -17,6 +17,10 @@ logger = logging.getLogger(__name__)
 
 PathLike = Union[str, "os.PathLike[str]"]
 
+#: The suffix the original stack gives an input that an output aliases
+#: (``a_input.must_alias_input``); SpikeModel accepts it beside the plain name.
+ALIAS_INPUT_SUFFIX = ".must_alias_input"
+
 
 class SpikeModel:
     """A NEFF loaded on one core, called with dicts of :class:`SpikeTensor`.
@@ -56,6 +60,11 @@ class SpikeModel:
         self._has_aliases = any(m.alias_of is not None for m in self.output_tensors_info.values())
         self._required_outputs = {k for k, m in self.output_tensors_info.items()
                                   if m.alias_of is None}
+        # the original stack's NEFFs name an input that an output aliases
+        # "<name>.must_alias_input": that name is accepted for it too
+        self._alias_input_names = {f"{m.alias_of}{ALIAS_INPUT_SUFFIX}": m.alias_of
+                                   for m in self.output_tensors_info.values()
+                                   if m.alias_of is not None}
 
     @staticmethod
     def _np_dtype(name: str):
@@ -136,6 +145,22 @@ class SpikeModel:
         return outputs
 
     # ---- validation ------------------------------------------------------
+
+    def _canonical_inputs(self, inputs: Mapping[str, SpikeTensor]) -> Mapping[str, SpikeTensor]:
+        """``inputs`` with every ``<name>.must_alias_input`` key renamed to the
+        aliased input's own name (unknown keys are left for _check_names)."""
+        if not self._alias_input_names or not isinstance(inputs, Mapping) or not any(
+                k in self._alias_input_names for k in inputs):
+            return inputs
+        out: Dict[str, SpikeTensor] = {}
+        for k, v in inputs.items():
+            name = self._alias_input_names.get(k, k)
+            if name in out:
+                raise ValueError(
+                    f"input '{name}' of model '{self.name}' is given twice (as '{name}' and "
+                    f"'{name}{ALIAS_INPUT_SUFFIX}'): pass one of them")
+            out[name] = v
+        return out
 
     def _check_names(self, kind: str, given: Mapping[str, object],
                      expected: Mapping[str, TensorMetadata], optional: set) -> None:
@@ -243,6 +268,7 @@ class SpikeModel:
             # the common case: nothing to report, so skip the message-building checks
             bound = self._bind_outputs(inputs, outputs) if self._has_aliases else outputs
         else:
+            inputs = self._canonical_inputs(inputs)
             self._check_names("input", inputs, self.input_tensors_info, set())
             if allocate:
                 outputs = self._allocate_outputs()
@@ -290,6 +316,7 @@ class SpikeModel:
                 and (not self._has_aliases or outputs.keys() >= self._required_outputs)):
             bound = self._bind_outputs(inputs, outputs) if self._has_aliases else outputs
         else:
+            inputs = self._canonical_inputs(inputs)
             self._validate_io(inputs, outputs)
             bound = self._bind_outputs(inputs, outputs)
         return self._spike.execute_async(

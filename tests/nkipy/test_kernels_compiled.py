@@ -116,6 +116,25 @@ def test_setitem_on_input_aliases_output(cache):
     np.testing.assert_allclose(tx.numpy(), expected)  # updated in place on the device
 
 
+def test_aliased_input_by_the_original_name(cache):
+    """A kernel that updates a_input in place and returns it: the original names
+    that input 'a_input.must_alias_input' and the output 'a_input'; both input
+    names work here."""
+    def kernel(a_input, b):
+        a_input[0:2] = b
+        return a_input
+
+    a, b = np.zeros((4, 3), np.float32), f32(2, 3)
+    k = DeviceKernel.compile_and_load(kernel, a, b, build_dir=cache, name="alias_orig")
+    assert list(k.output_tensors_info) == ["a_input"]
+    ta = DeviceTensor.from_numpy(a)
+    outs = k(inputs={"a_input.must_alias_input": ta, "b": DeviceTensor.from_numpy(b)})
+    want = a.copy()
+    want[0:2] = b
+    np.testing.assert_array_equal(outs["a_input"].numpy(), want)
+    np.testing.assert_array_equal(ta.numpy(), want)
+
+
 def test_in_place_elementwise_update(cache):
     def bump(x):
         x[...] = x + 1.0

@@ -147,6 +147,27 @@ def test_inplace_alias(neff):
     np.testing.assert_array_equal(y.numpy(), np.arange(16) + 3)
 
 
+def test_aliased_input_by_its_original_name(neff):
+    """The original stack names an aliased input '<name>.must_alias_input';
+    SpikeModel takes that name as well as the plain one, in __call__ and
+    submit, and refuses the two together."""
+    model = SpikeModel.load_from_neff(neff("inplace"))
+    x = SpikeTensor.from_numpy(np.arange(16, dtype=np.float32), "x")
+    out = model({"x.must_alias_input": x})
+    assert out["output0"] is x
+    np.testing.assert_array_equal(x.numpy(), np.arange(16) + 1)
+    model({"x.must_alias_input": x}, {})
+    model.submit({"x.must_alias_input": x}, {}).wait()
+    np.testing.assert_array_equal(x.numpy(), np.arange(16) + 3)
+    with pytest.raises(ValueError, match=r"input 'x' of model 'inplace' is given twice "
+                                         r"\(as 'x' and 'x.must_alias_input'\)"):
+        model({"x": x, "x.must_alias_input": x})
+    # only an aliased input has the second name
+    noop = SpikeModel.load_from_neff(neff("noop"))
+    with pytest.raises(ValueError, match=r"unknown input name\(s\) \['x.must_alias_input'\]"):
+        noop({"x.must_alias_input": SpikeTensor.from_numpy(np.zeros(1, np.float32))})
+
+
 def test_allocate_output_tensors(neff):
     model = SpikeModel.load_from_neff(neff("mixed"))
     outs = model.allocate_output_tensors()
