@@ -35,14 +35,20 @@ _MAX_FLAT = 2 ** 31 - 1
 # -- index parsing ----------------------------------------------------------------
 
 class _Idx:
-    """One parsed index entry. kind: slice | int | new | array | mask."""
+    """One parsed index entry. kind: slice | int | new | array | mask.
 
-    __slots__ = ("kind", "start", "stop", "step", "length", "arr", "ndim")
+    ``seq`` is the entry's place in the index as written, where an ellipsis that
+    stands for no dimension still takes a place: NumPy counts it as separating
+    the advanced indices on either side (``a[:, 1, ..., i]`` on a 3-D array puts
+    the broadcast index dimensions first)."""
+
+    __slots__ = ("kind", "start", "stop", "step", "length", "arr", "ndim", "seq")
 
     def __init__(self, kind: str, **kw: Any) -> None:
         self.kind = kind
         self.arr: Any = None
         self.ndim = 1
+        self.seq = 0
         for k, v in kw.items():
             setattr(self, k, v)
 
@@ -86,8 +92,11 @@ def _parse(shape: Sequence[int], index: Any) -> list[_Idx]:
                          f"but {used} were indexed")
     out: list[_Idx] = []
     dim = 0
+    gap = None    # where an ellipsis that stands for no dimension sits
     for e in entries:
         if e is Ellipsis:
+            if len(shape) == used:
+                gap = len(out)
             for _ in range(len(shape) - used):
                 n = shape[dim]
                 out.append(_Idx("slice", start=0, stop=n, step=1, length=n))
@@ -161,6 +170,8 @@ def _parse(shape: Sequence[int], index: Any) -> list[_Idx]:
         n = shape[dim]
         out.append(_Idx("slice", start=0, stop=n, step=1, length=n))
         dim += 1
+    for k, e in enumerate(out):
+        e.seq = k + (1 if gap is not None and k >= gap else 0)
     return out
 
 
@@ -256,7 +267,8 @@ def _key(entries: list[_Idx]) -> tuple | None:
 def _layout(entries: list[_Idx]) -> tuple[list[int], bool]:
     """Positions of advanced entries and whether they are adjacent."""
     adv = [i for i, e in enumerate(entries) if e.kind in ("array", "int")]
-    adjacent = adv == list(range(adv[0], adv[-1] + 1)) if adv else True
+    seqs = [entries[i].seq for i in adv]
+    adjacent = seqs == list(range(seqs[0], seqs[0] + len(seqs))) if adv else True
     return adv, adjacent
 
 
@@ -340,7 +352,7 @@ def _insert_new_axes(x: NKIPyTensorRef, entries: list[_Idx]) -> tuple[Value, lis
     for e in entries:
         if e.kind == "new":
             shape.append(1)
-            new_entries.append(_Idx("slice", start=0, stop=1, step=1, length=1))
+            new_entries.append(_Idx("slice", start=0, stop=1, step=1, length=1, seq=e.seq))
         else:
             shape.append(x.shape[d])
             new_entries.append(e)
