@@ -6,7 +6,7 @@ import logging
 import operator
 import os
 from dataclasses import dataclass
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, List, Optional, Tuple
 
 from spike.environ import env_int
 from spike.safe_files import private_dir
@@ -120,17 +120,21 @@ def _detect_rank(rank: Optional[int]) -> int:
     return 0
 
 
-def _detect_world_size(world_size: Optional[int]) -> int:
+def _detect_world_size(world_size: Optional[int]) -> Tuple[int, bool]:
+    """(the world size, whether anything gave it): ``world_size``, else
+    ``torch.distributed``'s, else ``WORLD_SIZE``; else (1, False), a single
+    process whose rank was not checked against any world."""
     if world_size is not None:
-        return _as_int("world_size", world_size)
+        return _as_int("world_size", world_size), True
     try:
         import torch.distributed as dist
 
         if dist.is_available() and dist.is_initialized():
-            return dist.get_world_size()
+            return dist.get_world_size(), True
     except Exception:  # pragma: no cover
         pass
-    return env_int("WORLD_SIZE", 1, minimum=1)
+    value = env_int("WORLD_SIZE", minimum=1)
+    return (1, False) if value is None else (value, True)
 
 
 #: How long a rank waits to reach torchrun's store when agreeing on the name.
@@ -284,7 +288,10 @@ def init_nkipy_backend(nkipy_cache: Optional[str] = None, log_level: int = loggi
 
     ``rank``/``world_size`` default to ``torch.distributed`` when it is
     initialised, else ``RANK`` (else ``LOCAL_RANK``) and ``WORLD_SIZE``, else 0
-    and 1.
+    and 1. The rank is checked against a world size only when one was given
+    (the argument, the process group or ``WORLD_SIZE``): a single process may
+    carry any rank, which names its cache (``rank=7`` caches under ``rank_7``), as
+    in the original.
     Kernels are cached under ``<nkipy_cache>/rank_<rank>/`` (``nkipy_cache``
     defaults to :func:`default_cache_dir`; the directories are created private,
     and one that another user owns or may write is refused: docs/security.md);
@@ -306,8 +313,8 @@ def init_nkipy_backend(nkipy_cache: Optional[str] = None, log_level: int = loggi
     if _CONFIG is not None:
         raise RuntimeError("NKIPy backend has already been initialized "
                            "(call reset_nkipy_backend() first to re-initialize)")
-    r, ws = _detect_rank(rank), _detect_world_size(world_size)
-    if ws < 1 or not 0 <= r < ws:
+    r, (ws, ws_known) = _detect_rank(rank), _detect_world_size(world_size)
+    if ws < 1 or r < 0 or (ws_known and r >= ws):
         raise ValueError(f"invalid rank {r} / world_size {ws}: the rank must be in "
                          f"[0, world_size) and world_size at least 1")
     if input_layout not in ("auto", "padded"):
@@ -381,12 +388,16 @@ def _check_config(cfg: object) -> NKIPyBackendConfig:
         if isinstance(value, bool) or not isinstance(value, int):
             raise TypeError(f"NKIPyBackendConfig.{name} must be an int, not "
                             f"{type(value).__name__} {value!r}")
-    if cfg.world_size < 1 or not 0 <= cfg.rank < cfg.world_size:
+    # a single process may carry any rank (it names the cache, as in the
+    # original); in a world of several the rank must be one of its ranks
+    single = cfg.world_size == 1
+    if cfg.world_size < 1 or cfg.rank < 0 or (not single and cfg.rank >= cfg.world_size):
         raise ValueError(f"invalid rank {cfg.rank} / world_size {cfg.world_size}: the rank "
                          f"must be in [0, world_size) and world_size at least 1")
     if cfg.local_rank is not None and (isinstance(cfg.local_rank, bool)
                                        or not isinstance(cfg.local_rank, int)
-                                       or not 0 <= cfg.local_rank < cfg.world_size):
+                                       or cfg.local_rank < 0
+                                       or (not single and cfg.local_rank >= cfg.world_size)):
         raise ValueError(f"NKIPyBackendConfig.local_rank must be None or an int in "
                          f"[0, world_size), not {cfg.local_rank!r}")
     if cfg.core_offset < 0 or cfg.max_bucket_size < 1:

@@ -204,7 +204,10 @@ class NKIPyKernel:
         self.device_kernel = DeviceKernel.from_graph(
             graph, build_dir=os.path.join(self.dir, "neff"),
             additional_compiler_args=compiler_args, core_id=core_id,
-            cc_enabled=world_size > 1, rank_id=rank, world_size=world_size)
+            # a single process's rank only names its cache: in a world of one
+            # the kernel's collective rank is 0
+            cc_enabled=world_size > 1, rank_id=rank if world_size > 1 else 0,
+            world_size=world_size)
         self.compiled_now = not self.device_kernel.compiled.cache_hit
         STATS["kernels"] += 1
         STATS["compiled" if self.compiled_now else "cache_hits"] += 1

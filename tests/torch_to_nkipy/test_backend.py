@@ -820,6 +820,9 @@ def test_device_core_maps_the_visible_core(monkeypatch, nkipy_cache):
     ({}, {"WORLD_SIZE": "abc"}, ValueError, r"environment variable WORLD_SIZE must be an "
                                             r"integer, got 'abc'"),
     ({}, {"RANK": "-1"}, ValueError, r"environment variable RANK must be >= 0, got '-1'"),
+    (dict(rank=7, world_size=1), {}, ValueError, r"invalid rank 7 / world_size 1"),
+    (dict(rank=7), {"WORLD_SIZE": "4"}, ValueError, r"invalid rank 7 / world_size 4"),
+    ({}, {"LOCAL_RANK": "3", "WORLD_SIZE": "2"}, ValueError, r"invalid rank 3 / world_size 2"),
 ])
 def test_bad_rank_and_world_size_refused(tmp_path, monkeypatch, kwargs, env, exc, message):
     reset_nkipy_backend()
@@ -830,3 +833,33 @@ def test_bad_rank_and_world_size_refused(tmp_path, monkeypatch, kwargs, env, exc
     with pytest.raises(exc, match=message):
         init_nkipy_backend(nkipy_cache=str(tmp_path), **kwargs)
     assert not torch_to_nkipy.is_nkipy_backend_initialized()
+
+
+@pytest.mark.parametrize("kwargs, env, rank", [
+    (dict(rank=7), {}, 7),
+    ({}, {"LOCAL_RANK": "3"}, 3),
+    ({}, {"RANK": "5"}, 5),
+])
+def test_rank_without_a_world_size_names_the_cache(tmp_path, monkeypatch, kwargs, env, rank):
+    """As in the original, a single process (no world size given, no process
+    group, no WORLD_SIZE) may carry any rank: it names the cache directory,
+    and compiled graphs run in a world of one."""
+    reset_nkipy_backend()
+    for var in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("NEURON_RT_VISIBLE_CORES", "0-7")
+    try:
+        init_nkipy_backend(nkipy_cache=str(tmp_path), **kwargs)
+        cfg = torch_to_nkipy.get_nkipy_backend_config()
+        assert (cfg.rank, cfg.world_size) == (rank, 1)
+        assert cfg.nkipy_cache == str(tmp_path / f"rank_{rank}") and os.path.isdir(cfg.nkipy_cache)
+        torch_to_nkipy.set_nkipy_backend_config(cfg)    # the same config installs again
+        x = torch.arange(6.0)
+        got = torch.compile(lambda t: t * 2 + 1, backend="nkipy")(x)
+        assert torch.equal(got, x * 2 + 1)
+        assert any(n.startswith("kernel_") for n in os.listdir(cfg.nkipy_cache))
+    finally:
+        reset_nkipy_backend()
+        torch._dynamo.reset()
