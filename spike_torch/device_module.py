@@ -18,6 +18,8 @@ __all__ = [
     "get_device_capability", "get_amp_supported_dtype", "manual_seed", "manual_seed_all",
     "seed", "seed_all", "initial_seed", "get_rng_state", "set_rng_state",
     "get_rng_state_all", "set_rng_state_all", "is_initialized", "init", "default_generators",
+    "Stream", "Event", "current_stream", "default_stream", "set_stream", "stream",
+    "StreamContext",
 ]
 
 logger = logging.getLogger("spike_torch")
@@ -163,6 +165,96 @@ class device:
         if self.idx >= 0 and self.prev_idx != self.idx:
             _C.lib.spike_torch_set_device(self.prev_idx)
         return False
+
+
+# ---- streams and events ------------------------------------------------------
+#
+# The device runs each core's work in order on one queue, copies are synchronous
+# and eager kernels complete when they return (the device guard, csrc/guard.cpp).
+# So every stream of a device is that queue (stream id 0): code written for CUDA
+# streams runs with the ordering it asks for (and more), events complete when
+# recorded, and elapsed_time measures the host time between two recordings.
+
+
+class _OfThisDevice(type):
+    """``isinstance(x, torch.nkipy.Stream)``: a ``torch.Stream`` of the nkipy
+    device (likewise for Event). The classes make PyTorch's own objects: its C
+    functions (``wait_stream``, ``elapsed_time``) accept those exact types only."""
+
+    _base: Any = None
+
+    def __instancecheck__(cls, obj: Any) -> bool:
+        return isinstance(obj, cls._base) and obj.device.type == "nkipy"
+
+
+class Stream(metaclass=_OfThisDevice):
+    """A stream of the nkipy device (``torch.cuda.Stream``'s shape): makes a
+    ``torch.Stream`` on the device, the core's one in-order queue whatever
+    ``priority`` says."""
+
+    _base = torch.Stream
+
+    def __new__(cls, device: DeviceLike = None, priority: int = 0) -> torch.Stream:
+        idx = _check_index(_device_index(device))
+        return torch.Stream(device=torch.device("nkipy", idx), priority=priority)
+
+
+class Event(metaclass=_OfThisDevice):
+    """An event of the nkipy device (``torch.cuda.Event``'s shape): makes a
+    ``torch.Event`` that is complete when recorded; with ``enable_timing=True``,
+    ``elapsed_time`` gives the milliseconds between two recordings."""
+
+    _base = torch.Event
+
+    def __new__(cls, enable_timing: bool = False, blocking: bool = False,
+                interprocess: bool = False) -> torch.Event:
+        return torch.Event(device="nkipy", enable_timing=enable_timing, blocking=blocking,
+                           interprocess=interprocess)
+
+
+def current_stream(dev: DeviceLike = None) -> torch.Stream:
+    """The current stream of a device (the current device by default)."""
+    idx = _check_index(_device_index(dev))
+    return torch.accelerator.current_stream(torch.device("nkipy", idx))
+
+
+def default_stream(dev: DeviceLike = None) -> torch.Stream:
+    """The default stream of a device: the same queue as every other stream."""
+    return current_stream(dev)
+
+
+def set_stream(stream: torch.Stream) -> None:
+    """Makes ``stream`` current on its device."""
+    if stream is None:
+        return
+    if stream.device.type != "nkipy":
+        raise ValueError(f"set_stream needs a stream of the nkipy device, got one of "
+                         f"{stream.device.type!r}")
+    torch.accelerator.set_stream(stream)
+
+
+class StreamContext:
+    """``with torch.nkipy.stream(s):`` runs the block with ``s`` current (None: no change)."""
+
+    def __init__(self, stream: Optional[torch.Stream]) -> None:
+        self.stream = stream
+        self.prev: Optional[torch.Stream] = None
+
+    def __enter__(self) -> "StreamContext":
+        if self.stream is not None:
+            self.prev = current_stream(self.stream.device_index)
+            set_stream(self.stream)
+        return self
+
+    def __exit__(self, *exc: Any) -> bool:
+        if self.prev is not None:
+            set_stream(self.prev)
+        return False
+
+
+def stream(stream: Optional[torch.Stream]) -> StreamContext:
+    """The context manager that makes ``stream`` current for a block."""
+    return StreamContext(stream)
 
 
 def synchronize(dev: DeviceLike = None) -> None:

@@ -1,7 +1,10 @@
 // spike_torch/csrc/guard.cpp - the nkipy device's c10 device guard
 // (DeviceGuardImplInterface, registered for PrivateUse1 at the end): the
 // current device, the device count, and the streams and events of a device
-// whose work is in order and whose copies are synchronous.
+// whose work is in order and whose copies are synchronous (events carry the
+// host time of their recording, for elapsed_time).
+
+#include <chrono>
 
 #include <c10/core/Device.h>
 #include <c10/core/Stream.h>
@@ -50,11 +53,33 @@ struct NkipyGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   c10::DeviceIndex deviceCount() const noexcept override {
     return static_cast<c10::DeviceIndex>(device_count_raw());
   }
-  // One in-order queue per core and synchronous copies: events are trivially
-  // complete.
-  void destroyEvent(void*, const c10::DeviceIndex) const noexcept override {}
-  void record(void**, const c10::Stream&, const c10::DeviceIndex,
-              const c10::EventFlag) const override {}
+  // One in-order queue per core, copies synchronous and eager kernels complete
+  // when they return: every stream is the core's one queue, and an event is
+  // complete as soon as it is recorded. A recorded event keeps the host's
+  // steady-clock time of its recording, for elapsedTime (events created with
+  // enable_timing=True, EventFlag::BACKEND_DEFAULT, as CUDA's).
+  struct Event {
+    std::chrono::steady_clock::time_point when;
+    bool timing = false;
+    c10::DeviceIndex device = 0;
+  };
+  void destroyEvent(void* event, const c10::DeviceIndex) const noexcept override {
+    delete static_cast<Event*>(event);
+  }
+  void record(void** event, const c10::Stream& stream, const c10::DeviceIndex device_index,
+              const c10::EventFlag flag) const override {
+    TORCH_CHECK(device_index == -1 || device_index == stream.device_index(),
+                "event device index ", device_index, " does not match the recording stream's "
+                "device ", stream.device_index());
+    auto* e = static_cast<Event*>(*event);
+    if (e == nullptr) {
+      e = new Event();
+      e->timing = flag == c10::EventFlag::BACKEND_DEFAULT;
+      *event = e;
+    }
+    e->device = stream.device_index();
+    e->when = std::chrono::steady_clock::now();
+  }
   void block(void*, const c10::Stream&) const override {}
   bool queryEvent(void*) const override { return true; }
   bool queryStream(const c10::Stream&) const override { return true; }
@@ -62,7 +87,15 @@ struct NkipyGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   void synchronizeEvent(void*) const override {}
   void synchronizeDevice(const c10::DeviceIndex) const override {}
   void recordDataPtrOnStream(const c10::DataPtr&, const c10::Stream&) const override {}
-  double elapsedTime(void*, void*, const c10::DeviceIndex) const override { return 0.0; }
+  double elapsedTime(void* start, void* end, const c10::DeviceIndex) const override {
+    auto* a = static_cast<Event*>(start);
+    auto* b = static_cast<Event*>(end);
+    TORCH_CHECK(a != nullptr && b != nullptr,
+                "both events must be recorded before calculating elapsed time");
+    TORCH_CHECK(a->timing && b->timing,
+                "both events must be created with enable_timing=True to calculate elapsed time");
+    return std::chrono::duration<double, std::milli>(b->when - a->when).count();
+  }
 };
 
 }  // namespace
