@@ -11,7 +11,8 @@ from nkipy.core.ir import ELEMENTWISE, REDUCTIONS, Node, Value
 from .ctext import (_fix_ptrs, _subst, compute_type, elementwise_c, is_float, reduce_parts,
                     store_expr)
 from .loops import PARALLEL_GRAIN
-from .maps import VIEW_OPS, Access, Buffer, Dim, access_of, broadcast_map, compose, identity_map
+from .maps import (VIEW_OPS, Access, Buffer, Dim, access_of, broadcast_map, compose, identity_map,
+                   view_map)
 
 
 class RowGroups:
@@ -62,27 +63,51 @@ class RowGroups:
         outs = {o.id for m in members for o in m.outputs}
         return any(v.id in outs for v in self.leaf_values(n))
 
+    @staticmethod
+    def row_map(v: Value, S: tuple[int, ...]) -> tuple[Dim, ...]:
+        """The map from a row group's index space onto v as the group computes
+        v: the full row, a kept size-1 last axis, or (shape S[:-1]) one value
+        per row."""
+        ndim = len(S)
+        if v.shape == S:
+            return identity_map(ndim)
+        if v.shape == S[:-1] + (1,):
+            return identity_map(ndim - 1) + (Dim(None),)
+        return identity_map(ndim - 1)
+
     def hoist_row_scalars(self, n: Node, S: tuple[int, ...]) -> list[Node]:
         """Inlined per-row subexpressions of member n (like rsqrt(mean + eps)
-        in a norm) become members of their own, computed once per row."""
-        hoisted: list[Node] = []
+        in a norm) become members of their own, computed once per row.
 
-        def walk(v: Value) -> None:
+        Only where the expression really reads them once per row: a value of
+        shape S[:-1] read by a full-row operation broadcasts along the row
+        (NumPy aligns it to the trailing axes: b in ``a * b`` of a
+        matrix-vector product), so it stays inlined."""
+        hoisted: list[Node] = []
+        ndim = len(S)
+
+        def walk(v: Value, dmap: tuple[Dim, ...]) -> None:
             p = v.node
             if p is None or v.id not in self.inline and (p.op not in VIEW_OPS):
                 return
             if p.op in VIEW_OPS:
-                walk(p.inputs[0])
+                inner = view_map(p)
+                if inner is not None:   # (a copying reshape is materialised first)
+                    walk(p.inputs[0], compose(inner, dmap))
                 return
             if p.op in ("constant", "iota"):
                 return
             for o in p.inputs:
-                walk(o)
-            if self.row_kind(v, S) == "row":
+                walk(o, compose(broadcast_map(o.shape, v.ndim), dmap))
+            if self.row_kind(v, S) == "row" and dmap == self.row_map(v, S):
                 self.inline.discard(v.id)
                 hoisted.append(p)
-        for o in n.inputs:
-            walk(o)
+        if n.op in REDUCTIONS:
+            walk(n.inputs[0], identity_map(ndim))
+        else:
+            out = self.row_map(n.output, S)
+            for o in n.inputs:
+                walk(o, compose(broadcast_map(o.shape, n.output.ndim), out))
         return hoisted
 
     def group_readers(self, v: Value) -> list[Node]:
@@ -150,16 +175,15 @@ class RowGroups:
             lines.append(f"    int64_t ix{d} = rem % {outer[d]}; rem /= {outer[d]};")
 
         def member_map(v: Value) -> tuple[Dim, ...]:
-            if v.shape == S:
-                return identity_map(ndim)
-            if v.shape == S[:-1] + (1,):
-                return identity_map(ndim - 1) + (Dim(None),)
-            return identity_map(ndim - 1)
+            return self.row_map(v, S)
 
         def subst_for(leaves: list[Access], tag: str) -> tuple[list[str], dict[str, str]]:
             decls, subst = [], {}
             for k2, a in enumerate(leaves):
                 if a.buffer.kind == "rowscalar":
+                    # one value per row: a read that varies along the row would
+                    # need the value's row of elements, not this row's scalar
+                    assert not a.strides[-1], f"per-row scalar {a.buffer.name} read along a row"
                     subst[f"LEAF{k2}"] = a.buffer.name
                     continue
                 base = " + ".join([str(a.offset)] + [f"{a.strides[d]} * ix{d}"
