@@ -26,6 +26,7 @@
 PyObject *SpikeRuntimeError;
 PyObject *SpikeError;
 PyObject *NrtError;
+PyObject *NrtIndexError;
 
 /* Raises SpikeError("Spike Error: <formatted>") and returns NULL. The format
  * is that of PyUnicode_FromFormat. */
@@ -49,9 +50,16 @@ PyObject *spike_nrt_error(nkrt_status_t status) {
   const char *name = nkrt_code_name(code);
   PyObject *msg = PyUnicode_FromFormat("NRT Error %s(%d): %s", name, (int)code,
                                        nkrt_status_message(status));
+  /* a kernel that found an index out of range (nkipy's check_index) reports
+   * "IndexError: ...": an NrtIndexError, which is an IndexError too, as the
+   * same index raises on the CPU */
+  PyObject *cls = code == NKRT_EXEC_COMPLETED_WITH_ERR &&
+                          strstr(nkrt_status_message(status), "IndexError: ") != NULL
+                      ? NrtIndexError
+                      : NrtError;
   nkrt_status_free(status);
   if (!msg) return NULL;
-  PyObject *exc = PyObject_CallOneArg(NrtError, msg);
+  PyObject *exc = PyObject_CallOneArg(cls, msg);
   Py_DECREF(msg);
   if (!exc) return NULL;
   PyObject *code_obj = PyLong_FromLong((long)code);
@@ -65,7 +73,7 @@ PyObject *spike_nrt_error(nkrt_status_t status) {
   }
   Py_DECREF(code_obj);
   Py_DECREF(name_obj);
-  PyErr_SetObject(NrtError, exc);
+  PyErr_SetObject(cls, exc);
   Py_DECREF(exc);
   return NULL;
 }
@@ -186,6 +194,14 @@ PyMODINIT_FUNC PyInit__spike(void) {
         SpikeRuntimeError, attrs);
     Py_DECREF(attrs);
     if (!NrtError) goto fail;
+    PyObject *bases = PyTuple_Pack(2, NrtError, PyExc_IndexError);
+    if (!bases) goto fail;
+    NrtIndexError = PyErr_NewExceptionWithDoc(
+        "spike._spike.NrtIndexError",
+        "A kernel's execution failed on an index out of range: an NrtError and an IndexError.",
+        bases, NULL);
+    Py_DECREF(bases);
+    if (!NrtIndexError) goto fail;
     if (!TensorMetadataType.tp_name &&
         PyStructSequence_InitType2(&TensorMetadataType, &spike_tensor_metadata_desc) < 0)
       goto fail;
@@ -196,6 +212,7 @@ PyMODINIT_FUNC PyInit__spike(void) {
   }
   if (add_object(m, "SpikeRuntimeError", SpikeRuntimeError) < 0 ||
       add_object(m, "SpikeError", SpikeError) < 0 || add_object(m, "NrtError", NrtError) < 0 ||
+      add_object(m, "NrtIndexError", NrtIndexError) < 0 ||
       add_type(m, &SpikeType, "Spike") < 0 || add_type(m, &NrtTensorType, "NrtTensor") < 0 ||
       add_type(m, &NrtModelType, "NrtModel") < 0 ||
       add_type(m, &TraceSessionType, "SystemTraceSession") < 0 ||

@@ -28,10 +28,12 @@
 /* Errors (_spike.c)                                                        */
 /* ------------------------------------------------------------------------ */
 
-/* The error classes: SpikeRuntimeError > SpikeError, NrtError (module init). */
+/* The error classes: SpikeRuntimeError > SpikeError, NrtError > NrtIndexError
+ * (also an IndexError) (module init). */
 extern PyObject *SpikeRuntimeError;
 extern PyObject *SpikeError;
 extern PyObject *NrtError;
+extern PyObject *NrtIndexError;
 
 /* Raises SpikeError("Spike Error: <formatted>") and returns NULL. The format
  * is that of PyUnicode_FromFormat. */

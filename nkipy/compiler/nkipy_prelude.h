@@ -219,6 +219,45 @@ static uint64_t nk_failed_checks;
 #define NK_FAIL_IF(bad, x) ({ __auto_type nk_fx_ = (x);                          \
   if (bad) __atomic_fetch_add(&nk_failed_checks, 1, __ATOMIC_RELAXED); nk_fx_; })
 
+/* check_index (an IR op emitted as its own loop, Structured._gen_check_index):
+ * the first index found outside its range and its check's message (the text
+ * before and after the value) are kept here for the kernel's error; the count
+ * is the fail_if count, compared by the kernel before and after its body.
+ * Several concurrent executions of one kernel share these, so one of them may
+ * report another's bad index (an error either way, never a wrong result). The
+ * reads behind the check clamp as before, so nothing is read out of bounds. */
+static struct {
+  int set;
+  int64_t value;
+  const char *pre, *post;
+} nk_bad_index;
+static void nk_note_bad_index(int64_t v, const char *pre, const char *post) {
+  int expected = 0;
+  if (__atomic_compare_exchange_n(&nk_bad_index.set, &expected, 2, 0, __ATOMIC_ACQ_REL,
+                                  __ATOMIC_RELAXED)) {
+    nk_bad_index.value = v;
+    nk_bad_index.pre = pre;
+    nk_bad_index.post = post;
+    __atomic_store_n(&nk_bad_index.set, 1, __ATOMIC_RELEASE);
+  }
+  __atomic_fetch_add(&nk_failed_checks, 1, __ATOMIC_RELAXED);
+}
+/* "<pre><value><post><tail>" into buf (truncated to n bytes, always terminated). */
+static void nk_index_error(char *buf, size_t n, const char *tail) {
+  char digits[24];
+  int k = 0;
+  int64_t v = nk_bad_index.value;
+  uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+  do { digits[k++] = (char)('0' + (int)(u % 10)); u /= 10; } while (u);
+  if (v < 0) digits[k++] = '-';
+  size_t o = 0;
+  for (const char *p = nk_bad_index.pre; *p && o + 1 < n; p++) buf[o++] = *p;
+  while (k && o + 1 < n) buf[o++] = digits[--k];
+  for (const char *p = nk_bad_index.post; *p && o + 1 < n; p++) buf[o++] = *p;
+  for (const char *p = tail; *p && o + 1 < n; p++) buf[o++] = *p;
+  buf[o] = 0;
+}
+
 /* where(c, t, f): both values computed, then one chosen. A plain `c ? t : f`
  * loads f's operands only when c is false, which the compiler may not make
  * unconditional, so the loop keeps a branch per element instead of a vector

@@ -309,6 +309,15 @@ def eval_node(n: Node, args: list[np.ndarray]) -> list[np.ndarray]:
         if op in PREDICATES:
             r = r.astype(bool)
         return [np.broadcast_to(r, out.shape)]
+    if op == "check_index":
+        x = np.asarray(args[0])
+        bad = (x < a["low"]) | (x >= a["size"])
+        if np.any(bad):
+            raise IndexError(a["message"].replace("{index}", str(int(x[bad].reshape(-1)[0])))
+                             .removeprefix("IndexError: "))
+        if a["low"] < 0:
+            x = np.where(x < 0, x + a["size"], x)
+        return [x.astype(out.dtype, copy=False)]
     if op == "fail_if":
         if np.any(args[0]):
             raise RuntimeError(a["message"])

@@ -76,6 +76,10 @@ OPS: dict[str, tuple[int | None, tuple[str, ...], str]] = {
     "where": (3, (), "where(cond: bool, a, b)"),
     "fail_if": (2, ("message",), "fail_if(bad: bool, x): x unchanged; the execution fails "
                                  "with attrs['message'] where any element of bad is true"),
+    "check_index": (1, ("low", "size", "message"),
+                    "integer indices x, with a negative value counted from the end (x + size) "
+                    "when low < 0; the execution fails where a value lies outside [low, size), "
+                    "with attrs['message'] ('{index}': the value)"),
     "cast": (1, ("dtype",), "convert to attrs['dtype'] (NumPy astype semantics)"),
     "constant": (0, ("value",), "a NumPy array (often 0-d) baked into the kernel"),
     "iota": (0, ("shape", "dim", "dtype"), "index along attrs['dim'] over attrs['shape']"),
@@ -93,7 +97,8 @@ OPS: dict[str, tuple[int | None, tuple[str, ...], str]] = {
     "cumsum": (1, ("axis",), "inclusive prefix sum"),
     "cumprod": (1, ("axis",), "inclusive prefix product"),
     "matmul": (2, (), "NumPy matmul on operands of rank >= 2 (batch dims broadcast)"),
-    "take": (2, ("axis",), "np.take(x, indices:int32, axis); indices are clamped"),
+    "take": (2, ("axis",), "np.take(x, indices:int32, axis); indices are clamped (checked "
+                           "before by check_index where out-of-range is an error)"),
     "take_along_axis": (2, ("axis",), "np.take_along_axis(x, indices:int32, axis)"),
     "put_along_axis": (3, ("axis", "mode"),
                        "copy of x with values put at indices along axis; mode 'set' or 'add'"),

@@ -766,6 +766,12 @@ def _scatter_reduce_ok(node: Any) -> bool:
         red != "mean" or v.is_floating_point())
 
 
+def _in_range(index, size: int, dim: int):
+    """The index checked to lie in [0, size), as PyTorch's CPU kernels check
+    gather/scatter indices (negative ones are errors there too)."""
+    return ops.check_index(index, 0, size, dim)
+
+
 def _scatter_reduce(x, dim, index, src, reduce, include_self):
     """One-hot over the target positions of each index along ``dim``, reduced
     over the index positions; only the index's leading block of x changes."""
@@ -773,6 +779,7 @@ def _scatter_reduce(x, dim, index, src, reduce, include_self):
     ish = _shape(index)
     if 0 in ish:
         return np.copy(x)
+    index = _in_range(index, _shape(x)[dim], dim)
     region = tuple(slice(0, n) if d != dim else slice(None) for d, n in enumerate(ish))
     xr = np.moveaxis(x[region], dim, -1)                                  # (..., N)
     n = _shape(xr)[-1]

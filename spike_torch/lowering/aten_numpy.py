@@ -459,7 +459,7 @@ def addmm(bias, x, y, beta=1, alpha=1):
 
 @reg("aten.embedding.default")
 def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
-    return np.take(weight, indices, axis=0)
+    return np.take(weight, _in_range(indices, _shape(weight)[0], 0), axis=0)
 
 
 # ---- reductions and normalisation -----------------------------------------
@@ -804,23 +804,33 @@ def constant_pad_nd(x, pad, value=0):
     return x
 
 
+def _in_range(index, size: int, dim: int):
+    """The index checked to lie in [0, size): PyTorch's gather, scatter,
+    index_select and embedding refuse negative indices as well as too large
+    ones (IndexError / RuntimeError on the CPU; here the execution fails)."""
+    return ops.check_index(index, 0, size, dim)
+
+
 @reg("aten.gather.default")
 def gather(x, dim, index, sparse_grad=False):
     if 0 in _shape(index):
         return ops.zeros(_shape(index), x.dtype)
     if x.ndim == 0:
-        return np.reshape(np.take_along_axis(np.reshape(x, (1,)), np.reshape(index, (1,)),
+        return np.reshape(np.take_along_axis(np.reshape(x, (1,)),
+                                             np.reshape(_in_range(index, 1, 0), (1,)),
                                              axis=0), _shape(index))
-    return np.take_along_axis(x, index, axis=dim)
+    dim = dim % x.ndim
+    return np.take_along_axis(x, _in_range(index, _shape(x)[dim], dim), axis=dim)
 
 
 @reg("aten.index_select.default")
 def index_select(x, dim, index):
     if x.ndim == 0:     # a 0-d tensor: its one element (the index can only be 0)
-        return np.copy(x)
+        return np.reshape(np.take(np.reshape(x, (1,)), _in_range(index, 1, 0)), ())
     if len(np.shape(index)) == 0:       # torch keeps the dimension for a 0-d index
         index = np.reshape(index, (1,))
-    return np.take(x, index, axis=dim)
+    dim = dim % x.ndim
+    return np.take(x, _in_range(index, _shape(x)[dim], dim), axis=dim)
 
 
 def _indices(indices: Sequence[Any]) -> tuple:
@@ -892,6 +902,7 @@ def scatter(x, dim, index, value):
     src = np.broadcast_to(cast(value, x.dtype), _shape(index)) if not hasattr(value, "shape") \
         or _shape(value) != _shape(index) else value
     dim = dim % x.ndim
+    index = _in_range(index, _shape(x)[dim], dim)
     if any(n != m for d, (n, m) in enumerate(zip(_shape(index), _shape(x))) if d != dim):
         # an index smaller than x off dim: it addresses x's leading block there
         y = np.copy(x)
@@ -994,6 +1005,7 @@ def var_mean(x, dim=None, correction=None, keepdim=False):
 @reg("aten.scatter_add.default")
 def scatter_add(x, dim, index, src):
     dim = dim % x.ndim
+    index = _in_range(index, _shape(x)[dim], dim)
     y = np.copy(x)
     idx = tuple(index if d == dim else
                 np.reshape(ops.arange(0, _shape(index)[d], 1, dtype=np.int32),

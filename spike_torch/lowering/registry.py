@@ -8,7 +8,10 @@ the ATen schema's arguments in schema order.
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Dict, Iterable, Optional
+
+from nkipy.core.ops import op_context
 
 _REGISTRY: Dict[str, Callable] = {}
 _SUPPORTS: Dict[str, Callable] = {}
@@ -30,14 +33,22 @@ class AtenOpRegistry:
             raise ValueError("AtenOpRegistry.register needs at least one op name")
 
         def deco(fn: Callable) -> Callable:
+            # the run-time checks an entry emits (index bounds) name its op
+            op = canonical_name(op_names[0]).removesuffix(".default")
+
+            @functools.wraps(fn)
+            def entry(*args: Any, **kwargs: Any) -> Any:
+                with op_context(op):
+                    return fn(*args, **kwargs)
+
             for name in op_names:
                 name = canonical_name(name)
                 if name in _REGISTRY:
                     raise ValueError(f"ATen op {name!r} is already registered")
-                _REGISTRY[name] = fn
+                _REGISTRY[name] = entry
                 if supports is not None:
                     _SUPPORTS[name] = supports
-            return fn
+            return entry
 
         return deco
 

@@ -357,3 +357,16 @@ def reduce_parts(op: str, src_dtype: np.dtype, out_dtype: np.dtype):
     if op in ("reduce_any", "reduce_all"):
         acct = "int32_t"
     return acct, f"{acct} acc = {init};", update, clause, ""
+
+
+def c_string(text: str) -> str:
+    """A C string literal of ``text`` (printable ASCII kept, the rest escaped)."""
+    out = []
+    for ch in text:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif " " <= ch <= "~" and ch != "?":
+            out.append(ch)
+        else:
+            out.append("\\%03o" % (ord(ch) & 0xFF) if ord(ch) < 256 else "?")
+    return '"' + "".join(out) + '"'

@@ -8,7 +8,7 @@ import numpy as np
 
 from nkipy.core.ir import ELEMENTWISE, REDUCTIONS, Graph, Node, Value, dtype_name
 
-from .ctext import _NKRT_DTYPE, c_literal, storage_type
+from .ctext import _NKRT_DTYPE, c_literal, c_string, storage_type
 from .loops import Loops
 from .maps import Buffer
 from .matmul import Matmul
@@ -153,14 +153,24 @@ class Generator(Planning, Loops, Matmul, Structured, RowGroups):
             lines.append("  const uint64_t zero_divs = __atomic_load_n(&nk_zero_divs, "
                          "__ATOMIC_RELAXED);")
         checks = sorted({n.attrs["message"] for n in g.nodes if n.op == "fail_if"})
-        if checks:
+        index_checks = any(n.op == "check_index" for n in g.nodes)
+        if checks or index_checks:
             lines.append("  const uint64_t failed_checks = __atomic_load_n(&nk_failed_checks, "
                          "__ATOMIC_RELAXED);")
+        if index_checks:
+            lines.append("  __atomic_store_n(&nk_bad_index.set, 0, __ATOMIC_RELAXED);")
         lines += self.body
-        if checks:
-            msg = _c_string("; ".join(checks) + f" (in kernel {g.name})")
+        if checks or index_checks:
             lines.append("  if (__atomic_load_n(&nk_failed_checks, __ATOMIC_RELAXED) != "
                          "failed_checks) {")
+            if index_checks:   # the first out-of-range index, in its check's message
+                lines.append("    if (__atomic_load_n(&nk_bad_index.set, __ATOMIC_ACQUIRE)) {")
+                lines.append("      char msg[512];")
+                lines.append(f"      nk_index_error(msg, sizeof msg, {c_string(f' (in kernel {g.name})')});")
+                lines.append("      env->set_error(env->ctx, msg);")
+                lines.append("      return 1;")
+                lines.append("    }")
+            msg = c_string("; ".join(checks) + f" (in kernel {g.name})")
             lines.append(f"    env->set_error(env->ctx, {msg});")
             lines.append("    return 1;")
             lines.append("  }")
@@ -176,19 +186,6 @@ class Generator(Planning, Loops, Matmul, Structured, RowGroups):
         lines.append("")
         lines += descriptor(g, scratch_total)
         return "\n".join(lines) + "\n"
-
-
-def _c_string(text: str) -> str:
-    """A C string literal of ``text`` (printable ASCII kept, the rest escaped)."""
-    out = []
-    for ch in text:
-        if ch in '"\\':
-            out.append("\\" + ch)
-        elif " " <= ch <= "~" and ch != "?":
-            out.append(ch)
-        else:
-            out.append("\\%03o" % (ord(ch) & 0xFF) if ord(ch) < 256 else "?")
-    return '"' + "".join(out) + '"'
 
 
 PRELUDE_INCLUDE = "#include \"nkipy_prelude.h\""

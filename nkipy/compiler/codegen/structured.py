@@ -10,7 +10,7 @@ import numpy as np
 
 from nkipy.core.ir import COLLECTIVES, Node, Value, dtype_name
 
-from .ctext import (_NKRT_DTYPE, CodegenError, c_literal, compute_type, load_expr,
+from .ctext import (_NKRT_DTYPE, CodegenError, c_literal, c_string, compute_type, load_expr,
                     store_expr)
 from .maps import Buffer, access_of, contiguous_strides, identity_map
 
@@ -195,6 +195,46 @@ class Structured:
             xidx = idx[:axis] + [sel] + idx[axis + ind.ndim:]
             return [w(idx, load_expr(x.dtype, self.reader(x, xidx)))]
         self.body += self.serial_nest(v.shape, body)
+
+    def _gen_check_index(self, n: Node, out: Buffer) -> None:
+        """Indices copied (negatives counted from the end where low < 0) while
+        an or-reduction notes any outside [low, size): a vectorised pass; only
+        when one is found does a second pass find the first and note it with
+        its message (nk_note_bad_index; the kernel then fails)."""
+        x, v = n.inputs[0], n.output
+        low, size = int(n.attrs["low"]), int(n.attrs["size"])
+        pre, _, post = n.attrs["message"].partition("{index}")
+        w = self.writer(out, v)
+        shape = x.shape or ()
+        idx = [self.fresh("x") for _ in shape]
+        depth = "  "
+        lines = ["  {", "    int64_t nk_bad = 0;"]
+        for d, extent in enumerate(shape):
+            depth += "  "
+            if d == len(shape) - 1:
+                lines.append(f"{depth}#pragma omp simd reduction(|:nk_bad)")
+            lines.append(f"{depth}for (int64_t {idx[d]} = 0; {idx[d]} < {extent}; {idx[d]}++) {{")
+        inner = depth + "  "
+        lines.append(f"{inner}const int64_t nk_v = (int64_t){self.reader(x, idx)};")
+        lines.append(f"{inner}nk_bad |= (int64_t)(nk_v < {low}LL) | (int64_t)(nk_v >= {size}LL);")
+        wrapped = f"(nk_v < 0 ? nk_v + {size}LL : nk_v)" if low < 0 else "nk_v"
+        lines.append(inner + w(idx, wrapped))
+        for _ in shape:
+            lines.append(f"{depth}}}")
+            depth = depth[:-2]
+        lines.append("    if (nk_bad) {")
+        flat = self.fresh("e")
+        lines.append(f"      for (int64_t {flat} = 0; {flat} < {max(x.size, 1)}; {flat}++) {{")
+        lines.append(f"        int64_t nk_r = {flat};")
+        for d in reversed(range(len(shape))):
+            lines.append(f"        const int64_t {idx[d]} = nk_r % {shape[d]}; nk_r /= {shape[d]};")
+        lines.append(f"        const int64_t nk_v = (int64_t){self.reader(x, idx)};")
+        lines.append(f"        if (nk_v < {low}LL || nk_v >= {size}LL) {{ nk_note_bad_index(nk_v, "
+                     f"{c_string(pre)}, {c_string(post)}); break; }}")
+        lines.append("      }")
+        lines.append("    }")
+        lines.append("  }")
+        self.body += lines
 
     def _gen_take_along_axis(self, n: Node, out: Buffer) -> None:
         v = n.output
@@ -567,6 +607,7 @@ STRUCTURED_OPS: dict[str, Callable[[Structured, Node, Buffer], None]] = {
     "argmax": Structured._gen_arg_extreme,
     "argmin": Structured._gen_arg_extreme,
     "take": Structured._gen_take,
+    "check_index": Structured._gen_check_index,
     "take_along_axis": Structured._gen_take_along_axis,
     "set_slice": Structured._gen_update,
     "update_slice": Structured._gen_update,

@@ -45,9 +45,10 @@ from nkipy.core.ops.transform import (
     ravel, repeat, reshape, roll, split, squeeze, stack, swapaxes, tile, transpose, vstack,
 )
 from nkipy.core.ops.indexing import (
-    dynamic_update_slice, put_along_axis, scatter_along_axis, scatter_strided, static_slice,
-    take, take_along_axis, where,
+    check_index, dynamic_update_slice, put_along_axis, scatter_along_axis, scatter_strided,
+    static_slice, take, take_along_axis, where,
 )
+from nkipy.core.ops._builder import op_context
 from nkipy.core.ops.collectives import all_gather, all_reduce, all_to_all, reduce_scatter
 from nkipy.core.ops.random import fail_if, philox
 
@@ -82,7 +83,7 @@ __all__ = [
     "softmax", "log_softmax", "rms_norm", "topk", "conv2d", "conv3d",
     # indexing
     "where", "take", "take_along_axis", "put_along_axis", "scatter_along_axis",
-    "static_slice", "dynamic_update_slice", "scatter_strided",
+    "static_slice", "dynamic_update_slice", "scatter_strided", "check_index", "op_context",
     # collectives
     "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "philox", "fail_if",
 ]

@@ -7,7 +7,9 @@ no-op nodes (a cast to the same dtype, a reshape to the same shape, ...).
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+import contextlib
+import contextvars
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -103,6 +105,34 @@ def fail_if(bad: Value, x: Value, message: str) -> Value:
         raise ValueError(f"fail_if: condition of shape {bad.shape} does not broadcast to "
                          f"{x.shape}")
     return emit1("fail_if", [bad, x], {"message": str(message)}, x.shape, x.dtype)
+
+
+_OP_CONTEXT: contextvars.ContextVar[str | None] = contextvars.ContextVar("nkipy_op_context",
+                                                                         default=None)
+
+
+@contextlib.contextmanager
+def op_context(name: str | None) -> Iterator[None]:
+    """Names the operation being traced (an ATen op a lowering implements): the
+    run-time checks it emits (index bounds) name it in their messages."""
+    token = _OP_CONTEXT.set(name)
+    try:
+        yield
+    finally:
+        _OP_CONTEXT.reset(token)
+
+
+def check_index(x: Value, low: int, size: int, axis: int) -> Value:
+    """x (integer indices) with the execution failing (IndexError, naming the
+    first bad value, the axis, its size and the op being traced) where a value
+    lies outside ``[low, size)``: ``low`` is ``-size`` where negative indices
+    count from the end (the result holds them as ``x + size``, in ``[0, size)``),
+    0 where they are errors."""
+    op = _OP_CONTEXT.get()
+    message = (f"IndexError: index {{index}} is out of bounds for axis {axis} with size {size}"
+               + (f" (in {op})" if op else ""))
+    return emit1("check_index", [x], {"low": int(low), "size": int(size), "message": message},
+                 x.shape, x.dtype)
 
 
 def where(c: Value, a: Value, b: Value) -> Value:

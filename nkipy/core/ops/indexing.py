@@ -26,6 +26,7 @@ from nkipy.core.ops._core import (NKIPyTensorRef, _assigned_value, _fit_value, a
 from nkipy.core.trace import NKIPyTracingError
 
 __all__ = ["getitem", "setitem", "assign_all", "add_at", "take", "take_along_axis", "put_along_axis",
+           "check_index",
            "scatter_along_axis", "static_slice", "dynamic_update_slice", "scatter_strided",
            "where", "take_value"]
 
@@ -183,18 +184,17 @@ def _as_int(p: Any) -> int:
     raise TypeError("slice indices must be integers or None or have an __index__ method")
 
 
-def _index_value(e: _Idx, n: int) -> Value | np.ndarray:
-    """An advanced index entry as int32 (NumPy array if static, else IR value, wrapped)."""
+def _index_value(e: _Idx, n: int, axis: int = 0) -> Value | np.ndarray:
+    """An advanced index entry as int32 (NumPy array if static, else IR value,
+    checked to lie in [-n, n) -- an IndexError of the execution, as NumPy
+    raises -- and wrapped)."""
     if e.kind == "int":
         return np.asarray(e.start, dtype=np.int64)
     if isinstance(e.arr, np.ndarray):
         return e.arr
-    v = to_value(e.arr)
+    v = B.check_index(to_value(e.arr), -n, n, axis)    # also counts negatives from the end
     if v.dtype != B.INT32:
         v = B.cast(v, B.INT32)
-    if _dt.is_signed(e.arr.dtype):
-        zero = B.const(np.int32(0))
-        v = B.where(B.binary("lt", v, zero), B.binary("add", v, B.const(np.int32(n))), v)
     return v
 
 
@@ -288,7 +288,7 @@ def _flat_positions(shape: Sequence[int], entries: list[_Idx]) -> tuple[Any, tup
         dims_of.append(None if e.kind == "new" else d)
         if e.kind != "new":
             d += 1
-    idx_vals = {i: _index_value(entries[i], shape[dims_of[i]]) for i in adv}
+    idx_vals = {i: _index_value(entries[i], shape[dims_of[i]], dims_of[i]) for i in adv}
     bshape = B.broadcast_shapes(*[np.shape(v) if isinstance(v, np.ndarray) else v.shape
                                   for v in idx_vals.values()])
     basic = [i for i, e in enumerate(entries) if e.kind in ("slice", "new")]
@@ -374,7 +374,7 @@ def _advanced_getitem(x: NKIPyTensorRef, entries: list[_Idx]) -> NKIPyTensorRef:
         keep = [k for k, e in enumerate(entries) if e.kind != "int"]
         y = B.reshape(y, [slice_shape[k] for k in keep])
         ax = keep.index(arrays[0])
-        idx = _index_value(entries[arrays[0]], v.shape[arrays[0]])
+        idx = _index_value(entries[arrays[0]], v.shape[arrays[0]], arrays[0])
         iv = B.const(idx.astype(np.int32)) if isinstance(idx, np.ndarray) else idx
         return wrap(take_value(y, iv, ax))
     pos, res_shape = _flat_positions(v.shape, entries)
@@ -456,7 +456,7 @@ def setitem(x: NKIPyTensorRef, index: Any, value: Any) -> None:
                 starts.append(B.const(np.int32(e.start)))
                 ushape.append(1)
             else:
-                starts.append(_index_value(e, x.shape[d]))
+                starts.append(_index_value(e, x.shape[d], d))
                 ushape.append(1)
             d += 1
         fitted = _fit_value(val, tuple(res_shape))
@@ -535,16 +535,21 @@ def _mask_setitem(x: NKIPyTensorRef, entries: list[_Idx], value: Any) -> None:
 
 # -- take / gather ---------------------------------------------------------------
 
-def _indices(indices: Any, n: int, mode: str) -> Value:
+def _indices(indices: Any, n: int, mode: str, axis: int = 0) -> Value:
+    """Indices along an axis of size n as int32, by np.take's ``mode``: 'raise'
+    (traced indices checked to lie in [-n, n), an IndexError of the execution
+    otherwise, before they are narrowed to 32 bits; negative ones count from
+    the end), 'wrap' or 'clip'."""
     if is_tracer(indices):
         if not _dt.is_int(indices.dtype):
             raise IndexError("arrays used as indices must be of integer (or boolean) type")
-        v = B.cast(to_value(indices), B.INT32)
+        v = to_value(indices)
+        if mode not in ("wrap", "clip"):
+            # checked, negatives counted from the end, before the narrowing
+            return B.cast(B.check_index(v, -n, n, axis), B.INT32)
+        v = B.cast(v, B.INT32)
         if mode == "wrap":
             return B.binary("mod", v, B.const(np.int32(n)))
-        if mode != "clip" and _dt.is_signed(indices.dtype):
-            v = B.where(B.binary("lt", v, B.const(np.int32(0))),
-                        B.binary("add", v, B.const(np.int32(n))), v)
         return v
     arr = np.asarray(indices)
     if arr.dtype.kind not in "iu":
@@ -557,21 +562,41 @@ def _indices(indices: Any, n: int, mode: str) -> Value:
     else:
         if a.size and (a.min() < -n or a.max() >= n):
             bad = int(a[(a < -n) | (a >= n)].reshape(-1)[0])
-            raise IndexError(f"index {bad} is out of bounds for axis 0 with size {n}")
+            raise IndexError(f"index {bad} is out of bounds for axis {axis} with size {n}")
         a = np.where(a < 0, a + n, a)
     return B.const(a.astype(np.int32))
 
 
+def check_index(indices: Any, low: int, size: int, axis: int = 0) -> Any:
+    """``indices`` checked to lie in ``[low, size)``: a concrete array now
+    (IndexError), a traced one when the kernel runs (the execution fails with
+    an IndexError message naming the first bad value, the axis and the op being
+    traced). ``low=0`` refuses negative indices (PyTorch's gather, scatter and
+    index_select) and returns the indices unchanged; ``low=-size`` accepts them
+    and returns them counted from the end (``i + size`` for ``i < 0``)."""
+    if is_tracer(indices):
+        if not _dt.is_int(indices.dtype):
+            raise IndexError("arrays used as indices must be of integer (or boolean) type")
+        return wrap(B.check_index(to_value(indices), low, size, axis))
+    a = np.asarray(indices)
+    bad = (a < low) | (a >= size)
+    if np.any(bad):
+        raise IndexError(f"index {int(a[bad].reshape(-1)[0])} is out of bounds for axis {axis} "
+                         f"with size {size}")
+    return np.where(a < 0, a + size, a) if low < 0 else indices
+
+
 @nkipy_op(cpu=np.take)
 def take(a: Any, indices: Any, axis: Any = None, out: Any = None, mode: str = "raise") -> Any:
-    """``np.take``; traced indices wrap when negative and are clamped when out of range."""
+    """``np.take``; traced indices wrap when negative, and one out of range fails
+    the execution (IndexError, as NumPy raises) with mode 'raise'."""
     v = to_value(a)
     if axis is None:
         v = B.reshape(v, (v.size,))
         ax = 0
     else:
         ax = B.normalize_axis(axis, v.ndim)
-    return write_out(out, wrap(take_value(v, _indices(indices, v.shape[ax], mode), ax)))
+    return write_out(out, wrap(take_value(v, _indices(indices, v.shape[ax], mode, ax), ax)))
 
 
 def _along_axis_shapes(xs: tuple, ishape: tuple, ax: int) -> tuple[tuple, tuple]:
@@ -592,7 +617,7 @@ def take_along_axis(arr: Any, indices: Any, axis: Any = -1) -> Any:
         ax = 0
     else:
         ax = B.normalize_axis(axis, v.ndim)
-    idx = _indices(indices, v.shape[ax], "raise")
+    idx = _indices(indices, v.shape[ax], "raise", ax)
     xshape, ishape = _along_axis_shapes(v.shape, idx.shape, ax)
     v = B.broadcast_to(v, xshape)
     idx = B.broadcast_to(idx, ishape)
@@ -600,7 +625,7 @@ def take_along_axis(arr: Any, indices: Any, axis: Any = -1) -> Any:
 
 
 def _put_value(v: Value, indices: Any, values: Any, ax: int, mode: str = "set") -> Value:
-    idx = _indices(indices, v.shape[ax], "raise")
+    idx = _indices(indices, v.shape[ax], "raise", ax)
     if idx.ndim != v.ndim:
         raise ValueError("`indices` and `arr` must have the same number of dimensions")
     ishape = tuple(idx.shape[d] if d == ax else v.shape[d] for d in range(v.ndim))
@@ -668,7 +693,7 @@ def scatter_along_axis(x: Any, indices: Any, values: Any, axis: int) -> Any:
     if len(ishape) == 1 and v.ndim > 1:
         shp = [1] * v.ndim
         shp[ax] = ishape[0]
-        iv = _indices(indices, v.shape[ax], "raise")
+        iv = _indices(indices, v.shape[ax], "raise", ax)
         idx = wrap(B.broadcast_to(B.reshape(iv, shp), vals.shape))
     return wrap(_put_value(v, idx, wrap(vals), ax))
 
