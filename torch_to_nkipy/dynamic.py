@@ -304,6 +304,36 @@ def padding_hazard(gm: torch.fx.GraphModule, s: sympy.Symbol) -> Optional[str]:
     return None
 
 
+#: ops whose values are made from positions: an arange or iota enumerates
+#: them, tril/triu compare row with column, and the random ops draw the value
+#: at each element's position in the tensor (Philox counters).
+_POSITIONAL = ("aten.arange.", "prims.iota.", "aten.tril.", "aten.triu.", "aten.rand",
+               "aten.normal.", "aten.bernoulli", "aten.uniform", "aten.exponential",
+               "aten.native_dropout.", "aten.multinomial.", "prims.philox",
+               "nkipy_rng.", "aten.randperm.")
+
+
+def slice_hazard(gm: torch.fx.GraphModule, s: sympy.Symbol) -> Optional[str]:
+    """Why running a call as consecutive slices along ``s`` could change results
+    although padding it cannot (None: it cannot). Padding keeps every real
+    element at its position, slicing restarts positions at 0 in each slice:
+    ``x + torch.arange(x.shape[0])[:, None]`` over 17 rows gave 0..15, 0 in two
+    slices. Any op that makes values from positions over a tensor with the
+    dynamic size (or from the dynamic size itself) forbids slicing."""
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        qual = target_name(node.target)
+        if not qual.startswith(_POSITIONAL):
+            continue
+        vals = [_meta(a) for a in node.all_input_nodes] + [_meta(node)]
+        vals = [v for o in vals for v in (o if isinstance(o, (list, tuple)) else [o])]
+        if any(_has(v, s) for v in vals) or any(
+                isinstance(v, torch.SymInt) and s in _expr(v).free_symbols for v in vals):
+            return f"{qual} makes values from positions along the dynamic dimension"
+    return None
+
+
 # ---------------------------------------------------------------------------
 # the graph's dynamic signature
 
@@ -323,13 +353,18 @@ class DynamicSignature:
     #: output has it (and no SymInt output): a call can run as consecutive
     #: slices of its inputs, each through one bucket's kernel (see sliceable)
     leading: bool = False
+    #: why slices would differ from one whole call although padding is safe:
+    #: values made from positions along the dynamic dimension (see slice_hazard)
+    slice_hazard: Optional[str] = None
 
     @property
     def sliceable(self) -> bool:
         """Whether a call may run as slices along the dynamic dimension: padding
-        is safe (slices are independent of each other for the same reasons) and
-        the dimension leads every tensor that has it (a slice is contiguous)."""
-        return self.hazard is None and self.leading and bool(self.in_pad)
+        is safe, no value is made from a position along the dimension (each
+        slice would restart it at 0), and the dimension leads every tensor that
+        has it (a slice is contiguous)."""
+        return (self.hazard is None and self.slice_hazard is None and self.leading
+                and bool(self.in_pad))
 
     def _probes(self) -> List[Tuple[int, Optional[int], sympy.Expr]]:
         """(input index, dimension or None for a SymInt input, size expression) of
@@ -436,4 +471,5 @@ def dynamic_signature(gm: torch.fx.GraphModule) -> Optional[DynamicSignature]:
                            + list(sig.out_pad.values())))
     if sig.hazard is None:
         sig.hazard = padding_hazard(gm, s)
+    sig.slice_hazard = slice_hazard(gm, s)
     return sig
