@@ -348,7 +348,7 @@ def eval_node(n: Node, args: list[np.ndarray]) -> list[np.ndarray]:
     if op in ("argmax", "argmin"):
         fn = np.argmax if op == "argmax" else np.argmin
         x = _up(args[0])
-        return [np.asarray(fn(x, axis=a["axis"], keepdims=a["keepdims"])).astype(np.int32)]
+        return [np.asarray(fn(x, axis=a["axis"], keepdims=a["keepdims"])).astype(out.dtype)]
     if op in ("cumsum", "cumprod"):
         fn = np.cumsum if op == "cumsum" else np.cumprod
         x = _up(args[0])

@@ -92,8 +92,10 @@ OPS: dict[str, tuple[int | None, tuple[str, ...], str]] = {
     "concat": (None, ("axis",), "concatenate along attrs['axis']"),
     "pad": (1, ("pad_width", "value"), "constant padding, pad_width = ((lo, hi), ...)"),
     **{op: (1, ("axes", "keepdims"), "reduction over attrs['axes']") for op in REDUCTIONS},
-    "argmax": (1, ("axis", "keepdims"), "int32 index of the first maximum"),
-    "argmin": (1, ("axis", "keepdims"), "int32 index of the first minimum"),
+    "argmax": (1, ("axis", "keepdims"), "int32 (int64 from 2**31 elements on) index of the "
+                                       "first maximum"),
+    "argmin": (1, ("axis", "keepdims"), "int32 (int64 from 2**31 elements on) index of the "
+                                       "first minimum"),
     "cumsum": (1, ("axis",), "inclusive prefix sum"),
     "cumprod": (1, ("axis",), "inclusive prefix product"),
     "matmul": (2, (), "NumPy matmul on operands of rank >= 2 (batch dims broadcast)"),

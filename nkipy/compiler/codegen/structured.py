@@ -175,11 +175,11 @@ class Structured:
         def body(idx):
             full = list(idx[:axis]) + ["a"] + list(idx[axis:])
             oidx = list(idx[:axis]) + (["0"] if n.attrs["keepdims"] else []) + list(idx[axis:])
-            return [f"{sct} best = 0; int32_t bi = -1;",
+            return [f"{sct} best = 0; int64_t bi = -1;",
                     f"for (int64_t a = 0; a < {src.shape[axis]}; a++) {{",
                     f"  {sct} x = {load_expr(src.dtype, self.reader(src, full))};",
                     f"  if (bi < 0 || x {better} best || (x != x && best == best)) "
-                    "{ best = x; bi = (int32_t)a; }", "}", w(oidx, "bi")]
+                    "{ best = x; bi = a; }", "}", w(oidx, "bi")]
         self.body += self.serial_nest(outer, body)
 
     def _gen_take(self, n: Node, out: Buffer) -> None:

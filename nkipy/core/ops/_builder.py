@@ -257,15 +257,24 @@ def reduce(op: str, v: Value, axes: Sequence[int], keepdims: bool) -> Value:
 
 
 def accumulate_dtype(dt: np.dtype) -> np.dtype:
-    """NumPy's default dtype of sum/prod/cumsum: small ints and bool widen (-> 32-bit;
-    int64 stays int64 when wide dtypes are kept)."""
+    """NumPy's default dtype of sum/prod/cumsum: small ints and bool widen, to
+    int64 where wide dtypes are kept (NumPy's and PyTorch's accumulator: a sum
+    of 2**31 int8 ones overflowed int32), else to 32 bits."""
     if dt == np.dtype(np.int64):
         return dt
+    if dt.kind in "biu" and _dt.keeps_wide():
+        return np.dtype(np.int64)
     if dt.kind == "b" or dt.kind == "i":
         return np.dtype(np.int32)
     if dt.kind == "u":
         return np.dtype(np.uint32)
     return dt
+
+
+def index_dtype(extent: int) -> np.dtype:
+    """The dtype of indices into an axis of ``extent`` elements: int32, or int64
+    from 2**31 elements on."""
+    return np.dtype(np.int64) if extent > 2 ** 31 - 1 else INT32
 
 
 def reduced_shape(shape: tuple, axes: tuple, keepdims: bool) -> tuple:

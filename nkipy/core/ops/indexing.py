@@ -544,12 +544,13 @@ def _indices(indices: Any, n: int, mode: str, axis: int = 0) -> Value:
         if not _dt.is_int(indices.dtype):
             raise IndexError("arrays used as indices must be of integer (or boolean) type")
         v = to_value(indices)
+        idt = B.index_dtype(n)
         if mode not in ("wrap", "clip"):
             # checked, negatives counted from the end, before the narrowing
-            return B.cast(B.check_index(v, -n, n, axis), B.INT32)
-        v = B.cast(v, B.INT32)
+            return B.cast(B.check_index(v, -n, n, axis), idt)
+        v = B.cast(v, idt)
         if mode == "wrap":
-            return B.binary("mod", v, B.const(np.int32(n)))
+            return B.binary("mod", v, B.const(np.asarray(n, idt)))
         return v
     arr = np.asarray(indices)
     if arr.dtype.kind not in "iu":

@@ -172,8 +172,8 @@ def _arg(op: str, a: Any, axis: Any, out: Any, keepdims: bool) -> Any:
         if v.size == 0:
             raise ValueError(f"attempt to get {op} of an empty sequence")
         flat = B.reshape(v, (v.size,))
-        r = B.emit1(op, [flat], {"axis": 0, "keepdims": False}, (), B.INT32) if v.size > 1 else \
-            B.const(np.int32(0))
+        r = B.emit1(op, [flat], {"axis": 0, "keepdims": False}, (), B.index_dtype(v.size)) \
+            if v.size > 1 else B.const(np.int32(0))
         if keepdims:
             r = B.reshape(r, (1,) * v.ndim)
         return write_out(out, wrap(r))
@@ -183,19 +183,22 @@ def _arg(op: str, a: Any, axis: Any, out: Any, keepdims: bool) -> Any:
     shape = reduced_shape(v.shape, (ax,), keepdims)
     if v.shape[ax] == 1:
         return write_out(out, wrap(filled(shape, 0, B.INT32)))
-    r = B.emit1(op, [v], {"axis": ax, "keepdims": bool(keepdims)}, shape, B.INT32)
+    r = B.emit1(op, [v], {"axis": ax, "keepdims": bool(keepdims)}, shape,
+                B.index_dtype(v.shape[ax]))
     return write_out(out, wrap(r))
 
 
 @nkipy_op(cpu=np.argmax)
 def argmax(a: Any, axis: Any = None, out: Any = None, keepdims: bool = False) -> Any:
-    """Index (int32) of the first maximum; NaN counts as the maximum."""
+    """Index (int32; int64 over 2**31 or more elements) of the first maximum; NaN
+    counts as the maximum."""
     return _arg("argmax", a, axis, out, keepdims)
 
 
 @nkipy_op(cpu=np.argmin)
 def argmin(a: Any, axis: Any = None, out: Any = None, keepdims: bool = False) -> Any:
-    """Index (int32) of the first minimum; NaN counts as the minimum."""
+    """Index (int32; int64 over 2**31 or more elements) of the first minimum; NaN
+    counts as the minimum."""
     return _arg("argmin", a, axis, out, keepdims)
 
 
@@ -225,6 +228,6 @@ def cumprod(a: Any, axis: Any = None, dtype: Any = None, out: Any = None) -> Any
 
 @nkipy_op(cpu=np.count_nonzero)
 def count_nonzero(a: Any, axis: Any = None, keepdims: bool = False) -> Any:
-    v = B.cast(_to_bool(to_value(a)), B.INT32)
+    v = B.cast(_to_bool(to_value(a)), accumulate_dtype(B.BOOL))
     return wrap(reduce_np("reduce_sum", v, axis, keepdims, 0))
 
