@@ -98,6 +98,11 @@ def _wrap_nkipy(t: torch.Tensor, name: Optional[str] = None) -> DeviceTensor:
     from spike_torch._C import check_live
 
     check_live([t], "compiled kernel input")
+    if t.numel() == 0:
+        # an empty tensor may own no memory (its data pointer is NULL): a device
+        # tensor of its shape holds nothing to read either
+        return DeviceTensor.from_numpy(np.empty(tuple(t.shape), _np_dtype(t.dtype)),
+                                       core_id=t.device.index or 0)
     rt = spike.get_spike_singleton()
     ref = rt.slice_from_address(t.data_ptr(), t.numel() * t.element_size())
     d = DeviceTensor._unchecked(ref, tuple(t.shape), _np_dtype(t.dtype),

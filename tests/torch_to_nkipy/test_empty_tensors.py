@@ -79,3 +79,23 @@ def test_cpu_inputs_match_eager(backend, fn, make):
         for g, w in zip(got, want):
             assert g.shape == w.shape
             torch.testing.assert_close(g.cpu(), w)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.bool,
+                                   torch.int8, torch.float64, torch.int64],
+                         ids=lambda d: str(d).replace("torch.", ""))
+@pytest.mark.parametrize("shape", [(0,), (0, 3), (3, 0)])
+@pytest.mark.parametrize("where", ["cpu", "nkipy"])
+def test_empty_inputs_of_every_dtype(backend, dtype, shape, where):
+    """0-element inputs and outputs of every dtype, compiled on CPU and device
+    inputs; an empty bfloat16 nkipy tensor (it owns no memory: a NULL data
+    pointer) was refused with 'address (nil) is not inside any live device
+    allocation'."""
+    def f(x):
+        return x * 2, x.sum(-1)
+
+    x = torch.zeros(shape, dtype=dtype)
+    torch._dynamo.reset()
+    got = torch.compile(f, backend="nkipy")(x.to(where))
+    for g, w in zip(got, f(x)):
+        assert g.shape == w.shape and g.dtype == w.dtype and torch.equal(g.cpu(), w)
