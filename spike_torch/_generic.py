@@ -587,6 +587,34 @@ class _Refuse(Exception):
     """This signature runs on the CPU (the reason is logged at DEBUG)."""
 
 
+def _cpu_accepts_bool(op: Any, args: Sequence[Any], kwargs: Dict[str, Any],
+                      ts: List[torch.Tensor]) -> None:
+    """Raises _Refuse where a bool input is one the CPU kernel refuses (relu, abs,
+    floor, ``1 - mask``): the op's meta function, which the device's kernels are
+    traced with, accepts many of those. Probed once per signature on one-element
+    CPU tensors of the same dtypes and ranks; the call then runs on the CPU,
+    which raises its own error for the real arguments."""
+    if not any(t.dtype == torch.bool for t in ts):
+        return
+    it = iter(ts)
+
+    def small(a: Any) -> Any:
+        if isinstance(a, torch.Tensor):
+            t = next(it)
+            return torch.zeros((1,) * t.dim(), dtype=t.dtype)
+        if isinstance(a, (list, tuple)):
+            return type(a)(small(b) for b in a)
+        if isinstance(a, torch.device):
+            return torch.device("cpu")
+        return a
+    probe_args = [small(a) for a in args]
+    probe_kwargs = {k: small(v) for k, v in kwargs.items()}
+    try:
+        op(*probe_args, **probe_kwargs)
+    except (RuntimeError, NotImplementedError, TypeError, ValueError) as exc:
+        raise _Refuse(f"the CPU kernel refuses these dtypes: {exc}") from None
+
+
 def _make_plan(op: Any, info: _OpInfo, key: Any, args: Sequence[Any],
                kwargs: Dict[str, Any], ts: List[torch.Tensor]) -> Any:
     with _lock:
@@ -601,6 +629,7 @@ def _make_plan(op: Any, info: _OpInfo, key: Any, args: Sequence[Any],
             return _CPU
         _variants[tkey] = n + 1
         try:
+            _cpu_accepts_bool(op, args, kwargs, ts)
             plan = _Plan(op, info, args, kwargs, ts)
         except _Refuse as exc:
             logger.debug("eager %s on the CPU: %s", info.name, exc)

@@ -290,6 +290,18 @@ static void nk_index_error(char *buf, size_t n, const char *tail) {
     nk_mn_b_ = nk_mn_a_ < nk_mn_b_ ? nk_mn_a_ : nk_mn_b_; \
     nk_mn_a_ != nk_mn_a_ ? nk_mn_a_ : nk_mn_b_; })
 
+/* float -> integer as x86's truncating conversions (cvttsd2si), which eager
+ * PyTorch on the CPU gets: NaN and values outside the target's range give the
+ * "integer indefinite" INT_MIN. Narrower integers convert through int32 (as
+ * PyTorch's kernels do) and keep its low bits. Defined for every input, where
+ * a plain C cast of NaN or of an out-of-range value is undefined. */
+static inline int32_t nk_f2i32(double x) {
+  return x > -2147483649.0 && x < 2147483648.0 ? (int32_t)x : INT32_MIN;
+}
+static inline int64_t nk_f2i64(double x) {
+  return x >= -9223372036854775808.0 && x < 9223372036854775808.0 ? (int64_t)x : INT64_MIN;
+}
+
 static inline int64_t nk_clamp_index(int64_t i, int64_t n) {
   i = i < 0 ? i + n : i;
   return i < 0 ? 0 : (i >= n ? n - 1 : i);

@@ -526,3 +526,21 @@ def test_bfloat16_training_batch_norm_runs_exactly_on_the_cpu():
         after = stats()
         assert torch.equal(got.cpu(), want), dtype
         assert (after["cpu_fallback_calls"] > before["cpu_fallback_calls"]) == on_cpu, dtype
+
+
+@pytest.mark.parametrize("name", ["relu", "abs", "floor", "neg", "rsub", "sub"])
+def test_bool_inputs_the_cpu_refuses_are_refused(nkipy, name):
+    """The device's kernels are traced with the ops' meta functions, which
+    accept bool inputs that the CPU kernels refuse (relu of a mask gave a
+    result): the device raises the CPU's error instead."""
+    fn = {"relu": torch.relu, "abs": torch.abs, "floor": torch.floor, "neg": torch.neg,
+          "rsub": lambda x: 1 - x, "sub": lambda x: x - x}[name]
+    b = torch.tensor([True, False])
+    with pytest.raises((RuntimeError, NotImplementedError)) as cpu:
+        fn(b)
+    with pytest.raises(type(cpu.value), match=str(cpu.value)[:30].replace("(", r"\(")
+                       .replace(")", r"\)").replace("`", ".")):
+        fn(b.to("nkipy"))
+    # what the CPU accepts still runs on the device
+    for ok in (torch.sigmoid, torch.bitwise_not, lambda x: x.cumsum(0), lambda x: x + x):
+        assert torch.equal(ok(b.to("nkipy")).cpu(), ok(b))

@@ -240,8 +240,9 @@ def cast_c(n: Node, a: str) -> str:
         return f"((float)(nk_f16)({a}))"
     if name == "bfloat16":
         return f"nk_bf2f(nk_f2bf((float)({a})))"
-    if is_float(s):  # float -> int: truncate, NaN to 0
-        return f"(({compute_type(dst)})({storage_type(dst)})(({a}) == ({a}) ? ({a}) : 0))"
+    if is_float(s):  # float -> int: truncate; NaN and out of range as x86 (eager's CPU)
+        conv = "nk_f2i64" if name == "int64" else "nk_f2i32"
+        return f"(({compute_type(dst)})({storage_type(dst)}){conv}((double)({a})))"
     return f"(({compute_type(dst)})({storage_type(dst)})({a}))"
 
 
