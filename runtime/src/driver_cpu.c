@@ -38,14 +38,50 @@ typedef struct cpu_image {
  * image. A truncated shared object would otherwise be mapped past the end of
  * its file, and touching that memory kills the process (SIGBUS). */
 NKRT_MUST_USE_RESULT
+#if defined(__x86_64__)
+#define HOST_ELF_MACHINE EM_X86_64
+#elif defined(__aarch64__)
+#define HOST_ELF_MACHINE EM_AARCH64
+#else
+#error "the CPU driver loads NEFFs on x86-64 and aarch64 hosts"
+#endif
+
+/* A readable name of an ELF e_machine value. */
+static const char *elf_machine_name(unsigned machine) {
+  switch (machine) {
+    case EM_X86_64: return "x86-64";
+    case EM_AARCH64: return "aarch64";
+    case EM_386: return "i386";
+    case EM_ARM: return "arm (32-bit)";
+    case EM_PPC64: return "ppc64";
+    case EM_S390: return "s390x";
+#ifdef EM_RISCV
+    case EM_RISCV: return "riscv";
+#endif
+    default: return NULL;
+  }
+}
+
 static nkrt_status_t check_elf(const void *bytes, size_t size) {
   /* headers are copied out: the caller's bytes promise no alignment */
   Elf64_Ehdr eh;
   if (size >= sizeof(eh)) memcpy(&eh, bytes, sizeof(eh));
-  if (size < sizeof(eh) || eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_type != ET_DYN)
+  if (size < sizeof(eh) || memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 ||
+      eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_type != ET_DYN)
     return nkrt_status_make(NKRT_FAILURE, "not a NEFF: the image is not a 64-bit ELF shared object");
-  if (eh.e_machine != EM_X86_64 && eh.e_machine != EM_AARCH64)
-    return nkrt_status_make(NKRT_FAILURE, "not a NEFF for this host: ELF machine %u", eh.e_machine);
+  if (eh.e_ident[EI_DATA] != ELFDATA2LSB)
+    return nkrt_status_make(NKRT_FAILURE, "not a NEFF for this host: the shared object is "
+                            "big-endian, this host is little-endian");
+  if (eh.e_machine != HOST_ELF_MACHINE) {
+    const char *built = elf_machine_name(eh.e_machine);
+    if (built)
+      return nkrt_status_make(NKRT_FAILURE, "not a NEFF for this host: built for %s, this host "
+                              "is %s (rebuild it here)", built,
+                              elf_machine_name(HOST_ELF_MACHINE));
+    return nkrt_status_make(NKRT_FAILURE, "not a NEFF for this host: built for ELF machine %u, "
+                            "this host is %s (rebuild it here)", eh.e_machine,
+                            elf_machine_name(HOST_ELF_MACHINE));
+  }
   if (eh.e_phentsize != sizeof(Elf64_Phdr) || eh.e_phoff > size ||
       (uint64_t)eh.e_phnum * sizeof(Elf64_Phdr) > size - eh.e_phoff)
     return nkrt_status_make(NKRT_FAILURE, "not a loadable NEFF (the shared object is truncated or "

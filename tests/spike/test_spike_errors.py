@@ -82,6 +82,38 @@ def test_corrupt_bytes(tmp_path):
     assert "not a NEFF" in check_nrt(info.value, "NRT_FAILURE")
 
 
+@pytest.mark.parametrize("machine, name", [(183, "aarch64"), (62, "x86-64"), (243, "riscv"),
+                                           (9999, "ELF machine 9999")])
+def test_neff_built_for_another_architecture(tmp_path, neff, machine, name):
+    """A NEFF of another machine is refused naming both architectures (dlopen
+    said 'No such file or directory' although the file exists)."""
+    import platform
+
+    host = {"x86_64": "x86-64", "aarch64": "aarch64"}[platform.machine()]
+    if name == host:
+        machine, name = (183, "aarch64") if host == "x86-64" else (62, "x86-64")
+    data = bytearray(open(neff("add"), "rb").read())
+    data[18:20] = machine.to_bytes(2, "little")          # e_machine
+    path = tmp_path / "other.neff"
+    path.write_bytes(bytes(data))
+    with pytest.raises(NrtError) as info:
+        SpikeModel.load_from_neff(path)
+    msg = check_nrt(info.value, "NRT_FAILURE")
+    assert f"not a NEFF for this host: built for {name}, this host is {host} (rebuild it here)" \
+        in msg, msg
+    big = bytearray(open(neff("add"), "rb").read())
+    big[5] = 2                                            # EI_DATA: big-endian
+    path.write_bytes(bytes(big))
+    with pytest.raises(NrtError, match="the shared object is big-endian, this host is "
+                                       "little-endian"):
+        SpikeModel.load_from_neff(path)
+    bad_magic = bytearray(open(neff("add"), "rb").read())
+    bad_magic[1:4] = b"ELG"
+    path.write_bytes(bytes(bad_magic))
+    with pytest.raises(NrtError, match="that do not start with the ELF magic"):
+        SpikeModel.load_from_neff(path)
+
+
 def test_empty_file(tmp_path):
     path = tmp_path / "empty.neff"
     path.write_bytes(b"")
