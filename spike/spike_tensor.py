@@ -121,6 +121,9 @@ class SpikeTensor:
         shape = _as_shape(shape)
         dtype = to_numpy_dtype(dtype)
         nbytes = math.prod(shape) * dtype.itemsize
+        if nbytes >= 1 << 63:
+            raise ValueError(f"SpikeTensor.empty: a {dtype.name} tensor of shape {shape} needs "
+                             f"{nbytes} bytes, more than any device can address (2**63 - 1)")
         ref = get_spike_singleton().allocate_tensor(nbytes, core_id=core_id, name=name)
         return cls(ref, shape, dtype, name)
 

@@ -54,4 +54,8 @@ static inline uint64_t nkrt_now_ns(void) {
 /* Copies `name` (or `fallback` when NULL/empty) into a new heap string. */
 char *nkrt_strdup_name(const char *name, const char *fallback);
 
+/* The one rule for the runtime's integer settings (runtime.c): decimal digits,
+ * optionally surrounded by white space, within [lo, hi]. False otherwise. */
+bool nkrt_parse_env_uint(const char *text, uint64_t lo, uint64_t hi, uint64_t *out);
+
 #endif /* NKRT_BASE_H */

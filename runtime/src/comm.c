@@ -146,14 +146,24 @@ static nkrt_status_t env_timeout_ns(int64_t *out_ns) {
   const char *env = getenv("NKRT_CC_TIMEOUT");
   double s = DEFAULT_TIMEOUT_S;
   if (env && *env) {
-    bool ok = strlen(env) <= 32;
-    for (const char *p = env; ok && *p; p++)
+    /* digits of a number, with white space around it allowed (the rule of
+     * every numeric setting: nkrt_parse_env_uint) */
+    const char *b = env, *e = env + strlen(env);
+    while (*b == ' ' || *b == '\t') b++;
+    while (e > b && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\n')) e--;
+    char num[33];
+    bool ok = e > b && (size_t)(e - b) < sizeof(num);
+    for (const char *p = b; ok && p < e; p++)
       ok = (*p >= '0' && *p <= '9') || *p == '.' || *p == 'e' || *p == 'E' || *p == '+' ||
            *p == '-';
     char *end = NULL;
     errno = 0;
-    if (ok) s = strtod(env, &end);
-    if (!ok || end == env || *end || errno || !isfinite(s) || s < 0.001 || s > MAX_TIMEOUT_S)
+    if (ok) {
+      memcpy(num, b, (size_t)(e - b));
+      num[e - b] = '\0';
+      s = strtod(num, &end);
+    }
+    if (!ok || end == num || *end || errno || !isfinite(s) || s < 0.001 || s > MAX_TIMEOUT_S)
       return nkrt_status_make(NKRT_INVALID, "NKRT_CC_TIMEOUT=\"%.40s\" is not a number of seconds "
                               "between 0.001 and %.0f: set it to how long a rank may wait for "
                               "the others (e.g. NKRT_CC_TIMEOUT=300, the default), or unset it",

@@ -314,6 +314,24 @@ static const nkrt_gemm_provider_t *choose_provider(void) {
   return p;
 }
 
+nkrt_status_t nkrt_gemm_check_env(void) {
+  char why[512] = "";
+  const char *want = getenv("NKRT_GEMM");
+  if (want && *want && strcmp(want, "auto") != 0 && strcmp(want, "mkl") != 0 &&
+      strcmp(want, "reference") != 0)
+    return nkrt_status_make(NKRT_INVALID, "NKRT_GEMM: invalid value \"%.40s\" (expected auto, "
+                            "mkl or reference; unset it for auto)", want);
+  const char *lib = getenv("NKRT_GEMM_LIBRARY");
+  if (lib && *lib && !nkrt_gemm_mkl_open(lib, why, sizeof(why)))
+    return nkrt_status_make(NKRT_INVALID, "NKRT_GEMM_LIBRARY: \"%.200s\" cannot be used: %s "
+                            "(name MKL's libmkl_rt.so, or unset it to search NKRT_GEMM_PATH)",
+                            lib, why);
+  if (want && strcmp(want, "mkl") == 0 && !find_mkl(why, sizeof(why)))
+    return nkrt_status_make(NKRT_INVALID, "NKRT_GEMM=mkl, but MKL cannot be used: %s (install it, "
+                            "or set NKRT_GEMM=auto for the built-in kernel)", why);
+  return NULL;
+}
+
 static _Atomic(const nkrt_gemm_provider_t *) selected;
 
 const nkrt_gemm_provider_t *nkrt_gemm_selected(void) {

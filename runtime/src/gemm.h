@@ -123,6 +123,11 @@ const char *nkrt_gemm_lowp_batched(const nkrt_gemm_provider_t *p, nkrt_pool_t *p
                                    void *c, int64_t ldc, int64_t sc);
 /* The provider NKRT_GEMM (and the search) picks; chosen once per process. */
 const nkrt_gemm_provider_t *nkrt_gemm_selected(void);
+
+/* NKRT_INVALID, naming the variable, when $NKRT_GEMM is not auto, mkl or
+ * reference, when $NKRT_GEMM_LIBRARY names no usable MKL, or when NKRT_GEMM=mkl
+ * finds none; checked when a runtime is created. NULL otherwise. */
+nkrt_status_t nkrt_gemm_check_env(void);
 /* Tests only: forget the choice, so the next call reads NKRT_GEMM again.
  * Not safe while GEMMs run. */
 void nkrt_gemm_reselect(void);

@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include "event.h"
+#include "gemm.h"
+#include "log.h"
 #include "gemm_pack.h"
 #include "model.h"
 #include "runtime.h"
@@ -46,7 +48,10 @@ static nkrt_status_t parse_uint(const char **pp, const char *spec, uint64_t *out
   errno = 0;
   char *end;
   unsigned long long v = strtoull(p, &end, 10);
-  if (errno) v = ~0ull;
+  if (errno)
+    return nkrt_status_make(NKRT_INVALID, "invalid core list \"%s\": core number \"%.*s\" is out "
+                            "of range (the CPU driver has %u virtual NeuronCores, 0-%u)", spec,
+                            (int)(end - p), p, NKRT_TOTAL_CORES, NKRT_TOTAL_CORES - 1);
   *out = v;
   *pp = skip_spaces(end);
   return NULL;
@@ -158,13 +163,22 @@ static nkrt_status_t resolve_cores(const char *spec, uint32_t *ids, uint32_t *co
 
 /* NKRT_NUM_WORKERS: digits only (surrounding spaces allowed), 1 to 1024. */
 NKRT_MUST_USE_RESULT
-static nkrt_status_t parse_workers(const char *text, uint32_t *out) {
+/* The one rule for the runtime's integer settings: decimal digits, optionally
+ * surrounded by white space, within [lo, hi]. */
+bool nkrt_parse_env_uint(const char *text, uint64_t lo, uint64_t hi, uint64_t *out) {
   const char *p = skip_spaces(text);
   char *end = (char *)p;
   unsigned long long v = 0;
   errno = 0;
   if (isdigit((unsigned char)*p)) v = strtoull(p, &end, 10);
-  if (end == p || *skip_spaces(end) != '\0' || errno || v < 1 || v > NKRT_MAX_WORKERS)
+  if (end == p || *skip_spaces(end) != '\0' || errno || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
+static nkrt_status_t parse_workers(const char *text, uint32_t *out) {
+  uint64_t v;
+  if (!nkrt_parse_env_uint(text, 1, NKRT_MAX_WORKERS, &v))
     return nkrt_status_make(NKRT_INVALID, "NKRT_NUM_WORKERS: invalid value \"%s\" (expected a "
                             "number of threads from 1 to %u; unset it for the CPU count)", text,
                             NKRT_MAX_WORKERS);
@@ -222,6 +236,8 @@ nkrt_status_t nkrt_runtime_create(const nkrt_options_t *options, nkrt_runtime_t 
       NKRT_RETURN_IF_ERROR(parse_workers(env, &workers));
     }
   }
+  NKRT_RETURN_IF_ERROR(nkrt_check_log_level_env());
+  NKRT_RETURN_IF_ERROR(nkrt_gemm_check_env());
   if (!workers) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     workers = n > 0 ? (uint32_t)n : 1;

@@ -138,6 +138,36 @@ TEST(runtime_environment) {
     setenv("NKRT_NUM_WORKERS", bad_workers[i], 1);
     CHECK_ERR(nkrt_runtime_create(&o, &rt), NKRT_INVALID, expect);
   }
+  unsetenv("NKRT_NUM_WORKERS");
+  /* a core number past 2^64 names itself, not the wrapped UINT64_MAX */
+  setenv("NEURON_RT_VISIBLE_CORES", "99999999999999999999", 1);
+  CHECK_ERR(nkrt_runtime_create(&o, &rt), NKRT_INVALID,
+            "NEURON_RT_VISIBLE_CORES: invalid core list \"99999999999999999999\": core number "
+            "\"99999999999999999999\" is out of range");
+  unsetenv("NEURON_RT_VISIBLE_CORES");
+  /* NKRT_LOG_LEVEL: 0-3, white space allowed, anything else refused */
+  const char *bad_levels[] = {"abc", "-1", "99", "4", "1.5", "2 2"};
+  for (size_t i = 0; i < sizeof(bad_levels) / sizeof(*bad_levels); i++) {
+    char expect[128];
+    snprintf(expect, sizeof(expect), "NKRT_LOG_LEVEL: invalid value \"%s\" (expected 0 errors",
+             bad_levels[i]);
+    setenv("NKRT_LOG_LEVEL", bad_levels[i], 1);
+    CHECK_ERR(nkrt_runtime_create(&o, &rt), NKRT_INVALID, expect);
+  }
+  setenv("NKRT_LOG_LEVEL", " 0 ", 1);
+  rt = nkrt_test_runtime("0", 1 << 20);
+  nkrt_runtime_destroy(rt);
+  unsetenv("NKRT_LOG_LEVEL");
+  /* NKRT_GEMM: one of three names; NKRT_GEMM_LIBRARY: a usable library */
+  setenv("NKRT_GEMM", "MKL", 1);
+  CHECK_ERR(nkrt_runtime_create(&o, &rt), NKRT_INVALID,
+            "NKRT_GEMM: invalid value \"MKL\" (expected auto, mkl or reference; unset it for "
+            "auto)");
+  unsetenv("NKRT_GEMM");
+  setenv("NKRT_GEMM_LIBRARY", "/nonexistent.so", 1);
+  CHECK_ERR(nkrt_runtime_create(&o, &rt), NKRT_INVALID,
+            "NKRT_GEMM_LIBRARY: \"/nonexistent.so\" cannot be used: ");
+  unsetenv("NKRT_GEMM_LIBRARY");
   setenv("NKRT_NUM_WORKERS", "", 1); /* empty: as if unset */
   rt = nkrt_test_runtime("0", 1 << 20);
   CHECK(nkrt_runtime_num_workers(rt) >= 1);

@@ -397,8 +397,8 @@ static double seconds_since(const struct timespec *t0) {
 
 TEST(comm_timeout_env_is_strict) {
   char *saved = getenv("NKRT_CC_TIMEOUT") ? strdup(getenv("NKRT_CC_TIMEOUT")) : NULL;
-  const char *bad[] = {"abc", "1e999", "-1", "0", "nan", "inf", "5s", " 5", "1e5", "0x10",
-                       "0.0001"};
+  const char *bad[] = {"abc", "1e999", "-1", "0", "nan", "inf", "5s", "5 5", "1e5", "0x10",
+                       "0.0001", " ", " -1 "};
   nkrt_comm_t *c = NULL;
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     setenv("NKRT_CC_TIMEOUT", bad[i], 1);
@@ -407,8 +407,9 @@ TEST(comm_timeout_env_is_strict) {
     CHECK_ERR(nkrt_comm_join(cc_name("tmo"), 0, 2, -1, &c), NKRT_INVALID, want);
     CHECK(c == NULL && !shm_exists(cc_name("tmo")));
   }
-  /* a good value is used: alone, rank 0 gives up after 0.2 s */
-  setenv("NKRT_CC_TIMEOUT", "0.2", 1);
+  /* a good value is used, white space around it allowed as in every numeric
+   * setting: alone, rank 0 gives up after 0.2 s */
+  setenv("NKRT_CC_TIMEOUT", " 0.2 ", 1);
   CHECK_ERR(nkrt_comm_join(cc_name("tmo"), 0, 2, -1, &c), NKRT_TIMEOUT,
             "1 of 2 ranks joined within 0 s");
   if (saved) setenv("NKRT_CC_TIMEOUT", saved, 1);
