@@ -138,10 +138,16 @@ def check_ancestors(path: Union[str, os.PathLike], what: str = "cache directory"
     be writable by no one else, unless it is sticky (as /tmp is: there only an
     entry's owner may rename it). Checked along the path as written and along
     the path its symlinks resolve to. Raises :class:`UntrustedPathError`."""
+    _check_dirs_from(os.path.dirname(os.path.abspath(os.fspath(path))), path, what)
+
+
+def _check_dirs_from(first: str, path: Union[str, os.PathLike], what: str) -> None:
+    """check_ancestors' rule for ``first`` and every directory above it (along
+    the path as written and as its symlinks resolve), naming ``path``."""
     uid = os.geteuid()
     absolute = os.path.abspath(os.fspath(path))
     seen = set()
-    for start in (absolute, os.path.realpath(absolute)):
+    for start in (os.path.join(first, "."), os.path.join(os.path.realpath(first), ".")):
         parent = os.path.dirname(start)
         while parent not in seen:
             seen.add(parent)
@@ -163,8 +169,15 @@ def check_ancestors(path: Union[str, os.PathLike], what: str = "cache directory"
 def private_dir(path: Union[str, os.PathLike], what: str = "cache directory") -> str:
     """Creates ``path`` as a private directory (mode 0700; missing parents are
     made with default modes) or checks an existing one with
-    :func:`check_trusted`. Returns the path."""
+    :func:`check_trusted`. Returns the path. Nothing is created below a
+    directory that fails :func:`check_ancestors`' rule (another user's home,
+    say): the nearest existing directory above ``path`` is checked first."""
     path = os.fspath(path)
+    existing = os.path.abspath(path)
+    while not os.path.lexists(existing) and os.path.dirname(existing) != existing:
+        existing = os.path.dirname(existing)
+    if existing != os.path.abspath(path):
+        _check_dirs_from(existing, path, what)
     try:
         os.mkdir(path, 0o700)
     except FileExistsError:

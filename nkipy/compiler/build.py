@@ -265,6 +265,55 @@ def _entry_valid(entry: Path) -> bool:
         return False
 
 
+#: Build directories are named ``.<entry>.build-<pid>.<random>``; one whose
+#: process is gone (killed during a compile) and older than STALE_BUILD_S is
+#: removed by the next compile that misses the cache.
+BUILD_DIR_TAG = "build-"
+STALE_BUILD_S = 3600.0
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:     # another user's process: alive
+        return True
+    return True
+
+
+def sweep_stale_builds(root: str | os.PathLike, now: float | None = None) -> list[str]:
+    """Removes the build directories in ``root`` left by compiles whose process
+    died (their pid no longer runs) more than STALE_BUILD_S ago: only real
+    directories (never a symlink) owned by this user, named as this module names
+    them. Returns the names removed."""
+    now = time.time() if now is None else now
+    removed = []
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return removed
+    for name in names:
+        if not name.startswith(".") or f".{BUILD_DIR_TAG}" not in name:
+            continue
+        tail = name.rsplit(f".{BUILD_DIR_TAG}", 1)[1]
+        pid_text, _, rest = tail.partition(".")
+        if not pid_text.isdigit() or not rest:
+            continue
+        path = os.path.join(root, name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if (not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid()
+                or now - st.st_mtime < STALE_BUILD_S or _pid_alive(int(pid_text))):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(name)
+        log.debug("removed the build directory %s of a compile that did not finish", path)
+    return removed
+
+
 def compile_graph(graph: Graph, *, cache_dir: str | os.PathLike | None = None,
                   extra_flags: tuple[str, ...] | list[str] | str = (),
                   optimize: bool = True) -> CompiledKernel:
@@ -290,8 +339,9 @@ def compile_graph(graph: Graph, *, cache_dir: str | os.PathLike | None = None,
                               compile_seconds=time.perf_counter() - start, graph=graph, **files)
     if entry.exists():
         log.warning("rebuilding corrupt or partial cache entry %s", entry)
+    sweep_stale_builds(root)
     try:
-        work = Path(tempfile.mkdtemp(dir=root, prefix=f".{entry.name}."))
+        work = Path(tempfile.mkdtemp(dir=root, prefix=f".{entry.name}.{BUILD_DIR_TAG}{os.getpid()}."))
     except OSError as exc:
         raise OSError(exc.errno, f"cannot create a build directory in the nkipy compile cache "
                                  f"{str(root)!r}: {exc.strerror}") from exc

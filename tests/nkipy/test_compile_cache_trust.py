@@ -193,3 +193,67 @@ def test_cache_below_a_directory_others_can_write(tmp_path, owner, mode, refused
                        rf"the directory '.*parent' above it {refused}, so another user could "
                        r"rename or replace"):
         compile_graph(softmax_graph(name="sm_parent"), cache_dir=cache)
+
+
+@needs_root
+def test_nothing_is_created_under_another_users_home(tmp_path):
+    """A cache under a directory of another uid (another user's HOME) is refused
+    before anything is made there: ~/.cache/torch_to_nkipy was created first and
+    refused after."""
+    home = tmp_path / "home"
+    home.mkdir()
+    os.chown(home, OTHER_UID, OTHER_UID)
+    code = textwrap.dedent("""
+        import torch_to_nkipy
+        try:
+            torch_to_nkipy.init_nkipy_backend()
+        except Exception as e:
+            print(type(e).__name__, e)
+    """)
+    env = dict(os.environ, HOME=str(home))
+    env.pop("XDG_CACHE_HOME", None)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert out.stdout.startswith("UntrustedPathError refusing the torch_to_nkipy cache "
+                                 "directory"), out.stdout + out.stderr
+    assert f"the directory '{home}' above it belongs to uid {OTHER_UID}" in out.stdout
+    assert os.listdir(home) == []
+    with pytest.raises(UntrustedPathError, match="above it belongs to uid"):
+        compile_graph(softmax_graph(), cache_dir=home / "a" / "b")
+    assert os.listdir(home) == []
+
+
+def test_build_directories_of_killed_compiles_are_swept(tmp_path):
+    """A compile killed with SIGKILL leaves its private build directory: the
+    next compile that misses the cache removes those of dead processes (once
+    they are older than STALE_BUILD_S), and nothing else."""
+    from nkipy.compiler import build
+
+    cache = tmp_path / "cache"
+    code = textwrap.dedent(f"""
+        import os, signal, sys
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        from nkipy.compiler import build
+        real = build._build_in
+        def die(work, *a, **k):
+            os.kill(os.getpid(), signal.SIGKILL)
+        build._build_in = die
+        from test_compiler_build import softmax_graph
+        build.compile_graph(softmax_graph(), cache_dir={str(cache)!r})
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == -9, proc.stderr
+    left = [n for n in os.listdir(cache) if f".{build.BUILD_DIR_TAG}" in n]
+    assert len(left) == 1, os.listdir(cache)
+    keep = cache / f".other.{build.BUILD_DIR_TAG}{os.getpid()}.abcdefgh"   # a live process's
+    keep.mkdir()
+    link = cache / f".link.{build.BUILD_DIR_TAG}999999.abcdefgh"
+    link.symlink_to(tmp_path)
+    old = __import__("time").time() - build.STALE_BUILD_S - 10
+    for p in (cache / left[0], keep):
+        os.utime(p, (old, old))
+    assert build.sweep_stale_builds(cache, now=old + 5) == []          # not old enough yet
+    compile_graph(softmax_graph(), cache_dir=cache)                      # a cache miss sweeps
+    assert not (cache / left[0]).exists()
+    assert keep.exists() and link.is_symlink() and tmp_path.exists()
