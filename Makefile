@@ -196,6 +196,18 @@ fuzz-smoke: fuzz-build
 	done; \
 	if [ -n "$$failed" ]; then echo "fuzz-smoke: findings in:$$failed (reproduce: build/fuzz/<target> <input>)" >&2; exit 1; fi
 
+# ---- Differential fuzzing against eager PyTorch (tests/difffuzz) ---------
+# Random small programs run eagerly on the device, compiled on CPU and device
+# inputs, with dynamic shapes and through autograd, each compared with eager
+# CPU; new findings are shrunk and written with a one-line reproducer to
+# build/fuzz-torch.txt. `make test` runs a fixed-seed slice (tests/difffuzz).
+FUZZ_TORCH_SECONDS ?= 600
+FUZZ_TORCH_SEED    ?= 1
+.PHONY: fuzz-torch
+fuzz-torch: venv
+	$(GEMM_ENV) $(PY) tools/fuzz_torch.py --seconds $(FUZZ_TORCH_SECONDS) --seed $(FUZZ_TORCH_SEED) \
+	  --report $(BUILD)/fuzz-torch.txt
+
 # ---- Operator coverage (docs/op-coverage.md; not part of make test) -------
 # The whole-op_db OpInfo tests over the full matrix (float32, float16, bfloat16,
 # int64; at most OPCOV_SAMPLES samples per op and dtype), eager and compiled,

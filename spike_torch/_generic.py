@@ -587,14 +587,15 @@ class _Refuse(Exception):
     """This signature runs on the CPU (the reason is logged at DEBUG)."""
 
 
-def _cpu_accepts_bool(op: Any, args: Sequence[Any], kwargs: Dict[str, Any],
-                      ts: List[torch.Tensor]) -> None:
-    """Raises _Refuse where a bool input is one the CPU kernel refuses (relu, abs,
-    floor, ``1 - mask``): the op's meta function, which the device's kernels are
-    traced with, accepts many of those. Probed once per signature on one-element
-    CPU tensors of the same dtypes and ranks; the call then runs on the CPU,
-    which raises its own error for the real arguments."""
-    if not any(t.dtype == torch.bool for t in ts):
+def _cpu_accepts_dtypes(op: Any, args: Sequence[Any], kwargs: Dict[str, Any],
+                        ts: List[torch.Tensor]) -> None:
+    """Raises _Refuse where a bool or integer input is one the CPU kernel
+    refuses (relu, abs or floor of a mask, gelu of integers, ``1 - mask``): the
+    op's meta function, which the device's kernels are traced with, accepts
+    many of those. Probed once per signature on one-element CPU tensors of the
+    same dtypes and ranks; the call then runs on the CPU, which raises its own
+    error for the real arguments."""
+    if all(t.is_floating_point() for t in ts):
         return
     it = iter(ts)
 
@@ -629,7 +630,7 @@ def _make_plan(op: Any, info: _OpInfo, key: Any, args: Sequence[Any],
             return _CPU
         _variants[tkey] = n + 1
         try:
-            _cpu_accepts_bool(op, args, kwargs, ts)
+            _cpu_accepts_dtypes(op, args, kwargs, ts)
             plan = _Plan(op, info, args, kwargs, ts)
         except _Refuse as exc:
             logger.debug("eager %s on the CPU: %s", info.name, exc)

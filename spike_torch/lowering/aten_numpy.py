@@ -122,6 +122,8 @@ for _n, _f in {
 def sign(x):
     """torch.sign: (x > 0) - (x < 0) on floats, so NaN and -0.0 give +0.0
     (np.sign kept NaN and -0.0: sign(nan) was nan where eager gives 0)."""
+    if np.dtype(x.dtype) == np.dtype(np.bool_):
+        return np.copy(x)                   # the sign of a bool is itself
     if _is_integral(x):
         return np.sign(x)
     dtype = np.dtype(x.dtype)

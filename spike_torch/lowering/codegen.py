@@ -83,13 +83,28 @@ def _has_unlowerable_dtype(node: torch.fx.Node) -> bool:
     return False
 
 
+def _dim_of_a_scalar(node: torch.fx.Node) -> bool:
+    """Whether ``node`` takes a dimension argument (``dim``, ``dims``) over a
+    0-dim tensor: PyTorch treats such a tensor as having one dimension there
+    (``flip(x, [0])``, ``scatter(x, -1, ...)``), which the NumPy-style entries
+    (axis arithmetic ``dim % ndim``) do not."""
+    schema = getattr(node.target, "_schema", None)
+    if schema is None or not node.args:
+        return False
+    names = {a.name for a in schema.arguments}
+    if not names & {"dim", "dims"}:
+        return False
+    first = _meta_val(node.args[0]) if isinstance(node.args[0], torch.fx.Node) else None
+    return isinstance(first, torch.Tensor) and first.dim() == 0
+
+
 def is_supported_node(node: torch.fx.Node, extern: Optional[Extern] = None) -> bool:
     """Whether ``node`` can be lowered (non-call nodes always can). A node whose
-    inputs or outputs have a dtype without a NumPy lowering (complex) is not:
-    it runs in a CPU partition."""
+    inputs or outputs have a dtype without a NumPy lowering (complex) is not,
+    nor one taking a dimension of a 0-dim tensor: it runs in a CPU partition."""
     if node.op != "call_function":
         return True
-    if _has_unlowerable_dtype(node):
+    if _has_unlowerable_dtype(node) or _dim_of_a_scalar(node):
         return False
     qual = target_name(node.target)
     return AtenOpRegistry.is_supported(qual, node) or \

@@ -1,0 +1,74 @@
+"""A fixed-seed slice of the differential fuzzer (difffuzz.py): random small
+programs run eagerly on the device, compiled on CPU and device inputs, with
+dynamic shapes and through autograd, each compared with eager CPU. Any silent
+mismatch that is not in difffuzz.KNOWN fails with its reproducer. `make
+fuzz-torch` runs the same for as long as asked (tools/fuzz_torch.py)."""
+from __future__ import annotations
+
+import logging
+import os
+import random
+
+import pytest
+import torch
+
+from tests.difffuzz import difffuzz as df
+
+CASES = int(os.environ.get("NKIPY_DIFFFUZZ_CASES", "120"))
+SEEDS = (11, 12, 13)
+
+
+@pytest.fixture(scope="module")
+def quiet():
+    fake = logging.getLogger("torch._subclasses.fake_tensor")
+    level = fake.level
+    fake.setLevel(logging.CRITICAL)     # invalid draws make fake tensors log their meta errors
+    limit = torch._dynamo.config.cache_size_limit
+    torch._dynamo.config.cache_size_limit = 64
+    yield
+    torch._dynamo.config.cache_size_limit = limit
+    fake.setLevel(level)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_fixed_seed_slice_has_no_silent_mismatch(backend, quiet, seed):
+    rng = random.Random(seed)
+    new = []
+    ran = 0
+    for _ in range(CASES // len(SEEDS)):
+        case = df.generate(rng)
+        ran += 1
+        for f in df.run_case(case):
+            if f.kind == "mismatch" and not df.known(f):
+                new.append(str(f))
+    assert ran == CASES // len(SEEDS)
+    assert not new, "silent mismatches against eager CPU:\n" + "\n".join(new)
+
+
+def test_compare_and_shrink_find_what_they_should():
+    """The comparison catches a wrong value, a wrong dtype and a missing error;
+    shrinking keeps a failing case failing while making it smaller."""
+    assert df.compare(torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.0])) is None
+    assert "differs" in df.compare(torch.tensor([1, 2]), torch.tensor([1, 3]))
+    assert "float16" in df.compare(torch.tensor([1.0]).half(), torch.tensor([1.0]))
+    assert df.compare(torch.tensor([float("nan")]), torch.tensor([float("nan")])) is None
+    assert "float32" in df.compare(torch.tensor([1.0]), torch.tensor([1.1]))
+    case = df.Case([df.Input((8, 17), "float32", "transposed", 1)],
+                   [("exp", {"d": 0, "k": False}), ("sum", {"d": -1, "k": True})], ("eager",))
+    small = df.shrink(case, lambda c: any(op == "sum" for op, _ in c.ops))
+    assert small.ops == [("sum", {"d": -1, "k": True})]
+    assert small.inputs[0].shape == (1, 1) and small.inputs[0].layout == "contiguous"
+    assert "check('lambda a: a.sum(dim=-1, keepdim=True)'" in small.repro()
+
+
+def test_a_planted_mismatch_is_reported(backend, monkeypatch):
+    """The fuzzer's own check: a device op made wrong on purpose is found."""
+    case = df.Case([df.Input((4, 5), "float32", "contiguous", 3)],
+                   [("mul_scalar", {"d": 0, "k": False})], ("eager", "compiled"))
+    assert df.run_case(case) == []
+    bad = dict(df.OPS_BY_NAME)
+    bad["mul_scalar"] = df.Op("mul_scalar", "(({a} * 3) if {a}.device.type == 'cpu' "
+                                            "else ({a} * 3.001))")
+    monkeypatch.setattr(df, "OPS_BY_NAME", bad)
+    found = df.run_case(case)
+    assert [f.mode for f in found] == ["eager"] and found[0].kind == "mismatch"
