@@ -15,6 +15,7 @@ from spike._dtypes import DTYPE_NAMES, dtype_name, to_numpy_dtype
 def test_all_exports():
     assert set(spike.__all__) == {
         "SpikeModel", "SpikeTensor", "configure", "reset", "get_spike_singleton", "NrtError",
+        "NrtIndexError",
         "SpikeError", "SpikeRuntimeError", "SystemTraceSession", "BenchmarkResult",
         "ModelTensorInfo", "NrtModel", "NrtTensor", "TensorMetadata", "ExecutionEvent",
         "SpikeAsync", "SpikeAsyncFuture", "SpikeAsyncTask", "SpikeStream"}
@@ -22,7 +23,7 @@ def test_all_exports():
         assert getattr(spike, name) is not None
     import spike._spike as low
     for name in ("Spike", "NrtTensor", "NrtModel", "SystemTraceSession", "TensorMetadata",
-                 "ModelTensorInfo", "SpikeError", "NrtError", "SpikeRuntimeError",
+                 "ModelTensorInfo", "SpikeError", "NrtError", "NrtIndexError", "SpikeRuntimeError",
                  "ExecutionEvent"):
         assert hasattr(low, name)
     assert low.TOTAL_CORES == 32 and low.NEFF_ABI_VERSION >= 1

@@ -53,9 +53,12 @@ def test_get_and_is_supported_with_a_predicate(probe_name) -> None:
 
     def impl(x):
         return x
-    AtenOpRegistry.register("aten::_rng_props_registry_probe",
-                            supports=lambda node: node == "yes")(impl)
-    assert AtenOpRegistry.get("torch.ops.aten._rng_props_registry_probe.default") is impl
+    entry = AtenOpRegistry.register("aten::_rng_props_registry_probe",
+                                    supports=lambda node: node == "yes")(impl)
+    # the registry keeps (and the decorator returns) impl wrapped to name its op
+    # to the run-time checks it emits (nkipy.core.ops.op_context)
+    assert AtenOpRegistry.get("torch.ops.aten._rng_props_registry_probe.default") is entry
+    assert entry.__wrapped__ is impl and entry.__name__ == "impl" and entry(3) == 3
     assert name in list(AtenOpRegistry.names())
     assert AtenOpRegistry.is_supported(name)               # no node: the entry exists
     assert AtenOpRegistry.is_supported(name, "yes")
