@@ -222,7 +222,7 @@ op-coverage: venv $(NEFFS)
 	  --records $(BUILD)/op-coverage.jsonl --out docs/op-coverage
 
 # ---- Demo and benchmarks ------------------------------------------------
-demo: venv
+demo: venv $(NEFFS)
 	$(GEMM_ENV) $(PY) examples/demo_spike.py
 	$(GEMM_ENV) NKIPY_EXAMPLE_CACHE=$(BUILD)/nkipy_cache $(PY) examples/torch_to_nkipy/hf_llama_inference.py
 
