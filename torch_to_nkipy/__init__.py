@@ -13,6 +13,9 @@ from .kernel import NKIPyKernel, load_func_from_file
 from .custom_ops import NKIOpRegistry, NKIPyCustomKernelError, mark_subgraph_identity
 from . import backend  # noqa: F401  (registers "nkipy" with dynamo)
 from . import distributed
+from . import threads
+
+threads.install()        # one thread's compile no longer fails the others' calls
 
 distributed.register()   # torch.distributed.init_process_group("nkipy")
 
