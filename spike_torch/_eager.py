@@ -20,6 +20,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
+from torch._prims_common import canonicalize_dim
 
 import spike
 
@@ -239,10 +240,21 @@ for _name, _fn in (("neg", np.negative), ("exp", np.exp), ("log", np.log), ("sqr
     _register_unary(_name, _fn)
 
 
+def _norm_dim(dim: int, ndim: int) -> int:
+    """``dim`` in [0, ndim), or PyTorch's IndexError ("Dimension out of range
+    (expected to be in range of [-3, 2], but got -4)"): wrapping it silently
+    reduced over another dimension where the CPU raises."""
+    return canonicalize_dim(ndim, dim)
+
+
 def _norm_dims(dims: Optional[Sequence[int]], ndim: int) -> Tuple[int, ...]:
     if dims is None or len(dims) == 0:
         return tuple(range(ndim))
-    return tuple(sorted(d % ndim if ndim else 0 for d in dims))
+    axes = [_norm_dim(d, ndim) for d in dims]
+    for a in axes:
+        if axes.count(a) > 1:
+            raise RuntimeError(f"dim {a} appears multiple times in the list of dims")
+    return tuple(sorted(axes))
 
 
 def _register_reduction(opname: str, np_name: str) -> None:
@@ -316,7 +328,7 @@ def _softmax(self: torch.Tensor, dim: int, half_to_float: bool) -> torch.Tensor:
     ts = _device_tensors([self])
     if ts is None or half_to_float or self.dim() == 0:
         return _host(torch.ops.aten._softmax.default, (self, dim, half_to_float), {}, self.device)
-    axis = dim % self.dim()
+    axis = _norm_dim(dim, self.dim())
 
     def k(x0):
         m = np.max(x0, axis=axis, keepdims=True)

@@ -544,3 +544,20 @@ def test_bool_inputs_the_cpu_refuses_are_refused(nkipy, name):
     # what the CPU accepts still runs on the device
     for ok in (torch.sigmoid, torch.bitwise_not, lambda x: x.cumsum(0), lambda x: x + x):
         assert torch.equal(ok(b.to("nkipy")).cpu(), ok(b))
+
+
+@pytest.mark.parametrize("name", ["sum", "mean", "amax", "softmax", "sum_twice"])
+@pytest.mark.parametrize("dim", [3, -4, 5])
+def test_dims_out_of_range_raise_as_on_the_cpu(nkipy, name, dim):
+    """The device's reductions and softmax wrapped a dimension out of range
+    (sum(dim=-4) of a 3-D tensor reduced over dim 2) where the CPU raises;
+    found by the differential fuzzer."""
+    fn = {"sum": lambda t: t.sum(dim=dim, keepdim=True), "mean": lambda t: t.mean(dim=dim),
+          "amax": lambda t: t.amax(dim=dim), "softmax": lambda t: torch.softmax(t, dim=dim),
+          "sum_twice": lambda t: t.sum(dim=(0, 0))}[name]
+    a = torch.randn(3, 2, 1)
+    with pytest.raises((IndexError, RuntimeError)) as cpu:
+        fn(a)
+    with pytest.raises(type(cpu.value), match=str(cpu.value)[:24].replace("(", r"\(")
+                       .replace("[", r"\[")):
+        fn(a.to("nkipy"))
