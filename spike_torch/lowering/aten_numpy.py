@@ -735,8 +735,10 @@ def squeeze_all(x):
 
 @reg("aten.cat.default")
 def cat(tensors, dim=0):
-    tensors = [t for t in tensors if not (t.ndim == 1 and t.shape[0] == 0)]
-    return np.concatenate(tensors, axis=dim)
+    kept = [t for t in tensors if not (t.ndim == 1 and t.shape[0] == 0)]
+    if not kept:        # only legacy 1-D empties, which cat skips: an empty result
+        return np.copy(tensors[0])
+    return np.concatenate(kept, axis=dim)
 
 
 @reg("aten.repeat.default")

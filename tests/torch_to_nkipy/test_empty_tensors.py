@@ -99,3 +99,17 @@ def test_empty_inputs_of_every_dtype(backend, dtype, shape, where):
     got = torch.compile(f, backend="nkipy")(x.to(where))
     for g, w in zip(got, f(x)):
         assert g.shape == w.shape and g.dtype == w.dtype and torch.equal(g.cpu(), w)
+
+
+@pytest.mark.parametrize("where", ["cpu", "nkipy"])
+def test_stack_and_cat_of_empty_vectors(backend, where):
+    """cat skips legacy 1-D empties; when every input is one the result is
+    empty (the lowering concatenated nothing: 'need at least one array to
+    concatenate', found by the differential fuzzer)."""
+    a = torch.zeros(0, dtype=torch.int64)
+    for fn in (lambda a: torch.stack([a.half(), a.half()], dim=0),
+               lambda a: torch.cat([a.half(), a.half()])):
+        torch._dynamo.reset()
+        got = torch.compile(fn, backend="nkipy")(a.to(where))
+        want = fn(a)
+        assert got.shape == want.shape and got.dtype == want.dtype
