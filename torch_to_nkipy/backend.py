@@ -73,6 +73,9 @@ class CompiledGraph:
         # sizes -> (kernel generation, slices or None): how a call runs sliced
         self._slices: Dict[Tuple[int, ...], Tuple[int, Optional[List[Any]]]] = {}
         progress.graph_created(self)
+        # outputs that are views of inputs, made by PyTorch's own view ops on the
+        # real inputs (dynamic graphs: their kernels' outputs are unpadded copies)
+        self._view_outputs = _view_outputs(gm) if self.sig is not None else {}
         if self.sig is not None:
             if self.sig.hazard:
                 log.warning("%s graph: not padding the dynamic size %s (%s); compiling each "
@@ -237,7 +240,7 @@ class CompiledGraph:
                 and self.sig.sliceable and self.opts.output_layout == "unpad"):
             res = self._sliced_call(args)
             if res is not None:
-                return res
+                return self._with_view_outputs(res, args)
         if self.buckets is None:     # (also when a slice's kernel failed to build just now)
             k, pad = self.kernel_for(args), None
         else:
@@ -249,7 +252,71 @@ class CompiledGraph:
             path = profile.save(ntff_path(self.opts.save_ntff_dir, k.hash, exe_idx),
                                 k.device_kernel.neff_path)
             log.info("profile of execution %d written to %s", exe_idx, path)
+        return self._with_view_outputs(res, args)
+
+    def _with_view_outputs(self, res: List[Any], args: Sequence[Any]) -> List[Any]:
+        """``res`` with each output that is a view of an input replaced by that
+        view, made by PyTorch from the real input: AOTAutograd rebuilds such an
+        output from the input with the strides of the one returned, and an
+        unpadded copy's strides are not the view's (an expanded bool input came
+        back with wrong values)."""
+        if not self._view_outputs:
+            return res
+        res = list(res)
+        with torch.no_grad():
+            for pos, sub in self._view_outputs.items():
+                res[pos] = sub(*args)
         return res
+
+
+#: ATen ops that only make a view of their first argument (no new values).
+_VIEW_TARGETS = frozenset({
+    "aten.view.default", "aten._unsafe_view.default", "aten.reshape.default",
+    "aten.expand.default", "aten.unsqueeze.default", "aten.squeeze.dim", "aten.squeeze.dims",
+    "aten.squeeze.default", "aten.permute.default", "aten.transpose.int", "aten.t.default",
+    "aten.slice.Tensor", "aten.select.int", "aten.alias.default", "aten.as_strided.default",
+    "aten.diagonal.default", "aten.unfold.default", "aten.narrow.default",
+    "aten._reshape_alias.default", "aten.detach.default"})
+
+
+def _view_outputs(gm: torch.fx.GraphModule) -> Dict[int, torch.fx.GraphModule]:
+    """Output position -> a small graph computing that output from the graph's
+    inputs, for every output made from one input by view ops alone (and the
+    size arithmetic they take)."""
+    out = next(n for n in gm.graph.nodes if n.op == "output")
+    outs = out.args[0] if isinstance(out.args[0], (list, tuple)) else [out.args[0]]
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    found: Dict[int, torch.fx.GraphModule] = {}
+    for pos, o in enumerate(outs):
+        if not isinstance(o, torch.fx.Node) or o.op != "call_function" or \
+                target_name(o.target) not in _VIEW_TARGETS:
+            continue
+        stack, seen, ok = [o], set(), True
+        while stack and ok:
+            n = stack.pop()
+            if n in seen:
+                continue
+            seen.add(n)
+            if n.op == "placeholder":
+                continue
+            name = target_name(n.target) if n.op == "call_function" else ""
+            tensor_out = isinstance(n.meta.get("val"), torch.Tensor)
+            if n.op != "call_function" or (tensor_out and name not in _VIEW_TARGETS):
+                ok = False
+                break
+            stack.extend(n.all_input_nodes)
+        if not ok:
+            continue
+        g = torch.fx.Graph()
+        env: Dict[torch.fx.Node, torch.fx.Node] = {}
+        for ph in placeholders:
+            env[ph] = g.placeholder(ph.name)
+        for n in gm.graph.nodes:
+            if n in seen and n.op == "call_function":
+                env[n] = g.node_copy(n, lambda a: env[a])
+        g.output(env[o])
+        found[pos] = torch.fx.GraphModule(gm, g)
+    return found
 
 
 def _partition(gm: torch.fx.GraphModule, role: str, opts: ExecOptions) -> torch.fx.GraphModule:

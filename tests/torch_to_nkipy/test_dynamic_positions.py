@@ -51,3 +51,23 @@ def test_random_values_do_not_repeat_across_slices(backend):
     r = c(torch.zeros(17, 4))
     assert r.shape == (17, 4) and not torch.equal(r[16], r[0])
     assert len({tuple(row.tolist()) for row in r}) == 17
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "step", "transposed"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bool])
+def test_outputs_that_are_views_of_inputs(backend, layout, dtype):
+    """An output that is a view of an input (an expand of an unsqueeze) is
+    rebuilt by AOTAutograd from the input with the returned tensor's strides;
+    the dynamic path returned an unpadded contiguous copy, so the view came
+    back with wrong values (or failed: 'setStorage ... out of bounds'). Found
+    by the differential fuzzer."""
+    f = lambda a: a.unsqueeze(0).expand(2, *a.shape)  # noqa: E731
+    torch._dynamo.reset()
+    c = torch.compile(f, backend="nkipy", dynamic=True)
+    for n in (3, 9, 17):
+        base = (torch.randn(2 * n, 7, 3) > 0) if dtype == torch.bool else torch.randn(2 * n, 7, 3)
+        a = {"contiguous": base[:n], "step": base[::2],
+             "transposed": base[:n].transpose(1, 2)}[layout]
+        got, want = c(a), f(a)
+        assert got.shape == want.shape and got.stride() == want.stride()
+        assert torch.equal(got, want)
