@@ -18,8 +18,10 @@ each result is compared with eager CPU:
 Comparisons (``compare``): integers and bools exactly; floats with a relative
 and an absolute tolerance per dtype (float64 1e-9, float32 1e-4, float16 1e-2,
 bfloat16 5e-2; the absolute one scaled by the result's magnitude and, for
-reductions and products, by the square root of the reduced length), NaN equal
-to NaN. When eager CPU raises, the device must raise too; when eager works and
+reductions and products, by the square root of the reduced length; a float
+result of half-precision inputs gets the inputs' tolerance, since eager rounds
+half intermediates that compiled graphs keep in float32, as inductor does), NaN
+equal to NaN. When eager CPU raises, the device must raise too; when eager works and
 the device refuses with an error, that is reported as a *refusal* -- loud, not a
 silent mismatch -- and counted apart. ``shrink`` reduces a failing case (fewer
 ops, smaller shapes, plain layouts, fewer modes) while it still fails.
@@ -265,9 +267,12 @@ def _flat(r: Any) -> List[Any]:
     return [r]
 
 
-def compare(got: Any, want: Any, reduce_len: int = 1) -> Optional[str]:
+def compare(got: Any, want: Any, reduce_len: int = 1, floor: Optional[str] = None) -> Optional[str]:
     """None when ``got`` (from the device) equals ``want`` (eager CPU) at the
-    tolerances of the module docstring; else what differs."""
+    tolerances of the module docstring; else what differs. ``floor``: the
+    narrowest float dtype among the inputs, whose tolerance a wider float result
+    gets too -- eager rounds half-precision intermediates where compiled graphs
+    (here as in inductor) keep them in float32 until a result is stored."""
     g, w = _flat(got), _flat(want)
     if len(g) != len(w):
         return f"{len(g)} results, eager has {len(w)}"
@@ -291,6 +296,8 @@ def compare(got: Any, want: Any, reduce_len: int = 1) -> Optional[str]:
                        f"{b.reshape(-1)[:6].tolist()})"
             continue
         rtol, atol = TOL[name]
+        if floor in TOL:
+            rtol, atol = max(rtol, TOL[floor][0]), max(atol, TOL[floor][1])
         fin = b[torch.isfinite(b)].double()
         scale = max(1.0, float(fin.abs().max())) if fin.numel() else 1.0
         try:
@@ -303,6 +310,15 @@ def compare(got: Any, want: Any, reduce_len: int = 1) -> Optional[str]:
 
 def _to(x: Any, device: str) -> Any:
     return x.to(device) if isinstance(x, torch.Tensor) else x
+
+
+def _floor(case: Case) -> Optional[str]:
+    """The narrowest float dtype among the case's inputs and casts (see compare)."""
+    names = [i.dtype for i in case.inputs] + ["float16" for n, _ in case.ops if n == "to_f16"]
+    for d in ("bfloat16", "float16", "float32"):
+        if d in names:
+            return d
+    return None
 
 
 def _reduce_len(case: Case) -> int:
@@ -340,6 +356,7 @@ def run_case(case: Case, backend_ready: Callable[[], None] = lambda: None) -> Li
     except Exception as e:  # noqa: BLE001
         want, cpu_error = None, e
     rlen = _reduce_len(case)
+    floor = _floor(case)
 
     def judge(mode: str, run: Callable[[], Any], expect: Any = None,
               expect_error: Optional[BaseException] = None) -> None:
@@ -356,7 +373,7 @@ def run_case(case: Case, backend_ready: Callable[[], None] = lambda: None) -> Li
                                     f"{type(expect_error).__name__}: "
                                     f"{str(expect_error).splitlines()[0][:160]}"))
             return
-        diff = compare(got, expect, rlen)
+        diff = compare(got, expect, rlen, floor)
         if diff:
             findings.append(Finding(case, mode, "mismatch", diff))
 
