@@ -4,7 +4,10 @@ README.md and docs/*.md runs as pasted.
 Conventions (documented here, applied by this test):
 - Each block runs in a fresh temporary directory in its own process, with a
   private HOME (so default caches are its own) and NKIPY_DOCS_REPO set to the
-  repository root. python blocks run with `.venv/bin/python`; sh/bash/console
+  repository root; the temporary directory holds links `build` and `.venv`
+  to the checkout's, so paths the docs give relative to the repository root
+  (build/neff/add.neff, .venv/bin/python) resolve as for a reader there.
+  python blocks run with `.venv/bin/python`; sh/bash/console
   blocks run with `bash -e` with `.venv/bin` first on PATH. In console blocks
   only lines starting with `$ ` are commands (the prompt is stripped).
 - Printed output is checked where a line of the block ends with a comment
@@ -60,6 +63,8 @@ def test_doc_block_runs(where, lang, code, fragment, tmp_path):
         pytest.skip(f"{where}: fragment: {fragment}")
     home = tmp_path / "home"
     home.mkdir()
+    for name in ("build", ".venv"):
+        (tmp_path / name).symlink_to(ROOT / name)
     env = dict(os.environ, HOME=str(home), NKIPY_DOCS_REPO=str(ROOT),
                PYTHONPATH=str(ROOT), PATH=f"{ROOT / '.venv/bin'}:{os.environ.get('PATH', '')}")
     env.pop("XDG_CACHE_HOME", None)
