@@ -587,6 +587,23 @@ class _Refuse(Exception):
     """This signature runs on the CPU (the reason is logged at DEBUG)."""
 
 
+def _small_like(a: Any, it: Any, as_float: bool) -> Any:
+    """``a`` with each tensor replaced by a one-element CPU tensor of its rank
+    and dtype (float32 for a non-float one with ``as_float``), taking the
+    tensors' metadata from ``it`` in order. A module-level function: a nested
+    recursive one is a reference cycle that kept the call's device tensors
+    alive until the next garbage collection."""
+    if isinstance(a, torch.Tensor):
+        t = next(it)
+        dt = torch.float32 if as_float and not t.is_floating_point() else t.dtype
+        return torch.zeros((1,) * t.dim(), dtype=dt)
+    if isinstance(a, (list, tuple)):
+        return type(a)(_small_like(b, it, as_float) for b in a)
+    if isinstance(a, torch.device):
+        return torch.device("cpu")
+    return a
+
+
 def _cpu_accepts_dtypes(op: Any, args: Sequence[Any], kwargs: Dict[str, Any],
                         ts: List[torch.Tensor]) -> None:
     """Raises _Refuse where a bool or integer input is one the CPU kernel
@@ -597,23 +614,23 @@ def _cpu_accepts_dtypes(op: Any, args: Sequence[Any], kwargs: Dict[str, Any],
     error for the real arguments."""
     if all(t.is_floating_point() for t in ts):
         return
-    it = iter(ts)
 
-    def small(a: Any) -> Any:
-        if isinstance(a, torch.Tensor):
-            t = next(it)
-            return torch.zeros((1,) * t.dim(), dtype=t.dtype)
-        if isinstance(a, (list, tuple)):
-            return type(a)(small(b) for b in a)
-        if isinstance(a, torch.device):
-            return torch.device("cpu")
-        return a
-    probe_args = [small(a) for a in args]
-    probe_kwargs = {k: small(v) for k, v in kwargs.items()}
-    try:
-        op(*probe_args, **probe_kwargs)
-    except (RuntimeError, NotImplementedError, TypeError, ValueError) as exc:
-        raise _Refuse(f"the CPU kernel refuses these dtypes: {exc}") from None
+    def probe(as_float: bool) -> Optional[str]:
+        it = iter(ts)
+        try:
+            op(*[_small_like(a, it, as_float) for a in args],
+               **{k: _small_like(v, it, as_float) for k, v in kwargs.items()})
+        except (RuntimeError, NotImplementedError, TypeError, ValueError) as exc:
+            # the message only: the exception's traceback holds the frames that
+            # hold the call's device tensors, which would live until a gc pass
+            return f"{type(exc).__name__}: {exc}"
+        return None
+
+    refused = probe(False)
+    # a refusal of the dtypes only: the same call with float tensors goes through
+    # (a probe that fails either way says nothing about the dtypes)
+    if refused is not None and probe(True) is None:
+        raise _Refuse(f"the CPU kernel refuses these dtypes: {refused}")
 
 
 def _make_plan(op: Any, info: _OpInfo, key: Any, args: Sequence[Any],

@@ -83,16 +83,23 @@ def _has_unlowerable_dtype(node: torch.fx.Node) -> bool:
     return False
 
 
+#: Entries that do axis arithmetic (``dim % ndim``) on their first argument and
+#: have no 0-dim case of their own.
+_NEEDS_A_DIMENSION = frozenset({
+    "aten.flip.default", "aten.scatter.value", "aten.scatter.src", "aten.scatter_add.default",
+    "aten.scatter.reduce", "aten.scatter.value_reduce", "aten.scatter_reduce.two",
+    "aten.logcumsumexp.default", "aten.kthvalue.default", "aten.median.dim",
+    "aten.nanmedian.dim", "aten.unfold.default", "aten.index_reduce.default",
+    "aten.unbind_copy.int", "aten.narrow_copy.default",
+    "aten.slice_copy.Tensor", "aten.select_copy.int"})
+
+
 def _dim_of_a_scalar(node: torch.fx.Node) -> bool:
-    """Whether ``node`` takes a dimension argument (``dim``, ``dims``) over a
-    0-dim tensor: PyTorch treats such a tensor as having one dimension there
-    (``flip(x, [0])``, ``scatter(x, -1, ...)``), which the NumPy-style entries
-    (axis arithmetic ``dim % ndim``) do not."""
-    schema = getattr(node.target, "_schema", None)
-    if schema is None or not node.args:
-        return False
-    names = {a.name for a in schema.arguments}
-    if not names & {"dim", "dims"}:
+    """Whether ``node`` takes a dimension of a 0-dim tensor in an entry with no
+    0-dim case: PyTorch treats such a tensor as having one dimension there
+    (``flip(x, [0])``, ``scatter(x, -1, ...)``), which those entries' axis
+    arithmetic does not (a ZeroDivisionError while compiling)."""
+    if target_name(node.target) not in _NEEDS_A_DIMENSION or not node.args:
         return False
     first = _meta_val(node.args[0]) if isinstance(node.args[0], torch.fx.Node) else None
     return isinstance(first, torch.Tensor) and first.dim() == 0

@@ -184,10 +184,8 @@ def run_samples_on_host(op, tmp: str) -> Dict[str, Any]:
 
 # Lowerings that handle only part of their OpInfo's argument sets (found by
 # this test; each reason names what is wrong). strict: a fix must remove it.
-KNOWN_FAILING: Dict[str, str] = {
-    "scatter_add": "a 0-d input (dim 0 / -1 of a 0-d tensor) raises or changes the shape",
-    "cat": "cat of zero-size tensors raises",
-}
+KNOWN_FAILING: Dict[str, str] = {}   # scatter_add of a 0-d input and cat of zero-size
+                                    # vectors were here: fixed (the differential fuzzer)
 
 
 def _params() -> list:
