@@ -23,6 +23,7 @@
  * name is unlinked as soon as every rank has mapped it, and on every failed
  * join; a segment left by a job whose ranks are all dead is removed by the
  * next rank 0 that joins under the name. */
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -149,8 +150,8 @@ static nkrt_status_t env_timeout_ns(int64_t *out_ns) {
     /* digits of a number, with white space around it allowed (the rule of
      * every numeric setting: nkrt_parse_env_uint) */
     const char *b = env, *e = env + strlen(env);
-    while (*b == ' ' || *b == '\t') b++;
-    while (e > b && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\n')) e--;
+    while (isspace((unsigned char)*b)) b++;
+    while (e > b && isspace((unsigned char)e[-1])) e--;
     char num[33];
     bool ok = e > b && (size_t)(e - b) < sizeof(num);
     for (const char *p = b; ok && p < e; p++)

@@ -34,10 +34,6 @@ typedef struct cpu_image {
   int fd; /* kept open while loaded so /proc/self/fd/N names stay unique */
 } cpu_image_t;
 
-/* Checks that the ELF headers and every loadable segment lie inside the
- * image. A truncated shared object would otherwise be mapped past the end of
- * its file, and touching that memory kills the process (SIGBUS). */
-NKRT_MUST_USE_RESULT
 #if defined(__x86_64__)
 #define HOST_ELF_MACHINE EM_X86_64
 #elif defined(__aarch64__)
@@ -62,6 +58,10 @@ static const char *elf_machine_name(unsigned machine) {
   }
 }
 
+/* Checks that the ELF headers and every loadable segment lie inside the
+ * image. A truncated shared object would otherwise be mapped past the end of
+ * its file, and touching that memory kills the process (SIGBUS). */
+NKRT_MUST_USE_RESULT
 static nkrt_status_t check_elf(const void *bytes, size_t size) {
   /* headers are copied out: the caller's bytes promise no alignment */
   Elf64_Ehdr eh;

@@ -10,8 +10,8 @@ int nkrt_log_level(void) {
   int v = atomic_load(&cached);
   if (v < 0) {
     const char *env = getenv("NKRT_LOG_LEVEL");
-    uint64_t level = 0;
-    if (env && *env && !nkrt_parse_env_uint(env, 0, 3, &level)) level = 0;
+    uint64_t level = 0; /* unset or invalid (refused at runtime creation): 0 */
+    if (env && *env) (void)nkrt_parse_env_uint(env, 0, 3, &level);
     v = (int)level;
     atomic_store(&cached, v);
   }

@@ -7,8 +7,8 @@
 
 #include "event.h"
 #include "gemm.h"
-#include "log.h"
 #include "gemm_pack.h"
+#include "log.h"
 #include "model.h"
 #include "runtime.h"
 #include "tensor.h"
@@ -161,8 +161,6 @@ static nkrt_status_t resolve_cores(const char *spec, uint32_t *ids, uint32_t *co
   return nkrt_status_annotate(st, "options.visible_cores");
 }
 
-/* NKRT_NUM_WORKERS: digits only (surrounding spaces allowed), 1 to 1024. */
-NKRT_MUST_USE_RESULT
 /* The one rule for the runtime's integer settings: decimal digits, optionally
  * surrounded by white space, within [lo, hi]. */
 bool nkrt_parse_env_uint(const char *text, uint64_t lo, uint64_t hi, uint64_t *out) {
@@ -176,6 +174,8 @@ bool nkrt_parse_env_uint(const char *text, uint64_t lo, uint64_t hi, uint64_t *o
   return true;
 }
 
+/* NKRT_NUM_WORKERS: digits only (surrounding spaces allowed), 1 to 1024. */
+NKRT_MUST_USE_RESULT
 static nkrt_status_t parse_workers(const char *text, uint32_t *out) {
   uint64_t v;
   if (!nkrt_parse_env_uint(text, 1, NKRT_MAX_WORKERS, &v))

@@ -61,7 +61,6 @@ struct NkipyGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   struct Event {
     std::chrono::steady_clock::time_point when;
     bool timing = false;
-    c10::DeviceIndex device = 0;
   };
   void destroyEvent(void* event, const c10::DeviceIndex) const noexcept override {
     delete static_cast<Event*>(event);
@@ -77,7 +76,6 @@ struct NkipyGuardImpl final : public c10::impl::DeviceGuardImplInterface {
       e->timing = flag == c10::EventFlag::BACKEND_DEFAULT;
       *event = e;
     }
-    e->device = stream.device_index();
     e->when = std::chrono::steady_clock::now();
   }
   void block(void*, const c10::Stream&) const override {}

@@ -18,7 +18,7 @@ import numpy as np
 
 from nkipy.core import ops
 
-from .aten_numpy import _half, _index, _val, cast
+from .aten_numpy import _half, _in_range, _index, _val, cast
 from .registry import AtenOpRegistry
 
 reg = AtenOpRegistry.register
@@ -764,12 +764,6 @@ def _scatter_reduce_ok(node: Any) -> bool:
     return v is not None and v.dim() >= 1 and red in ("sum", "prod", "mean", "amax", "amin",
                                                        "add", "multiply") and (
         red != "mean" or v.is_floating_point())
-
-
-def _in_range(index, size: int, dim: int):
-    """The index checked to lie in [0, size), as PyTorch's CPU kernels check
-    gather/scatter indices (negative ones are errors there too)."""
-    return ops.check_index(index, 0, size, dim)
 
 
 def _scatter_reduce(x, dim, index, src, reduce, include_self):

@@ -561,10 +561,7 @@ def _indices(indices: Any, n: int, mode: str, axis: int = 0) -> Value:
     elif mode == "clip":
         a = np.clip(a, 0, max(n - 1, 0))
     else:
-        if a.size and (a.min() < -n or a.max() >= n):
-            bad = int(a[(a < -n) | (a >= n)].reshape(-1)[0])
-            raise IndexError(f"index {bad} is out of bounds for axis {axis} with size {n}")
-        a = np.where(a < 0, a + n, a)
+        a = check_index(a, -n, n, axis)
     return B.const(a.astype(np.int32))
 
 
