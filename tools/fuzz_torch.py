@@ -70,6 +70,14 @@ def main(argv=None) -> int:
                     f.case, lambda c, m=f.mode, k=f.kind: any(
                         g.kind == k and g.mode.split("(")[0] == m.split("(")[0]
                         for g in df.run_case(dataclasses_replace(c, m))))
+                if f.kind == "mismatch":
+                    again = [g for g in df.run_case(df.reproducer(df.Finding(
+                        small, f.mode, f.kind, f.detail))) if g.kind == f.kind]
+                    f = again[0] if again else f     # the shrunk case's own detail and length
+                    small = df.reproducer(df.Finding(small, f.mode, f.kind, f.detail))
+                    if not df.reproduces(small):
+                        f = df.Finding(small, f.mode, f.kind,
+                                       f.detail + " [the reproducer alone does not fail]")
                 text = str(df.Finding(small, f.mode, f.kind, f.detail))
                 print(text, flush=True)
                 report.write(text + "\n")

@@ -439,9 +439,18 @@ def _grads(fn: Callable, inputs: List[torch.Tensor], device: str) -> Optional[Li
 
 def check(program: str, inputs: List[torch.Tensor], modes: Sequence[str] = MODES) -> None:
     """The reproducer's entry point: runs one program in ``modes`` and raises
-    AssertionError listing the findings."""
+    AssertionError listing the findings. ``dynamic`` compiles with
+    ``dynamic=True`` and calls once on ``inputs`` as given (the fuzzer writes a
+    dynamic finding's reproducer at the length that failed); ``grad`` compares
+    the device's gradients of the outputs' sum with the CPU's."""
     fn = eval(program, {"torch": torch, "_rand": _rand})  # noqa: S307
+    for mode in modes:
+        if mode not in MODES:
+            raise ValueError(f"unknown mode {mode!r} (one of {', '.join(MODES)})")
     found: List[str] = []
+    names = [str(x.dtype).replace("torch.", "") for x in inputs if isinstance(x, torch.Tensor)]
+    names += ["float16"] if "torch.float16)" in program else []
+    floor = next((d for d in ("bfloat16", "float16", "float32") if d in names), None)
     want = err = None
     try:
         want = fn(*inputs)
@@ -451,10 +460,16 @@ def check(program: str, inputs: List[torch.Tensor], modes: Sequence[str] = MODES
         try:
             if mode == "eager":
                 got = fn(*[_to(x, "nkipy") for x in inputs])
-            elif mode in ("compiled", "compiled_device"):
+            elif mode in ("compiled", "compiled_device", "dynamic"):
                 torch._dynamo.reset()
-                dev = "cpu" if mode == "compiled" else "nkipy"
-                got = torch.compile(fn, backend="nkipy")(*[_to(x, dev) for x in inputs])
+                dev = "nkipy" if mode == "compiled_device" else "cpu"
+                got = torch.compile(fn, backend="nkipy", dynamic=mode == "dynamic")(
+                    *[_to(x, dev) for x in inputs])
+            elif mode == "grad":
+                ref = _grads(fn, inputs, "cpu") if err is None else None
+                if ref is None:
+                    continue      # no float gradient to compare (as run_case)
+                got = _grads(fn, inputs, "nkipy")
             else:
                 continue
         except Exception as e:  # noqa: BLE001
@@ -464,10 +479,37 @@ def check(program: str, inputs: List[torch.Tensor], modes: Sequence[str] = MODES
         if err is not None:
             found.append(f"{mode}: returned a result where eager raises {err!r}")
             continue
-        diff = compare(got, want, max([1] + [max(x.shape, default=1) for x in inputs]))
+        diff = compare(got, ref if mode == "grad" else want,
+                       max([1] + [max(x.shape, default=1) for x in inputs]), floor)
         if diff:
             found.append(f"{mode}: {diff}")
     assert not found, "\n".join(found)
+
+
+def reproducer(f: Finding) -> Case:
+    """The case of a finding as its reproducer runs it: only the mode that
+    failed, and for ``dynamic(n=K)`` the inputs at the length K that failed."""
+    mode = f.mode.split("(")[0]
+    case = dataclasses.replace(f.case, modes=(mode,))
+    if mode == "dynamic" and "(n=" in f.mode:
+        n = int(f.mode.split("(n=")[1].rstrip(")"))
+        first = case.inputs[0]
+        ins = [dataclasses.replace(i, shape=(n,) + i.shape[1:])
+               if i.shape and (k == 0 or i.shape[0] == first.shape[0])
+               and len(i.shape) == len(first.shape) else i
+               for k, i in enumerate(case.inputs)]
+        case = dataclasses.replace(case, inputs=ins)
+    return case
+
+
+def reproduces(case: Case) -> bool:
+    """Whether ``case.repro()`` fails when run alone (through ``check``)."""
+    try:
+        exec(case.repro().split("; ", 2)[2], {"torch": torch, "_rand": _rand,  # noqa: S102
+                                               "check": check})
+    except AssertionError:
+        return True
+    return False
 
 
 # ---- shrinking ------------------------------------------------------------------------

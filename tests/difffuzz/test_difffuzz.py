@@ -72,3 +72,32 @@ def test_a_planted_mismatch_is_reported(backend, monkeypatch):
     monkeypatch.setattr(df, "OPS_BY_NAME", bad)
     found = df.run_case(case)
     assert [f.mode for f in found] == ["eager"] and found[0].kind == "mismatch"
+
+
+def test_a_reproducer_fails_alone_in_every_mode(backend):
+    """check() runs each mode a finding can name (a reproducer that skipped
+    dynamic or grad would pass while the bug is there), and a reproducer is
+    written for the failing mode and, when dynamic, at the failing length."""
+    x = "[_rand([5, 3], torch.float32, 1)]"
+    planted = {
+        "eager": "lambda a: a * (3 if a.device.type == 'cpu' else 3.001)",
+        "compiled": "lambda a: a * (3 if not torch.compiler.is_compiling() else 3.001)",
+        "compiled_device": "lambda a: a * (3 if a.device.type == 'cpu' else 3.001)",
+        "dynamic": "lambda a: a * (3 if not torch.compiler.is_compiling() else 3.001)",
+        "grad": "lambda a: a * (3 if a.device.type == 'cpu' else 3.001)",
+    }
+    for mode, program in planted.items():
+        case = f"check({program!r}, {x}, modes=[{mode!r}])"
+        with pytest.raises(AssertionError, match=f"^{mode}: "):
+            exec(case, {"torch": torch, "_rand": df._rand, "check": df.check})
+        df.check(program.replace("3.001", "3"), [df._rand([5, 3], torch.float32, 1)], [mode])
+    with pytest.raises(ValueError, match="unknown mode 'dynamc'"):
+        df.check("lambda a: a", [torch.ones(2)], ["dynamc"])
+
+    case = df.Case([df.Input((8, 3), "float32", "step", 4), df.Input((8, 3), "float32", "offset", 5)],
+                   [("add", {"d": 0, "k": False})], df.MODES)
+    small = df.reproducer(df.Finding(case, "dynamic(n=9)", "mismatch", ""))
+    assert small.modes == ("dynamic",)
+    assert [i.shape for i in small.inputs] == [(9, 3), (9, 3)]
+    assert "modes=['dynamic']" in small.repro() and "_rand([18, 3]" in small.repro()
+    assert not df.reproduces(small)
