@@ -101,3 +101,23 @@ def test_a_reproducer_fails_alone_in_every_mode(backend):
     assert [i.shape for i in small.inputs] == [(9, 3), (9, 3)]
     assert "modes=['dynamic']" in small.repro() and "_rand([18, 3]" in small.repro()
     assert not df.reproduces(small)
+
+
+# Reproducers of mismatches the fuzzer found, kept after their fixes (the
+# first two: a row group's member read a reduction's result along the row,
+# and a flip across rows of a product the group had computed).
+FOUND = [
+    ("lambda a, b: a.sum(-1) + b",
+     "[_rand([2, 2], torch.float32, 1), _rand([2, 1], torch.float32, 2)]"),
+    ("lambda a, b: torch.flip(a * b, [0]) - torch.flip(a * b, [0]).sum(1, keepdim=True)",
+     "[_rand([2, 1], torch.float32, 3), _rand([2], torch.float32, 4)]"),
+    ("lambda a, b: torch.log_softmax(torch.flip(a * b, [0]), -1)",
+     "[_rand([3, 1], torch.float32, 5), _rand([4], torch.float32, 6)]"),
+    ("lambda a, b: torch.amax(a, -1) * b",
+     "[_rand([3, 3], torch.float32, 7), _rand([3, 1], torch.float32, 8)]"),
+]
+
+
+@pytest.mark.parametrize("program,inputs", FOUND, ids=range(len(FOUND)))
+def test_found_mismatches_stay_fixed(backend, program, inputs):
+    df.check(program, eval(inputs, {"torch": torch, "_rand": df._rand}))  # noqa: S307

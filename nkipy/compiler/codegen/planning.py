@@ -251,10 +251,15 @@ class Planning:
                         self.reads_any(emit[j], members + lead):
                     members.append(emit[j])
                     j += 1
+                # members read earlier members' results only at their own row
+                # (RowGroups.reads_own_row); the rest are emitted after the group
+                keep = self.row_reads_ok(members, S)
+                members, j = members[:keep], i + keep
                 # an elementwise producer read only inside the group (the residual
                 # sum before a layer norm) is computed in it, into a row buffer
                 ids = set(map(id, members))
-                if lead and all(id(u) in ids for u in self.group_readers(lead[0].output)):
+                if lead and all(id(u) in ids for u in self.group_readers(lead[0].output)) \
+                        and self.row_reads_ok(lead + members, S) == len(members) + 1:
                     members = lead + members
                     lead = []
                 if lead:

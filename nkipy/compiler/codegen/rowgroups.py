@@ -63,6 +63,67 @@ class RowGroups:
         outs = {o.id for m in members for o in m.outputs}
         return any(v.id in outs for v in self.leaf_values(n))
 
+    def leaf_reads(self, n: Node, S: tuple[int, ...]) -> list[tuple[Value, tuple[Dim, ...] | None]]:
+        """The materialised values member n reads, each with the map from the
+        row group's index space onto it, through views and inlined nodes (as
+        ``expr`` composes them). None for a read through a reshape that is no
+        index map (its operand would be copied first)."""
+        found: list[tuple[Value, tuple[Dim, ...] | None]] = []
+
+        def walk(v: Value, dmap: tuple[Dim, ...] | None) -> None:
+            p = v.node
+            if p is not None and p.op in VIEW_OPS:
+                inner = view_map(p)
+                walk(p.inputs[0], None if inner is None or dmap is None else compose(inner, dmap))
+            elif p is not None and v.id in self.inline and p.op not in ("constant", "iota"):
+                for o in p.inputs:
+                    walk(o, None if dmap is None else
+                         compose(broadcast_map(o.shape, v.ndim), dmap))
+            elif p is None or p.op not in ("constant", "iota"):
+                found.append((v, dmap))
+        if n.op in REDUCTIONS:
+            walk(n.inputs[0], identity_map(len(S)))
+        else:
+            out = self.row_map(n.output, S)
+            for o in n.inputs:
+                walk(o, compose(broadcast_map(o.shape, n.output.ndim), out))
+        return found
+
+    def reads_own_row(self, v: Value, dmap: tuple[Dim, ...] | None, S: tuple[int, ...]) -> bool:
+        """True when a member's result v, read through dmap, is read only at
+        the row the group is computing: every outer index of v is the row's
+        own, and a per-row value (shape S[:-1] or S[:-1] + (1,)) does not vary
+        along the row. Any other read needs a row another worker computes, or
+        one not computed yet (a flip or shift across rows), or a per-row value
+        broadcast along the row (``a.sum(-1) + b`` with b of shape (N, 1))."""
+        if dmap is None:
+            return False
+        ndim = len(S)
+
+        def same(a: Dim, b: Dim) -> bool:
+            """a and b index the same element at every point of the space."""
+            def term(d: Dim) -> tuple[int | None, int]:
+                if d.src is None or d.step == 0 or S[d.src] == 1:
+                    return (None, 0)
+                return (d.src, d.step)
+            return a.start == b.start and term(a) == term(b)
+        want = self.row_map(v, S)
+        if v.shape == S:   # a full row: any element of the row is ready
+            return all(same(a, b) for a, b in zip(dmap[:ndim - 1], want[:ndim - 1]))
+        return len(dmap) == len(want) and all(same(a, b) for a, b in zip(dmap, want))
+
+    def row_reads_ok(self, members: list[Node], S: tuple[int, ...]) -> int:
+        """How many of members, taken in order, form a valid row group: the
+        index of the first member that reads an earlier member's result at
+        another row (reads_own_row), else len(members)."""
+        made: set[int] = set()
+        for i, m in enumerate(members):
+            if any(v.id in made and not self.reads_own_row(v, dmap, S)
+                   for v, dmap in self.leaf_reads(m, S)):
+                return i
+            made.update(o.id for o in m.outputs)
+        return len(members)
+
     @staticmethod
     def row_map(v: Value, S: tuple[int, ...]) -> tuple[Dim, ...]:
         """The map from a row group's index space onto v as the group computes
@@ -125,6 +186,8 @@ class RowGroups:
         return result
 
     def gen_row_group(self, members: list[Node], S: tuple[int, ...]) -> None:
+        assert self.row_reads_ok(members, S) == len(members), \
+            "row group member reads another row of a member's result"
         ordered: list[Node] = []
         for m in members:
             ordered += self.hoist_row_scalars(m, S)
