@@ -50,7 +50,7 @@ PY_INCLUDE = $(shell $(PY) -c "import sysconfig; print(sysconfig.get_paths()['in
 CXX ?= g++
 SPIKE_TORCH_SO := spike_torch/_nkipy_device.so
 SPIKE_TORCH_SRC := $(addprefix spike_torch/csrc/,nkipy_device.cpp allocator.cpp storage_io.cpp \
-  tensor_ops.cpp cpu_fallback.cpp autocast.cpp guard.cpp hooks.cpp kernel_call.cpp \
+  tensor_ops.cpp eager.cpp autocast.cpp guard.cpp hooks.cpp kernel_call.cpp \
   comm_gloo.cpp)
 
 $(SPIKE_TORCH_SO): $(SPIKE_TORCH_SRC) spike_torch/csrc/device_io.h spike_torch/csrc/nkipy_device.h spike/include/spike_capi.h $(RT_HDR) $(VENV)/.deps

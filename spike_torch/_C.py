@@ -4,9 +4,10 @@ the spike runtime through spike's C API capsule.
 The shared library is a plain (non-Python) library: loading it runs the static
 registrations (allocator, device guard, hooks, aten kernels);
 its few ``extern "C"`` entry points are called through ctypes. One of them
-returns a CPython module object, :data:`kernel_calls`: the per-call path of
-compiled kernels on nkipy tensors (``kernel_call``, ``run_kernel_call``), which
-Python calls directly.
+return CPython module objects Python calls directly: :data:`kernel_calls`, the
+per-call path of compiled kernels on nkipy tensors (``kernel_call``,
+``run_kernel_call``), and :data:`eager_cache`, the C++ cache of the device's
+eager ops.
 """
 from __future__ import annotations
 
@@ -59,6 +60,8 @@ lib.spike_torch_debug_log.argtypes = [ctypes.c_char_p]
 lib.spike_torch_debug_log.restype = None
 lib.spike_torch_storage_live.argtypes = [ctypes.c_void_p]
 lib.spike_torch_storage_live.restype = ctypes.c_int
+lib.spike_torch_serve_op.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+lib.spike_torch_serve_op.restype = ctypes.c_int
 
 
 def check_live(tensors: Iterable[Any], what: str) -> None:
@@ -91,6 +94,22 @@ _py_module.restype = ctypes.py_object
 #: a loaded kernel on nkipy tensors; ``run_kernel_call(call, args)`` runs it (see
 #: spike_torch/csrc/kernel_call.cpp).
 kernel_calls = _py_module()
+
+_eager_module = ctypes.PyDLL(LIBRARY_PATH).spike_torch_eager_py_module
+_eager_module.argtypes = []
+_eager_module.restype = ctypes.py_object
+#: The C++ call cache of eager ops (``eager_register``, ``eager_clear``,
+#: ``eager_stats``; see spike_torch/csrc/eager.cpp).
+eager_cache = _eager_module()
+
+def serve_op(name: str) -> None:
+    """Makes the C++ fallback (and its call cache) the PrivateUse1 kernel of
+    aten op ``name`` ("add.Tensor"), which PyTorch would otherwise run through
+    a composite kernel."""
+    error = ctypes.create_string_buffer(512)
+    if lib.spike_torch_serve_op(name.encode(), error, len(error)) != 0:
+        raise RuntimeError(f"spike_torch: cannot serve aten::{name}: {error.value.decode()}")
+
 
 _STATS = ("allocated_bytes", "reserved_bytes", "active_bytes", "requested_bytes", "allocation",
           "segment", "active")

@@ -82,7 +82,6 @@ from . import _module_ties  # noqa: E402
 
 _module_ties.install()  # tied parameters survive .to("nkipy") and .cpu()
 from . import _generic  # noqa: E402  (the fallback: generated device kernels, else the CPU)
-from . import _eager  # noqa: E402,F401  (hand-written eager device kernels)
 
 # ---- public API ----------------------------------------------------------------
 
@@ -96,13 +95,16 @@ memory_stats = device_module.memory_stats
 
 def op_stats() -> Dict[str, int]:
     """Where eager operators on the nkipy device ran, counted since import:
-    ``device_calls`` (a device kernel computed the result: a hand-written one or
-    one generated from the ATen op registry), ``cpu_fallback_calls`` (copied to
-    the host, run by PyTorch's CPU kernel, copied back) and ``compiles`` (device
-    kernels compiled for new signatures)."""
-    return {"device_calls": _eager.stats["device_calls"] + _generic.stats["device_calls"],
+    ``device_calls`` (a device kernel generated from the ATen op registry
+    computed the result; ``fast_calls`` of them ran straight from the C++ call
+    cache), ``cpu_fallback_calls`` (copied to the host, run by PyTorch's CPU
+    kernel, copied back) and ``compiles`` (device kernels compiled for new
+    signatures)."""
+    fast = _C.eager_cache.eager_stats()["fast_calls"]
+    return {"device_calls": _generic.stats["device_calls"] + fast,
+            "fast_calls": fast,
             "cpu_fallback_calls": _generic.stats["cpu_fallback_calls"],
-            "compiles": _eager.stats["compiles"] + _generic.stats["compiles"]}
+            "compiles": _generic.stats["compiles"]}
 
 
 def empty_cache() -> None:

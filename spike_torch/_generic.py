@@ -1,9 +1,12 @@
-"""The nkipy device's boxed fallback: every eager ATen op that has no kernel of
-its own for the device.
+"""The nkipy device's eager ops: every ATen op that has no kernel of its own
+for the device.
 
-``import spike_torch`` registers :func:`_fallback` as the PrivateUse1 fallback
-(the kernel of every operator nothing else implements for the device). A call
-takes one of two paths:
+The PrivateUse1 fallback (the kernel of every operator nothing else
+implements for the device) is C++ (``spike_torch/csrc/eager.cpp``): a call
+whose kernel is already loaded runs from its C++ cache, without Python. Every
+other call comes here: ``import spike_torch`` registers :func:`_fallback` as
+the fallback of PrivateUse2, a key no tensor carries, which the C++ fallback
+redispatches to. A call takes one of two paths:
 
 * **the device path**: the single op is traced with ``make_fx`` on fake CPU
   tensors of the inputs' shapes and dtypes, with the core ATen decompositions
@@ -27,9 +30,14 @@ takes one of two paths:
   calls go straight to it. Ops returning a view of an input are refused: on
   the host they could only return a copy.
 
-``op_stats()`` counts both paths (``device_calls``, ``cpu_fallback_calls``,
-``compiles``). The hand-written kernels of :mod:`spike_torch._eager` (faster per
-call) take their ops first and hand calls they do not serve to :func:`call`.
+A call served by a device kernel files that kernel with the C++ cache
+(``_C.eager_cache.eager_register``) under the call's key, when the kernel
+takes the call's tensors as they are (every tensor on the device, results
+that are single tensors, mutated arguments of the result's sizes): the next
+call with that key stays in C++.
+
+``op_stats()`` counts both paths (``device_calls``, the C++ cache's calls
+included, ``cpu_fallback_calls``, ``compiles``).
 """
 from __future__ import annotations
 
@@ -54,7 +62,8 @@ logger = logging.getLogger("spike_torch")
 
 DEVICE_TYPE = "nkipy"
 
-#: where eager ops on the device ran (spike_torch.op_stats() adds _eager's)
+#: where eager ops on the device ran through Python (spike_torch.op_stats() adds
+#: the C++ cache's calls)
 stats = {"device_calls": 0, "cpu_fallback_calls": 0, "compiles": 0}
 
 #: dtypes a kernel computes exactly (int64 and float64 in 64 bits)
@@ -91,6 +100,7 @@ def clear_cache() -> None:
     with _lock:
         _cache.clear()
         _variants.clear()
+        _C.eager_cache.eager_clear()
 
 
 def clear_fallback_warnings() -> None:
@@ -259,7 +269,10 @@ def call(op: Any, args: Sequence[Any], kwargs: Dict[str, Any]) -> Any:
         if plan is None:
             plan = _make_plan(op, info, key, args, kwargs, ts)
         if plan is not _CPU:
-            return plan.run(args, kwargs, ts)
+            result = plan.run(args, kwargs, ts)
+            if plan.fast is not None:   # the next such call stays in C++
+                _C.eager_cache.eager_register(info.name, ts, plan.kern.model_ref, *plan.fast)
+            return result
     return _cpu(op, info, args, kwargs)
 
 
@@ -367,24 +380,42 @@ def _user_level() -> int:
 
 
 def _target_device(args: Sequence[Any], kwargs: Dict[str, Any]) -> Optional[torch.device]:
+    """The nkipy device the results go to: that of the first nkipy tensor (or
+    device argument). Raises PyTorch's error, as CUDA does, when tensors lie on
+    two nkipy devices, or a floating CPU tensor that is not a scalar (0-dim)
+    comes with nkipy tensors."""
     found: List[torch.device] = []
+    tensor_device: List[torch.device] = []
+
+    host: List[torch.device] = []
 
     def look(a: Any) -> Any:
-        if not found:
-            if isinstance(a, torch.Tensor) and a.device.type == DEVICE_TYPE:
-                found.append(a.device)
-            elif isinstance(a, torch.device) and a.type == DEVICE_TYPE:
-                found.append(a if a.index is not None else
-                             torch.device(DEVICE_TYPE, _C.lib.spike_torch_get_device()))
+        if isinstance(a, torch.Tensor) and a.device.type == DEVICE_TYPE:
+            if tensor_device and a.device != tensor_device[0]:
+                raise RuntimeError(
+                    "Expected all tensors to be on the same device, but found at least two "
+                    f"devices, {tensor_device[0]} and {a.device}!")
+            tensor_device.append(a.device)
+            found.append(a.device)
+        elif isinstance(a, torch.Tensor) and a.dim() > 0 and \
+                (a.is_floating_point() or a.is_complex()):
+            host.append(a.device)     # CPU data beside device data (index tensors are fine)
+        elif isinstance(a, torch.device) and a.type == DEVICE_TYPE:
+            found.append(a if a.index is not None else
+                         torch.device(DEVICE_TYPE, _C.lib.spike_torch_get_device()))
         return a
 
     for a in list(args) + list(kwargs.values()):
         _map(a, look)
+    if tensor_device and host:
+        raise RuntimeError("Expected all tensors to be on the same device, but found at least "
+                           f"two devices, {tensor_device[0]} and {host[0]}!")
     return found[0] if found else None
 
 
 def _cpu(op: Any, info: _OpInfo, args: Sequence[Any], kwargs: Dict[str, Any]) -> Any:
     """Runs ``op`` on host copies of the device tensors; results come back to the device."""
+    device = _target_device(args, kwargs)
     stats["cpu_fallback_calls"] += 1
     _warn(info)
     if _env.debug_enabled():
@@ -394,7 +425,6 @@ def _cpu(op: Any, info: _OpInfo, args: Sequence[Any], kwargs: Dict[str, Any]) ->
             f"nkipy: operator '{info.name}' returns a view of its input, which the CPU fallback "
             "can only return as a copy (writes through it would be lost); it is not supported "
             "on the nkipy device")
-    device = _target_device(args, kwargs)
 
     def to_cpu(a: Any) -> Any:
         if isinstance(a, torch.Tensor) and a.device.type == DEVICE_TYPE:
@@ -820,9 +850,10 @@ class _Plan:
         self.mutations = [i for i, _ in mutations]
         examples = [torch.empty(0) for _ in self.in_idx]   # only "a tensor" matters here
         gen = lowering.generate_source(gm, examples)
-        self._compile(gen, [ts[i] for i in self.in_idx])
+        self._compile(gen, [ts[i] for i in self.in_idx], ts)
 
-    def _compile(self, gen: Any, inputs: List[torch.Tensor]) -> None:
+    def _compile(self, gen: Any, inputs: List[torch.Tensor],
+                 inputs_all: List[torch.Tensor]) -> None:
         from nkipy.core.dtypes import torch_semantics
         from nkipy.runtime import DeviceKernel
 
@@ -861,8 +892,33 @@ class _Plan:
         self.kern = kern
         # the model's inputs in its own order, as positions among ours
         self.in_order = [list(gen.tensor_inputs).index(n) for n in ins]
+        self.fast = self._fast_spec(inputs_all)
         logger.debug("eager kernel %s compiled for %s", self.info.name,
                      [(tuple(t.shape), t.dtype) for t in inputs])
+
+    def _fast_spec(self, ts: List[torch.Tensor]) -> Optional[Tuple[Any, ...]]:
+        """The arguments of ``eager_register`` after ``(name, tensors, model)``, or None
+        when the C++ cache cannot run this kernel as :meth:`run` does: a tensor
+        not on the device (copied per call), a list of tensors returned, a
+        mutated argument whose sizes differ from the result's (resized)."""
+        if any(t.device != self.device for t in ts) or any(c >= 2 for c in self.counts):
+            return None
+        n = self.n_results
+        if any(tuple(ts[i].shape) != self.out_specs[n + k][0]
+               for k, i in enumerate(self.mutations)):
+            return None
+        rets, k = [], 0
+        for c, alias in zip(self.counts, self.info.ret_alias):
+            if alias is not None:
+                rets.append(("arg", alias[0]))
+            elif c == -1:
+                rets.append(("none", 0))
+            else:
+                rets.append(("output", k))
+                k += 1
+        return (self.device.index, [self.in_idx[j] for j in self.in_order],
+                [(list(shape), dtype) for shape, dtype in self.out_specs], n,
+                list(self.mutations), rets)
 
     # ---- a call -----------------------------------------------------------------
 
@@ -966,7 +1022,34 @@ def _signature(names: Sequence[str]) -> Any:
 
 # kept alive for the process; kernels never compiled by Dynamo (device_module.Library)
 _fallback_lib = device_module.Library("_", "IMPL")
-_fallback_lib.fallback(_fallback, "PrivateUse1")
+_fallback_lib.fallback(_fallback, "PrivateUse2")   # reached from the C++ fallback
+
+
+#: aten ops PyTorch has a composite kernel for, served by the fallback instead:
+#: one kernel and one C++ cache lookup where the composite kernel would run
+#: several ops (an empty result and the out= form, for structured ops; a batch
+#: norm and an addcmul for layer norm).
+SERVED_OPS = ("add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor", "maximum", "minimum",
+              "add_.Tensor", "sub_.Tensor", "mul_.Tensor", "div_.Tensor",
+              "neg", "exp", "log", "sqrt", "rsqrt", "abs", "tanh", "sigmoid", "sin", "cos",
+              "sum.dim_IntList", "mean.dim", "amax", "mm", "bmm", "addmm", "_softmax",
+              "native_layer_norm")
+
+_served_lib = device_module.Library("aten", "IMPL")
+
+
+def _serve(name: str) -> None:
+    """The C++ fallback becomes aten op ``name``'s PrivateUse1 kernel, and
+    :func:`call` its PrivateUse2 kernel (which the fallback redispatches to;
+    PrivateUse2 would otherwise run the composite kernel)."""
+    packet, _, overload = name.partition(".")
+    op = getattr(getattr(torch.ops.aten, packet), overload or "default")
+    _C.serve_op(name)
+    _served_lib.impl(name, lambda *args, **kwargs: call(op, args, kwargs), "PrivateUse2")
+
+
+for _name in SERVED_OPS:
+    _serve(_name)
 
 
 # ---- convolution --------------------------------------------------------------------

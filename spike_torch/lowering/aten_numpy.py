@@ -229,6 +229,17 @@ def maximum(x, y):
 
 @reg("aten.atan2.default")
 def atan2(x, y):
+    # computed in the result's floating type, as PyTorch does: a float
+    # operand's dtype (an integer operand takes it), float32 for two integer
+    # or bool operands (NumPy would compute those in float16: pi/2 as 1.5703)
+    fx = np.dtype(x.dtype).kind == "f"
+    fy = np.dtype(y.dtype).kind == "f"
+    if not fx and not fy:
+        x, y = cast(x, np.dtype(np.float32)), cast(y, np.dtype(np.float32))
+    elif not fx:
+        x = cast(x, np.dtype(y.dtype))
+    elif not fy:
+        y = cast(y, np.dtype(x.dtype))
     return np.arctan2(x, y)
 
 

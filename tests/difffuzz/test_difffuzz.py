@@ -115,6 +115,12 @@ FOUND = [
      "[_rand([3, 1], torch.float32, 5), _rand([4], torch.float32, 6)]"),
     ("lambda a, b: torch.amax(a, -1) * b",
      "[_rand([3, 3], torch.float32, 7), _rand([3, 1], torch.float32, 8)]"),
+    # atan2 of bool or int8 operands computed in float16 (NumPy's promotion)
+    ("lambda a, b: torch.atan2(a, b)",
+     "[_rand([1, 3, 1], torch.bool, 690248440), _rand([1, 1, 1], torch.bool, 830012302)]"),
+    # atan2(NaN, 0) gave -pi/2
+    ("lambda a, b: torch.atan2(torch.remainder(a, b), b)",
+     "[_rand([1, 1], torch.bfloat16, 739078096), _rand([1, 3], torch.bfloat16, 387616602)]"),
 ]
 
 

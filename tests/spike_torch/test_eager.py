@@ -10,9 +10,9 @@ import torch
 
 @pytest.fixture
 def eager():
-    from spike_torch import _eager
+    from spike_torch import _generic
 
-    return _eager
+    return _generic
 
 
 def calls(eager):
@@ -156,4 +156,4 @@ def test_op_stats_counts_device_kernels_and_cpu_fallbacks(eager):
     torch.unique(x)    # an output shape that depends on the data: the CPU
     after = spike_torch.op_stats()
     assert after["cpu_fallback_calls"] == mid["cpu_fallback_calls"] + 1
-    assert set(after) == {"device_calls", "cpu_fallback_calls", "compiles"}
+    assert set(after) == {"device_calls", "fast_calls", "cpu_fallback_calls", "compiles"}

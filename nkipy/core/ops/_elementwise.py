@@ -114,7 +114,9 @@ def _arctan2_f(y: Value, x: Value) -> Value:
                         B.binary("eq", B.unary("abs", y), inf))
     q = sel(x_lt0, B.binary("mul", quarter, _c(3.0, y)), quarter)
     r = sel(both_inf, sel(lt(y, zero), B.unary("neg", q), q), r)
-    return r
+    # a NaN operand gives NaN (the x == 0 and y == 0 rules above would not)
+    nan = B.binary("logical_or", B.unary("isnan", x), B.unary("isnan", y))
+    return sel(nan, B.binary("add", x, y), r)
 
 
 @_in_f32

@@ -1,0 +1,543 @@
+// spike_torch/csrc/eager.cpp - the nkipy device's boxed fallback: the kernel of
+// every ATen operator nothing else implements for PrivateUse1, with its hot
+// path in C++.
+//
+// A call is keyed by the operator and its arguments as the kernel depends on
+// them: each tensor's dtype, sizes, core and whether it is contiguous, every
+// other value itself (a Python scalar a C++ op wrapped into a 0-dim tensor is
+// such a value: kernels bake scalars in). A key found in the cache runs the
+// loaded kernel directly: inputs by address (a non-contiguous one made
+// contiguous on the device first), fresh outputs from the caching allocator,
+// mutated arguments written in place or copied into on the device. Nothing of
+// that enters Python beyond spike's model_execute_at.
+//
+// Any other call goes to spike_torch._generic (Python), which spike_torch
+// registers as the fallback of PrivateUse2, a dispatch key no tensor carries:
+// this fallback redispatches to that key. When the Python side serves a call
+// with a device kernel it describes the kernel to eager_register(), which
+// files it under the key of the call in progress (checked to be that call:
+// the same operator and the same tensors), so the next such call stays here.
+// A call whose key cannot be formed (a CPU tensor, a complex scalar, an
+// argument type not listed) always takes the Python road.
+//
+// The Python functions (eager_register, eager_clear, eager_stats) live on the
+// module object spike_torch_eager_py_module() returns (spike_torch/_C.py).
+
+#include <Python.h>
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/empty.h>
+#include <torch/csrc/Dtype.h>
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/library.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "device_io.h"
+#include "nkipy_device.h"
+
+namespace spike_torch {
+namespace {
+
+// ---- the key of a call -------------------------------------------------------
+
+struct Key {
+  std::vector<int64_t> words;
+  size_t hash = 0;
+  bool operator==(const Key& o) const { return hash == o.hash && words == o.words; }
+};
+
+struct KeyHash {
+  size_t operator()(const Key& k) const { return k.hash; }
+};
+
+// Tags that keep the encodings of different kinds of values apart.
+enum : int64_t {
+  kTensor = 1, kNone, kInt, kDouble, kBool, kString, kDevice, kList, kEnd, kWrapped
+};
+
+int64_t double_bits(double d) {
+  int64_t bits;
+  std::memcpy(&bits, &d, sizeof bits);   // 0.0 and -0.0 differ, a NaN equals itself
+  return bits;
+}
+
+// Appends the encoding of one argument to `words` and its tensors to `ts` (in
+// the order spike_torch._generic._sig lists them). False: not cacheable.
+bool encode(const c10::IValue& v, std::vector<int64_t>& words, std::vector<at::Tensor>& ts) {
+  if (v.isTensor()) {
+    const at::Tensor& t = v.toTensor();
+    if (!t.defined()) {
+      words.push_back(kNone);
+      return true;
+    }
+    if (t.unsafeGetTensorImpl()->is_wrapped_number()) {
+      // a Python scalar C++ wrapped: Python sees the number itself
+      words.push_back(kWrapped);
+      words.push_back(static_cast<int64_t>(t.scalar_type()));
+      if (t.device().is_cpu() && t.scalar_type() == c10::ScalarType::Double) {
+        words.push_back(double_bits(*t.const_data_ptr<double>()));
+      } else if (t.device().is_cpu() && t.scalar_type() == c10::ScalarType::Long) {
+        words.push_back(*t.const_data_ptr<int64_t>());
+      } else if (t.device().is_cpu() && t.scalar_type() == c10::ScalarType::Bool) {
+        words.push_back(*t.const_data_ptr<bool>() ? 1 : 0);
+      } else {
+        return false;
+      }
+      return true;
+    }
+    if (t.device().type() != kNkipy || t.layout() != c10::kStrided || t.is_conj() ||
+        t.is_neg())
+      return false;
+    words.push_back(kTensor);
+    words.push_back(static_cast<int64_t>(t.scalar_type()));
+    words.push_back(t.device().index());
+    words.push_back(t.is_contiguous() ? 1 : 0);
+    words.push_back(t.dim());
+    for (int64_t s : t.sizes()) words.push_back(s);
+    ts.push_back(t);
+    return true;
+  }
+  if (v.isNone()) {
+    words.push_back(kNone);
+  } else if (v.isBool()) {
+    words.push_back(kBool);
+    words.push_back(v.toBool());
+  } else if (v.isInt()) {
+    words.push_back(kInt);
+    words.push_back(v.toInt());
+  } else if (v.isDouble()) {
+    words.push_back(kDouble);
+    words.push_back(double_bits(v.toDouble()));
+  } else if (v.isString()) {
+    words.push_back(kString);
+    words.push_back(static_cast<int64_t>(std::hash<std::string>{}(v.toStringRef())));
+    words.push_back(static_cast<int64_t>(v.toStringRef().size()));
+  } else if (v.isDevice()) {
+    words.push_back(kDevice);
+    words.push_back(static_cast<int64_t>(v.toDevice().type()));
+    words.push_back(v.toDevice().index());
+  } else if (v.isIntList()) {
+    words.push_back(kList);
+    for (int64_t x : v.toIntList()) {
+      words.push_back(kInt);
+      words.push_back(x);
+    }
+    words.push_back(kEnd);
+  } else if (v.isDoubleList()) {
+    words.push_back(kList);
+    for (double x : v.toDoubleList()) {
+      words.push_back(kDouble);
+      words.push_back(double_bits(x));
+    }
+    words.push_back(kEnd);
+  } else if (v.isBoolList()) {
+    words.push_back(kList);
+    for (bool x : v.toBoolList()) {
+      words.push_back(kBool);
+      words.push_back(x);
+    }
+    words.push_back(kEnd);
+  } else if (v.isTensorList() || v.isList()) {
+    words.push_back(kList);
+    for (const c10::IValue& x : v.toListRef())
+      if (!encode(x, words, ts)) return false;
+    words.push_back(kEnd);
+  } else {
+    return false;   // complex scalars, generators, symbolic values, ...
+  }
+  return true;
+}
+
+// The key of a call on the stack, and its tensors. False: not cacheable.
+bool key_of(const c10::OperatorHandle& op, const torch::jit::Stack& stack, Key& key,
+            std::vector<at::Tensor>& ts) {
+  const auto& schema = op.schema();
+  size_t n = schema.arguments().size();
+  key.words.clear();
+  key.words.push_back(static_cast<int64_t>(reinterpret_cast<uintptr_t>(&schema)));
+  for (size_t i = stack.size() - n; i < stack.size(); i++)
+    if (!encode(stack[i], key.words, ts)) return false;
+  if (ts.empty()) return false;
+  size_t h = 1469598103934665603ull;
+  for (int64_t w : key.words) h = (h ^ static_cast<size_t>(w)) * 1099511628211ull;
+  key.hash = h;
+  return true;
+}
+
+// ---- the cache ---------------------------------------------------------------
+
+struct OutSpec {
+  std::vector<int64_t> sizes;
+  c10::ScalarType dtype;
+};
+
+enum class Ret { Output, Arg, None };
+
+struct RetSpec {
+  Ret kind;
+  size_t index;                // Output: which output; Arg: which argument of the schema
+};
+
+// A loaded kernel and how a call maps onto it (spike_torch._generic._Plan).
+struct Entry {
+  PyObject* model = nullptr;   // spike NrtModel (owned)
+  uint64_t generation = 0;     // the runtime it is loaded into
+  c10::DeviceIndex core = 0;
+  std::vector<size_t> in_idx;  // kernel inputs (the model's order) as indices into ts
+  std::vector<OutSpec> outs;   // n_results fresh results, then one per mutation
+  size_t n_results = 0;
+  std::vector<size_t> mutations;   // ts indices of the arguments written
+  std::vector<RetSpec> rets;
+  ~Entry() {
+    if (model && Py_IsInitialized()) {
+      PyGILState_STATE g = PyGILState_Ensure();
+      Py_DECREF(model);
+      PyGILState_Release(g);
+    }
+  }
+};
+
+std::mutex g_mutex;
+std::unordered_map<Key, std::shared_ptr<Entry>, KeyHash> g_cache;
+std::atomic<int64_t> g_hits{0};
+
+// The calls in progress on this thread that went to Python: the key each
+// would be filed under, and its tensors (eager_register checks them).
+struct Pending {
+  const c10::OperatorHandle* op;
+  Key key;
+  std::vector<at::Tensor> ts;
+};
+thread_local std::vector<Pending> t_pending;
+
+struct PendingScope {
+  explicit PendingScope(Pending p) { t_pending.push_back(std::move(p)); }
+  ~PendingScope() { t_pending.pop_back(); }
+  PendingScope(const PendingScope&) = delete;
+  PendingScope& operator=(const PendingScope&) = delete;
+};
+
+struct Gil {
+  PyGILState_STATE state;
+  Gil() : state(PyGILState_Ensure()) {}
+  ~Gil() { PyGILState_Release(state); }
+  Gil(const Gil&) = delete;
+  Gil& operator=(const Gil&) = delete;
+};
+
+// Raises the Python error that is set as a C++ exception PyTorch's bindings
+// turn back into it.
+[[noreturn]] void throw_python_error() {
+  python_error err;
+  err.persist();
+  throw std::move(err);
+}
+
+// ---- a call from the cache -----------------------------------------------------
+
+// Raises NRT_CLOSED, naming the op, for a tensor of a runtime closed since.
+void check_live(const c10::OperatorHandle& op, const at::Tensor& t) {
+  if (storage_is_live(t.storage())) return;
+  const auto& schema = op.schema();
+  std::string what = "nkipy " + schema.name();
+  if (!schema.overload_name().empty()) what += "." + schema.overload_name();
+  check_storage_live(t.storage(), what.c_str());
+}
+
+void run(const c10::OperatorHandle& op, const Entry& e, const std::vector<at::Tensor>& ts,
+         torch::jit::Stack* stack, size_t n_args) {
+  size_t n_in = e.in_idx.size(), n_out = e.outs.size();
+  c10::Device device(kNkipy, e.core);
+  std::vector<at::Tensor> ins(n_in);
+  std::vector<void*> addresses(n_in + n_out, nullptr);
+  for (size_t k = 0; k < n_in; k++) {
+    const at::Tensor& t = ts[e.in_idx[k]];
+    ins[k] = t.is_contiguous() ? t : t.contiguous();
+    check_live(op, ins[k]);
+    addresses[k] = ins[k].data_ptr();
+  }
+  std::vector<at::Tensor> outs(n_out);
+  for (size_t j = 0; j < e.n_results; j++)
+    outs[j] = at::empty(e.outs[j].sizes, at::TensorOptions().dtype(e.outs[j].dtype).device(device));
+  // a mutated argument the kernel can write directly (contiguous, the result's
+  // sizes and dtype, sharing no memory with an input) is its own output
+  std::vector<bool> direct(e.mutations.size(), false);
+  for (size_t k = 0; k < e.mutations.size(); k++) {
+    const at::Tensor& dst = ts[e.mutations[k]];
+    const OutSpec& s = e.outs[e.n_results + k];
+    check_live(op, dst);
+    bool ok = dst.is_contiguous() && dst.scalar_type() == s.dtype &&
+              dst.sizes() == c10::IntArrayRef(s.sizes);
+    for (size_t i = 0; ok && i < n_in; i++)
+      ok = !ins[i].storage().is_alias_of(dst.storage());
+    direct[k] = ok;
+    outs[e.n_results + k] =
+        ok ? dst : at::empty(s.sizes, at::TensorOptions().dtype(s.dtype).device(device));
+  }
+  for (size_t j = 0; j < n_out; j++) addresses[n_in + j] = outs[j].data_ptr();
+  {
+    Gil gil;
+    if (capi().model_execute_at(e.model, addresses.data(),
+                                static_cast<uint32_t>(addresses.size())) < 0)
+      throw_python_error();
+  }
+  for (size_t k = 0; k < e.mutations.size(); k++)
+    if (!direct[k]) ts[e.mutations[k]].copy_(outs[e.n_results + k]);
+  g_hits.fetch_add(1, std::memory_order_relaxed);
+  std::vector<c10::IValue> args(stack->end() - static_cast<std::ptrdiff_t>(n_args), stack->end());
+  torch::jit::drop(*stack, n_args);
+  for (const RetSpec& r : e.rets) {
+    if (r.kind == Ret::Output)
+      stack->emplace_back(outs[r.index]);
+    else if (r.kind == Ret::Arg)
+      stack->push_back(args[r.index]);
+    else
+      stack->emplace_back();
+  }
+}
+
+void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+  Key key;
+  std::vector<at::Tensor> ts;
+  size_t n_args = op.schema().arguments().size();
+  bool cacheable = key_of(op, *stack, key, ts);
+  if (cacheable) {
+    std::shared_ptr<Entry> e, stale;   // stale: released after the lock (it takes the GIL)
+    {
+      std::lock_guard<std::mutex> lock(g_mutex);
+      auto it = g_cache.find(key);
+      if (it != g_cache.end()) {
+        if (it->second->generation == capi().live_generation()) {
+          e = it->second;
+        } else {   // the runtime was reset: Python loads the kernel again
+          stale = std::move(it->second);
+          g_cache.erase(it);
+        }
+      }
+    }
+    if (e) {
+      NKIPY_LOG("eager %s: from the C++ cache", op.schema().name().c_str());
+      run(op, *e, ts, stack, n_args);
+      return;
+    }
+  }
+  std::unique_ptr<PendingScope> scope;
+  if (cacheable) scope = std::make_unique<PendingScope>(Pending{&op, std::move(key), ts});
+  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::PrivateUse2), stack);
+}
+
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&fallback>());
+}
+
+
+// ---- the Python side ---------------------------------------------------------
+
+struct PyErrorSet {};
+
+std::vector<int64_t> int_list(PyObject* seq, const char* what) {
+  PyObject* fast = PySequence_Fast(seq, what);
+  if (!fast) throw PyErrorSet{};
+  std::vector<int64_t> out;
+  for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fast); i++) {
+    long long v = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(fast, i));
+    if (v == -1 && PyErr_Occurred()) {
+      Py_DECREF(fast);
+      throw PyErrorSet{};
+    }
+    out.push_back(v);
+  }
+  Py_DECREF(fast);
+  return out;
+}
+
+std::vector<size_t> index_list(PyObject* seq, size_t bound, const char* what) {
+  std::vector<size_t> out;
+  for (int64_t v : int_list(seq, what)) {
+    if (v < 0 || static_cast<size_t>(v) >= bound) {
+      PyErr_Format(PyExc_ValueError, "eager_register: %s index %lld out of range [0, %zu)",
+                   what, static_cast<long long>(v), bound);
+      throw PyErrorSet{};
+    }
+    out.push_back(static_cast<size_t>(v));
+  }
+  return out;
+}
+
+// eager_register(op_name, tensors, model, core, in_idx, outs, n_results,
+//                mutations, rets) -> bool
+PyObject* eager_register(PyObject*, PyObject* args) {
+  const char* name;
+  PyObject *tensors, *model, *in_idx, *outs, *mutations, *rets;
+  int core;
+  Py_ssize_t n_results;
+  if (!PyArg_ParseTuple(args, "sOOiOOnOO:eager_register", &name, &tensors, &model, &core,
+                        &in_idx, &outs, &n_results, &mutations, &rets))
+    return nullptr;
+  if (t_pending.empty()) Py_RETURN_FALSE;   // not called from the fallback
+  const Pending& p = t_pending.back();
+  const auto& schema = p.op->schema();
+  std::string full = schema.name();
+  if (!schema.overload_name().empty()) full += "." + schema.overload_name();
+  if (full != name) Py_RETURN_FALSE;
+  try {
+    // the very tensors of the call in progress, in the same order
+    PyObject* fast = PySequence_Fast(tensors, "eager_register: tensors");
+    if (!fast) throw PyErrorSet{};
+    bool same = static_cast<size_t>(PySequence_Fast_GET_SIZE(fast)) == p.ts.size();
+    for (size_t i = 0; same && i < p.ts.size(); i++) {
+      PyObject* o = PySequence_Fast_GET_ITEM(fast, static_cast<Py_ssize_t>(i));
+      same = THPVariable_Check(o) &&
+             THPVariable_Unpack(o).unsafeGetTensorImpl() == p.ts[i].unsafeGetTensorImpl();
+    }
+    Py_DECREF(fast);
+    if (!same) Py_RETURN_FALSE;
+    auto e = std::make_shared<Entry>();
+    e->core = static_cast<c10::DeviceIndex>(core);
+    e->in_idx = index_list(in_idx, p.ts.size(), "input");
+    e->mutations = index_list(mutations, p.ts.size(), "mutation");
+    PyObject* fo = PySequence_Fast(outs, "eager_register: outs");
+    if (!fo) throw PyErrorSet{};
+    for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(fo); j++) {
+      PyObject *sizes, *dtype;
+      if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(fo, j), "OO:eager_register output",
+                            &sizes, &dtype) || !THPDtype_Check(dtype)) {
+        Py_DECREF(fo);
+        if (!PyErr_Occurred())
+          PyErr_SetString(PyExc_TypeError, "eager_register: an output is (sizes, dtype)");
+        throw PyErrorSet{};
+      }
+      e->outs.push_back({int_list(sizes, "output sizes"),
+                         reinterpret_cast<THPDtype*>(dtype)->scalar_type});
+    }
+    Py_DECREF(fo);
+    if (n_results < 0 ||
+        static_cast<size_t>(n_results) + e->mutations.size() != e->outs.size()) {
+      PyErr_SetString(PyExc_ValueError, "eager_register: outs must be n_results results and "
+                      "one per mutation");
+      throw PyErrorSet{};
+    }
+    e->n_results = static_cast<size_t>(n_results);
+    PyObject* fr = PySequence_Fast(rets, "eager_register: rets");
+    if (!fr) throw PyErrorSet{};
+    for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(fr); j++) {
+      const char* kind;
+      Py_ssize_t index;
+      if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(fr, j), "sn:eager_register return", &kind,
+                            &index)) {
+        Py_DECREF(fr);
+        throw PyErrorSet{};
+      }
+      std::string k(kind);
+      bool ok = (k == "output" && index >= 0 && static_cast<size_t>(index) < e->n_results) ||
+                (k == "arg" && index >= 0 &&
+                 static_cast<size_t>(index) < schema.arguments().size()) ||
+                k == "none";
+      if (!ok) {
+        Py_DECREF(fr);
+        PyErr_Format(PyExc_ValueError, "eager_register: bad return (%s, %zd)", kind, index);
+        throw PyErrorSet{};
+      }
+      e->rets.push_back({k == "output" ? Ret::Output : k == "arg" ? Ret::Arg : Ret::None,
+                         static_cast<size_t>(index)});
+    }
+    Py_DECREF(fr);
+    if (e->rets.size() != schema.returns().size()) {
+      PyErr_Format(PyExc_ValueError, "eager_register: %zu returns, the schema has %zu",
+                   e->rets.size(), schema.returns().size());
+      throw PyErrorSet{};
+    }
+    Py_INCREF(model);
+    e->model = model;
+    e->generation = capi().live_generation();
+    std::lock_guard<std::mutex> lock(g_mutex);
+    g_cache[p.key] = std::move(e);
+  } catch (const PyErrorSet&) {
+    return nullptr;
+  }
+  Py_RETURN_TRUE;
+}
+
+PyObject* eager_clear(PyObject*, PyObject*) {
+  std::unordered_map<Key, std::shared_ptr<Entry>, KeyHash> old;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    old.swap(g_cache);
+  }
+  Py_RETURN_NONE;   // entries release their models here, under the GIL
+}
+
+PyObject* eager_stats(PyObject*, PyObject*) {
+  size_t n;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    n = g_cache.size();
+  }
+  return Py_BuildValue("{sLsn}", "fast_calls", static_cast<long long>(g_hits.load()),
+                       "cached_calls", static_cast<Py_ssize_t>(n));
+}
+
+PyMethodDef g_methods[] = {
+    {"eager_register", eager_register, METH_VARARGS,
+     "eager_register(op_name, tensors, model, core, in_idx, outs, n_results, mutations, "
+     "rets) -> bool\n\n"
+     "Files a loaded kernel under the key of the fallback call in progress on this thread, "
+     "if that call is op_name on exactly these tensors (else False: nothing filed). in_idx: "
+     "the kernel's inputs (the model's order) as indices into tensors; outs: (sizes, dtype) "
+     "of the n_results fresh results, then of one output per mutated tensor (mutations: "
+     "indices into tensors); rets: per schema return ('output', j), ('arg', position) or "
+     "('none', 0)."},
+    {"eager_clear", eager_clear, METH_NOARGS, "eager_clear()\n\nEmpties the C++ call cache."},
+    {"eager_stats", eager_stats, METH_NOARGS,
+     "eager_stats() -> dict\n\nfast_calls: calls served from the C++ cache so far; "
+     "cached_calls: keys filed."},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyModuleDef g_module = {PyModuleDef_HEAD_INIT, "spike_torch._eager_cache",
+                        "The C++ call cache of the nkipy device's eager ops.", -1, g_methods,
+                        nullptr, nullptr, nullptr, nullptr};
+
+}  // namespace
+
+extern "C" {
+
+// Writes "[spike_torch] <message>" to stderr when SPIKE_TORCH_DEBUG is on.
+__attribute__((visibility("default"))) void spike_torch_debug_log(const char* message) {
+  if (message != nullptr) NKIPY_LOG("%s", message);
+}
+
+// Makes the fallback the PrivateUse1 kernel of aten op `name` ("add.Tensor"),
+// which PyTorch would otherwise run through a composite kernel (add as an
+// empty result and add.out, layer norm as a batch norm and an addcmul): one
+// kernel, one cache lookup. spike_torch._generic.SERVED_OPS lists them.
+// Returns 0, or -1 with the reason in `error` (size `n`).
+__attribute__((visibility("default"))) int spike_torch_serve_op(const char* name, char* error,
+                                                                 size_t n) {
+  static auto* lib = new torch::Library(torch::Library::IMPL, "aten",
+                                        c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  try {
+    lib->impl(name, torch::CppFunction::makeFromBoxedFunction<&fallback>());
+  } catch (const std::exception& e) {
+    std::snprintf(error, n, "%s", e.what());
+    return -1;
+  }
+  return 0;
+}
+
+__attribute__((visibility("default"))) PyObject* spike_torch_eager_py_module() {
+  return PyModule_Create(&g_module);
+}
+
+}  // extern "C"
+
+}  // namespace spike_torch
