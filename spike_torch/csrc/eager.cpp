@@ -294,16 +294,19 @@ void run(const c10::OperatorHandle& op, const Entry& e, const std::vector<at::Te
   for (size_t k = 0; k < e.mutations.size(); k++)
     if (!direct[k]) ts[e.mutations[k]].copy_(outs[e.n_results + k]);
   g_hits.fetch_add(1, std::memory_order_relaxed);
-  std::vector<c10::IValue> args(stack->end() - static_cast<std::ptrdiff_t>(n_args), stack->end());
-  torch::jit::drop(*stack, n_args);
+  size_t first = stack->size() - n_args;   // the call's arguments on the stack
+  std::vector<c10::IValue> rets;
+  rets.reserve(e.rets.size());
   for (const RetSpec& r : e.rets) {
     if (r.kind == Ret::Output)
-      stack->emplace_back(outs[r.index]);
+      rets.emplace_back(outs[r.index]);
     else if (r.kind == Ret::Arg)
-      stack->push_back(args[r.index]);
+      rets.push_back((*stack)[first + r.index]);
     else
-      stack->emplace_back();
+      rets.emplace_back();
   }
+  torch::jit::drop(*stack, n_args);
+  for (c10::IValue& v : rets) stack->push_back(std::move(v));
 }
 
 void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
