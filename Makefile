@@ -19,7 +19,7 @@ TEST_SRC := $(sort $(wildcard runtime/tests/*.c))
 KERNELS  := $(sort $(wildcard runtime/tests/kernels/*.c))
 NEFFS    := $(patsubst runtime/tests/kernels/%.c,$(BUILD)/neff/%.neff,$(KERNELS))
 
-.PHONY: all demo test test-c test-py sanitize bench venv clean
+.PHONY: all demo test test-c test-py sanitize bench venv clean spyre-autoload spyre-autoload-remove
 
 all: venv $(BUILD)/nkrt_tests
 
@@ -50,7 +50,7 @@ PY_INCLUDE = $(shell $(PY) -c "import sysconfig; print(sysconfig.get_paths()['in
 CXX ?= g++
 SPIKE_TORCH_SO := spike_torch/_nkipy_device.so
 SPIKE_TORCH_SRC := $(addprefix spike_torch/csrc/,nkipy_device.cpp allocator.cpp storage_io.cpp \
-  tensor_ops.cpp eager.cpp autocast.cpp guard.cpp hooks.cpp kernel_call.cpp \
+  tensor_ops.cpp stick_layout.cpp eager.cpp autocast.cpp guard.cpp hooks.cpp kernel_call.cpp \
   comm_gloo.cpp)
 
 $(SPIKE_TORCH_SO): $(SPIKE_TORCH_SRC) spike_torch/csrc/device_io.h spike_torch/csrc/nkipy_device.h spike/include/spike_capi.h $(RT_HDR) $(VENV)/.deps
@@ -58,6 +58,17 @@ $(SPIKE_TORCH_SO): $(SPIKE_TORCH_SRC) spike_torch/csrc/device_io.h spike_torch/c
 	  -Wall -Wextra -Wno-unused-parameter -I$(TORCH_DIR)/include -I$(PY_INCLUDE) -Ispike/include \
 	  -Iruntime/include $(SPIKE_TORCH_SRC) -L$(TORCH_DIR)/lib -ltorch_cpu -ltorch_python -lc10 \
 	  -Wl,-rpath,$(TORCH_DIR)/lib -o $@
+
+# The spyre device's autoload entry point (tools/torch_spyre_autoload, a
+# distribution of its own): afterwards a bare `import torch` in .venv makes
+# PrivateUse1 the spyre device, as torch-spyre does; processes that want the
+# nkipy device then set TORCH_DEVICE_BACKEND_AUTOLOAD=0 (docs/spyre.md).
+# `make spyre-autoload-remove` takes it out again. Not part of `make venv`.
+spyre-autoload: venv
+	$(PY) -m pip install -q --no-deps --no-build-isolation ./tools/torch_spyre_autoload
+
+spyre-autoload-remove:
+	$(PY) -m pip uninstall -y -q torch-spyre-autoload
 
 # GEMM: Intel MKL from PyPI, loaded by the runtime with dlopen (docs/gemm.md).
 # Optional: without it the runtime's built-in kernel serves matrix products.

@@ -60,6 +60,31 @@ lib.spike_torch_debug_log.argtypes = [ctypes.c_char_p]
 lib.spike_torch_debug_log.restype = None
 lib.spike_torch_storage_live.argtypes = [ctypes.c_void_p]
 lib.spike_torch_storage_live.restype = ctypes.c_int
+lib.spike_torch_set_personality.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
+                                            ctypes.c_size_t]
+lib.spike_torch_set_personality.restype = ctypes.c_int
+_I64P = ctypes.POINTER(ctypes.c_int64)
+lib.spike_torch_stick_default.argtypes = [_I64P, ctypes.c_int, ctypes.c_int, _I64P, ctypes.c_int,
+                                          _I64P, ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]
+lib.spike_torch_stick_default.restype = ctypes.c_int
+lib.spike_torch_stick_device_dtype.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]
+lib.spike_torch_stick_device_dtype.restype = ctypes.c_int
+lib.spike_torch_storage_layout.argtypes = [ctypes.c_void_p, _I64P, ctypes.c_int]
+lib.spike_torch_storage_layout.restype = ctypes.c_int
+lib.spike_torch_set_storage_layout.argtypes = [ctypes.c_void_p, _I64P, ctypes.c_int,
+                                               ctypes.c_char_p, ctypes.c_size_t]
+lib.spike_torch_set_storage_layout.restype = ctypes.c_int
+lib.spike_torch_storage_rw.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint64,
+                                       ctypes.c_void_p, ctypes.c_uint64, ctypes.c_char_p,
+                                       ctypes.c_size_t]
+lib.spike_torch_storage_rw.restype = ctypes.c_int
+lib.spike_torch_storage_copy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64,
+                                         ctypes.c_char_p, ctypes.c_size_t]
+lib.spike_torch_storage_copy.restype = ctypes.c_int
+lib.spike_torch_downcast_warning.argtypes = [ctypes.c_int]
+lib.spike_torch_downcast_warning.restype = ctypes.c_int
+lib.spike_torch_stick_log.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+lib.spike_torch_stick_log.restype = None
 lib.spike_torch_serve_op.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
 lib.spike_torch_serve_op.restype = ctypes.c_int
 
@@ -101,6 +126,26 @@ _eager_module.restype = ctypes.py_object
 #: The C++ call cache of eager ops (``eager_register``, ``eager_clear``,
 #: ``eager_stats``; see spike_torch/csrc/eager.cpp).
 eager_cache = _eager_module()
+
+def set_personality(name: str, tiled: bool) -> None:
+    """Gives the device library its personality (once per process): the device's
+    name and its storage, strided (nkipy) or 128-byte stick tiles (spyre).
+    Raises ImportError when another front end already set one."""
+    error = ctypes.create_string_buffer(512)
+    if lib.spike_torch_set_personality(name.encode(), int(tiled), error, len(error)) != 0:
+        raise ImportError(f"the '{name}' device: {error.value.decode()}; PyTorch has one "
+                          "PrivateUse1 device per process: use a separate process")
+
+
+def checked(fn: Any, *args: Any) -> int:
+    """Calls a ``(..., char* err, size_t n)`` entry point; raises RuntimeError
+    with its message when it returns -1."""
+    error = ctypes.create_string_buffer(1024)
+    r = fn(*args, error, len(error))
+    if r < 0:
+        raise RuntimeError(error.value.decode())
+    return r
+
 
 def serve_op(name: str) -> None:
     """Makes the C++ fallback (and its call cache) the PrivateUse1 kernel of

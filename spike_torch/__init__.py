@@ -17,6 +17,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import sys
 import threading
 from typing import Any, Dict, Iterable, Optional, Tuple
 
@@ -38,6 +39,31 @@ if _env.debug_enabled():
 
 DEVICE_NAME = "nkipy"
 
+
+def _library_for() -> Optional[str]:
+    """None when this import makes the nkipy device (PrivateUse1 is free or
+    already "nkipy"); "spyre" when torch_spyre loads the device library for its
+    own device. Any other holder of PrivateUse1 is an ImportError: PyTorch has
+    one PrivateUse1 device per process."""
+    holder = torch._C._get_privateuse1_backend_name()
+    if holder in ("privateuseone", DEVICE_NAME):
+        return None
+    spyre = sys.modules.get("torch_spyre")
+    if holder == "spyre" and getattr(spyre, "_LOADING_DEVICE_LIBRARY", False):
+        return holder
+    raise ImportError(
+        f"spike_torch: this process's PrivateUse1 device is already '{holder}'"
+        + (" (torch_spyre, loaded by `import torch` through its autoload entry point, or "
+           "imported)" if holder == "spyre" else "")
+        + f"; the '{DEVICE_NAME}' device and the '{holder}' device cannot share a process: "
+        f"use '{DEVICE_NAME}' in a separate process"
+        + (" (or set TORCH_DEVICE_BACKEND_AUTOLOAD=0 there)" if holder == "spyre" else ""))
+
+
+#: "spyre" when torch_spyre loaded this package as its device library (then
+#: nothing here registers the nkipy device), else None.
+LIBRARY_FOR = _library_for()
+
 # LOCAL_RANK picks the core when no cores were configured.
 if ("LOCAL_RANK" in os.environ and "NEURON_RT_VISIBLE_CORES" not in os.environ
         and not spike_singleton.is_active()):
@@ -52,6 +78,8 @@ if ("LOCAL_RANK" in os.environ and "NEURON_RT_VISIBLE_CORES" not in os.environ
 from . import _C  # noqa: E402  (loads the C++ library: allocator, guard, hooks, kernels)
 
 _C.lib.spike_torch_set_options(int(_env.debug_enabled()), int(_env.fallback_warnings_enabled()))
+if LIBRARY_FOR is None:
+    _C.set_personality(DEVICE_NAME, tiled=False)
 
 from . import device_module  # noqa: E402
 
@@ -74,7 +102,8 @@ def _register() -> None:
         _registered = True
 
 
-_register()
+if LIBRARY_FOR is None:
+    _register()
 spike.get_spike_singleton()  # the runtime the device's memory comes from
 
 from . import _ops  # noqa: E402,F401  (Python kernels: random fills, printing)
@@ -247,3 +276,17 @@ __all__ = [
     "reset", "memory_stats", "memory_pool_stats", "trim_memory_pool", "DEVICE_NAME",
     "op_stats",
 ]
+
+if LIBRARY_FOR is not None:
+    # Loaded as torch_spyre's device library: spike_torch's own API is the
+    # nkipy device's, which this process does not have.
+    _NKIPY_API = frozenset(__all__) - {"DEVICE_NAME"}
+    for _public in _NKIPY_API:
+        globals().pop(_public, None)
+
+    def __getattr__(name: str) -> Any:
+        if name not in _NKIPY_API:     # submodules are still imported on demand
+            raise AttributeError(f"module 'spike_torch' has no attribute '{name}'")
+        raise ImportError(
+            f"spike_torch.{name}: this process's PrivateUse1 device is '{LIBRARY_FOR}' "
+            f"(torch_spyre); the '{DEVICE_NAME}' device needs a separate process")

@@ -60,7 +60,8 @@ from . import _C, _env, device_module
 
 logger = logging.getLogger("spike_torch")
 
-DEVICE_TYPE = "nkipy"
+#: "nkipy", or "spyre" when torch_spyre loaded the device library
+DEVICE_TYPE = torch._C._get_privateuse1_backend_name()
 
 #: where eager ops on the device ran through Python (spike_torch.op_stats() adds
 #: the C++ cache's calls)
@@ -83,6 +84,39 @@ KEEP_UNDECOMPOSED = ("aten._scaled_dot_product_flash_attention_for_cpu.default",
 #: on the CPU instead of compiling again (a learning rate that changes every
 #: step would otherwise compile a kernel per step).
 MAX_SCALAR_VARIANTS = 16
+
+#: How the device stores tensors, when not strided: set by the front end that
+#: loaded the library (torch_spyre's 128-byte stick tiles, see
+#: :func:`set_storage_policy`). None: tensors are strided over their storage,
+#: kernels read and write them by address.
+_storage: Optional[Any] = None
+
+
+def set_storage_policy(policy: Any) -> None:
+    """Makes eager kernels read and write tensors in the layout ``policy``
+    describes (once, before any op runs). The policy gives:
+
+    * ``key(t)``: what of tensor ``t`` beyond shape, dtype and device a kernel
+      depends on (its strides, offset and storage layout), for the cache key;
+    * ``wrap(f, ts, written)``: ``(g, fakes, images)``; ``g`` computes ``f``'s
+      results from the raw storages of the call's tensors ``ts`` (``fakes``:
+      CPU tensors of their shapes and dtypes, to trace ``g`` with) and returns
+      them in the device layout, followed by the new contents of the storages
+      of the tensors whose indices are listed in ``images`` (those of
+      ``written``, the tensors the op writes);
+    * ``result_spec(raw)``: ``(shape, dtype)`` of the device tensor a kernel
+      output ``raw`` (a fake) is the storage of, given the logical results;
+    * ``copy_storage(dst, src, nbytes)``: copies the first bytes of ``src``'s
+      storage into ``dst``'s;
+    * ``cpu_allowed(name)``: whether op ``name`` runs on the CPU (every other
+      op the device cannot compute raises NotImplementedError);
+    * ``warn_fallback(name, stacklevel)``: warns, once per op, that it runs on
+      the CPU;
+    * ``on_launch(name, n_in, n_out)``: a kernel is about to run (debug logs).
+    """
+    global _storage
+    _storage = policy
+
 
 _CPU = object()          # cache value: this signature runs on the CPU
 _cache: Dict[Any, Any] = {}
@@ -184,6 +218,8 @@ def _sig(a: Any, ts: List[torch.Tensor]) -> Any:
     order :func:`_fill` puts them back in)."""
     if isinstance(a, torch.Tensor):
         ts.append(a)
+        if _storage is not None:
+            return (a.shape, a.dtype, a.device, _storage.key(a))
         return (a.shape, a.dtype, a.device)
     if isinstance(a, (list, tuple)):
         return tuple([_sig(x, ts) for x in a])
@@ -239,6 +275,25 @@ def _has_numbers(info: _OpInfo, args: Sequence[Any], kwargs: Dict[str, Any]) -> 
     return False
 
 
+def _written(info: _OpInfo, args: Sequence[Any], kwargs: Dict[str, Any]) -> List[int]:
+    """Indices, among a call's tensors in :func:`_sig` order, of those the op writes."""
+    positions = {p for p, _ in info.mutable}
+    names = {n for _, n in info.mutable}
+    out: List[int] = []
+    idx = 0
+    for pos, a in enumerate(args):
+        n = len(_leaves(a))
+        if pos in positions:
+            out.extend(range(idx, idx + n))
+        idx += n
+    for name, v in kwargs.items():
+        n = len(_leaves(v))
+        if name in names:
+            out.extend(range(idx, idx + n))
+        idx += n
+    return out
+
+
 def _map(a: Any, fn: Callable[[Any], Any]) -> Any:
     if isinstance(a, (list, tuple)):
         return type(a)(_map(x, fn) for x in a)
@@ -258,7 +313,7 @@ def call(op: Any, args: Sequence[Any], kwargs: Dict[str, Any]) -> Any:
     if hook is not None:
         return hook(*args, **kwargs)
     info = _ops.get(op) or _info(op)
-    if info.device_op:
+    if info.device_op and (_storage is None or not _storage.cpu_allowed(info.name)):
         ts: List[torch.Tensor] = []
         try:
             key = (op, tuple([_sig(a, ts) for a in args]),
@@ -356,8 +411,10 @@ _HOOKS: Dict[Any, Callable[..., Any]] = {
 def _warn(info: _OpInfo) -> None:
     if info.name not in _warned:
         _warned.add(info.name)
-        if _env.fallback_warnings_enabled():
-            warnings.warn(f"nkipy: operator '{info.name}' has no nkipy implementation for these "
+        if _storage is not None:
+            _storage.warn_fallback(info.name, _user_level())
+        elif _env.fallback_warnings_enabled():
+            warnings.warn(f"{DEVICE_TYPE}: operator '{info.name}' has no {DEVICE_TYPE} implementation for these "
                           "arguments; it runs on the CPU (tensors are copied to the host and "
                           "back). This warning is shown once per operator; set "
                           "SPIKE_TORCH_FALLBACK_WARN=0 to silence it.", stacklevel=_user_level())
@@ -415,6 +472,10 @@ def _target_device(args: Sequence[Any], kwargs: Dict[str, Any]) -> Optional[torc
 
 def _cpu(op: Any, info: _OpInfo, args: Sequence[Any], kwargs: Dict[str, Any]) -> Any:
     """Runs ``op`` on host copies of the device tensors; results come back to the device."""
+    if _storage is not None and not _storage.cpu_allowed(info.name):
+        raise NotImplementedError(
+            f"Could not run '{info.name}' with arguments from the '{DEVICE_TYPE}' backend: no "
+            f"{DEVICE_TYPE} kernel computes it for these arguments")
     device = _target_device(args, kwargs)
     stats["cpu_fallback_calls"] += 1
     _warn(info)
@@ -422,7 +483,7 @@ def _cpu(op: Any, info: _OpInfo, args: Sequence[Any], kwargs: Dict[str, Any]) ->
         _C.lib.spike_torch_debug_log(f"CPU fallback: {info.name}".encode())
     if info.view:
         raise RuntimeError(
-            f"nkipy: operator '{info.name}' returns a view of its input, which the CPU fallback "
+            f"{DEVICE_TYPE}: operator '{info.name}' returns a view of its input, which the CPU fallback "
             "can only return as a copy (writes through it would be lost); it is not supported "
             "on the nkipy device")
 
@@ -772,7 +833,14 @@ class _Plan:
         sub = _SUBSTITUTES.get(info.name)
         if sub is not None:
             op = sub     # a backend helper: traced as the public ops it implements
-
+        #: tiled storage: the ts indices whose storages the kernel's last outputs
+        #: rewrite, and the (shape, dtype) of the results it tiles
+        self.images: Optional[List[int]] = None
+        self.logical: List[Tuple[Tuple[int, ...], torch.dtype]] = []
+        if _storage is not None:
+            f, fakes, self.images, self.logical = _storage.wrap(
+                f, ts, _written(info, args, kwargs))
+            wrapped = f
         # core ATen decompositions first; an op the registry does not lower is
         # decomposed further with PyTorch's other decompositions where it has one
         # (upsample_bilinear2d.default, the backend form the eager op dispatches to)
@@ -787,9 +855,13 @@ class _Plan:
                 break
             table = {**table, **extra}
         self.counts = list(counts)
-        self._rewrite(gm, ts)
+        #: tiled storage: new shapes of empty out= tensors the op resizes
+        self.resized: Dict[int, Tuple[int, ...]] = \
+            dict(wrapped.resized) if self.images is not None else {}
+        self._rewrite(gm, ts, fakes if self.images is not None else ts)
 
-    def _rewrite(self, gm: torch.fx.GraphModule, ts: List[torch.Tensor]) -> None:
+    def _rewrite(self, gm: torch.fx.GraphModule, ts: List[torch.Tensor],
+                 kernel_ins: List[torch.Tensor]) -> None:
         """Drops the trailing copies into mutated inputs (the plan does them on the
         device), checks every node lowers, then generates and compiles the kernel."""
         lowering = _lowering()
@@ -811,6 +883,10 @@ class _Plan:
                 if isinstance(dst, torch.fx.Node) and dst.op == "placeholder":
                     mutations.append((placeholders.index(dst), n.args[1]))
                     graph.erase_node(n)
+        if mutations and self.images is not None:
+            # tiled storage: the op's writes come back as storage images (wrap);
+            # a write into a raw storage traced through views would be lost
+            raise _Refuse("writes into its inputs' storages")
         for n in reversed(list(graph.nodes)):
             if n.op == "call_function" and n.target in resizes and not n.users and \
                     isinstance(n.args[0], torch.fx.Node) and n.args[0].op == "placeholder":
@@ -846,11 +922,11 @@ class _Plan:
         graph.lint()
         gm.recompile()
         self.out_specs = [(tuple(o.meta["val"].shape), o.meta["val"].dtype) for o in outs]
-        self.n_results = len(results)
+        self.n_results = len(results) - (len(self.images) if self.images is not None else 0)
         self.mutations = [i for i, _ in mutations]
         examples = [torch.empty(0) for _ in self.in_idx]   # only "a tensor" matters here
         gen = lowering.generate_source(gm, examples)
-        self._compile(gen, [ts[i] for i in self.in_idx], ts)
+        self._compile(gen, [kernel_ins[i] for i in self.in_idx], ts)
 
     def _compile(self, gen: Any, inputs: List[torch.Tensor],
                  inputs_all: List[torch.Tensor]) -> None:
@@ -901,7 +977,8 @@ class _Plan:
         when the C++ cache cannot run this kernel as :meth:`run` does: a tensor
         not on the device (copied per call), a list of tensors returned, a
         mutated argument whose sizes differ from the result's (resized)."""
-        if any(t.device != self.device for t in ts) or any(c >= 2 for c in self.counts):
+        if any(t.device != self.device for t in ts) or any(c >= 2 for c in self.counts) or \
+                self.images is not None:
             return None
         n = self.n_results
         if any(tuple(ts[i].shape) != self.out_specs[n + k][0]
@@ -928,6 +1005,8 @@ class _Plan:
             self._reload()
             kern = self.kern
         dev = self.device
+        if self.images is not None:
+            return self._run_tiled(args, kwargs, ts)
         ins = []
         for i in self.in_idx:
             t = ts[i]
@@ -954,7 +1033,7 @@ class _Plan:
                 ok = dst.untyped_storage().data_ptr() not in in_storages
             direct.append(ok)
             outs.append(dst if ok else torch.empty(shape, dtype=dtype, device=dev))
-        _C.check_live(ins + [ts[i] for i in self.mutations], f"nkipy {self.info.name}")
+        _C.check_live(ins + [ts[i] for i in self.mutations], f"{DEVICE_TYPE} {self.info.name}")
         # by address in the model's order (a zero-size tensor may have none)
         spike.get_spike_singleton().execute_at(
             kern.model_ref, [ins[j].data_ptr() for j in self.in_order] +
@@ -975,6 +1054,29 @@ class _Plan:
                         "inplace, to zero elements with t.resize_(0).", stacklevel=_user_level())
                 dst.resize_(val.shape)
             dst.copy_(val)
+        return self._results(args, kwargs, outs)
+
+    def _run_tiled(self, args: Sequence[Any], kwargs: Dict[str, Any],
+                   ts: List[torch.Tensor]) -> Any:
+        """A call on tiled storage: the kernel reads whole storages and writes
+        the results' storages and new images of the written tensors' storages,
+        copied into them after it ran."""
+        dev = self.device
+        ins = [ts[i] if ts[i].device == dev else ts[i].to(dev) for i in self.in_idx]
+        outs = [torch.empty(shape, dtype=dtype, device=dev) for shape, dtype in self.logical]
+        images = [torch.empty(shape, dtype=dtype, device=dev)
+                  for shape, dtype in self.out_specs[self.n_results:]]
+        _C.check_live(ins + [ts[i] for i in self.images], f"{DEVICE_TYPE} {self.info.name}")
+        _storage.on_launch(self.info.name, len(ins), len(outs) + len(images))
+        spike.get_spike_singleton().execute_at(
+            self.kern.model_ref,
+            [ins[j].untyped_storage().data_ptr() for j in self.in_order] +
+            [t.untyped_storage().data_ptr() for t in outs + images])
+        stats["device_calls"] += 1
+        for i, image in zip(self.images, images):
+            if i in self.resized:
+                ts[i].resize_(self.resized[i])
+            _storage.copy_storage(ts[i], image, image.numel() * image.element_size())
         return self._results(args, kwargs, outs)
 
     def _results(self, args: Sequence[Any], kwargs: Dict[str, Any],
@@ -1003,6 +1105,84 @@ class _Plan:
         with _lock:
             if not self.kern.model_ref.loaded:
                 self.kern = DeviceKernel.from_graph(self.kern.graph, core_id=self.device.index)
+
+
+# ---- whole graphs ------------------------------------------------------------------
+
+class _GraphInfo:
+    """What :class:`_Plan` needs to know of a whole graph: ``n`` tensor results,
+    no argument written (a graph that writes its inputs is refused)."""
+
+    def __init__(self, name: str, n: int) -> None:
+        self.name = name
+        self.view = self.random = False
+        self.device_op = True
+        self.n_returns = n
+        self.ret_alias: List[Optional[Tuple[int, str]]] = [None] * n
+        self.mutable: List[Tuple[int, str]] = []
+        self.tensor_args: List[Tuple[int, str]] = []
+
+
+_HALF = (torch.float16, torch.bfloat16)
+
+
+class _RoundEachOp(torch.fx.Interpreter):
+    """Runs a graph, rounding each op's new float16/bfloat16 result to its
+    dtype as the op's eager kernel does (a fused kernel computes halves in
+    float and would otherwise round only what it stores): traced, the graph's
+    kernel gives the bits of its ops run eagerly, one by one. Views and
+    results written in place are left alone (a copy would cut them off)."""
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        r = super().run_node(n)
+        if n.op in ("call_function", "call_method", "call_module") and \
+                isinstance(r, torch.Tensor) and r.dtype in _HALF and not r._is_view():
+            ins = _leaves([self.env.get(a) for a in n.all_input_nodes])
+            if not any(r is t for t in ins):
+                r = r.float().to(r.dtype)
+        return r
+
+
+def compile_graph(gm: torch.fx.GraphModule, name: str = "graph") -> Callable[..., Tuple[Any, ...]]:
+    """A callable computing ``gm`` (a graph of torch ops, e.g. Dynamo's, returning
+    a tuple) on device tensors as one device kernel per argument signature,
+    built the way eager ops are (one kernel builder). A signature the device
+    cannot compute as one kernel -- an op without a lowering, a graph that
+    writes its inputs, tensors that need gradients -- runs ``gm`` op by op
+    (each op an eager device op). Returns a tuple, as ``gm`` does."""
+    outputs = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+    n_out = len(outputs) if isinstance(outputs, (list, tuple)) else 1
+    info = _GraphInfo(name, n_out)
+    plans: Dict[Any, Any] = {}
+
+    def body(*xs: Any) -> Any:
+        r = _RoundEachOp(gm).run(*xs)
+        r = tuple(r) if isinstance(r, (list, tuple)) else (r,)
+        return r if n_out > 1 else r[0]
+
+    def run(*args: Any) -> Tuple[Any, ...]:
+        ts: List[torch.Tensor] = []
+        try:
+            key = tuple([_sig(a, ts) for a in args])
+        except TypeError:
+            return gm(*args)
+        if torch.is_grad_enabled() and any(t.requires_grad for t in ts):
+            return gm(*args)     # autograd records the eager ops
+        plan = plans.get(key)
+        if plan is None:
+            try:
+                with _lock:
+                    plan = _Plan(body, info, args, {}, ts)
+            except Exception as exc:
+                logger.debug("graph %s runs op by op: %s: %s", name, type(exc).__name__, exc)
+                plan = _CPU
+            plans[key] = plan
+        if plan is _CPU:
+            return gm(*args)
+        res = plan.run(args, {}, ts)
+        return tuple(res) if n_out > 1 else (res,)
+
+    return run
 
 
 def _cpu_device(a: Any) -> Any:

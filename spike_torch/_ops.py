@@ -127,7 +127,7 @@ _orig_str = torch._tensor_str._str
 
 def _str(self: torch.Tensor, *, tensor_contents: Optional[str] = None) -> str:
     """Prints an nkipy tensor from a host copy of its data (one D2H copy, no fallback ops)."""
-    if tensor_contents is None and self.device.type == "nkipy" and type(self) in (
+    if tensor_contents is None and self.device.type == torch._C._get_privateuse1_backend_name() and type(self) in (
             torch.Tensor, torch.nn.Parameter) and not self.is_sparse:
         with torch.no_grad():
             host = self.detach().cpu()

@@ -25,6 +25,12 @@ __all__ = [
 logger = logging.getLogger("spike_torch")
 
 DeviceLike = Union[int, str, torch.device, None]
+
+
+def _name() -> str:
+    """The device's name: "nkipy", or "spyre" when torch_spyre loaded the device
+    library (PrivateUse1 is renamed before any tensor exists)."""
+    return torch._C._get_privateuse1_backend_name()
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
@@ -123,7 +129,7 @@ def _device_index(dev: DeviceLike, optional: bool = True) -> int:
     if isinstance(dev, str):
         dev = torch.device(dev)
     if isinstance(dev, torch.device):
-        if dev.type != "nkipy":
+        if dev.type != _name():
             raise ValueError(f"expected an nkipy device, got {dev}")
         return current_device() if dev.index is None else dev.index
     if isinstance(dev, bool) or not isinstance(dev, int):
@@ -184,7 +190,7 @@ class _OfThisDevice(type):
     _base: Any = None
 
     def __instancecheck__(cls, obj: Any) -> bool:
-        return isinstance(obj, cls._base) and obj.device.type == "nkipy"
+        return isinstance(obj, cls._base) and obj.device.type == _name()
 
 
 class Stream(metaclass=_OfThisDevice):
@@ -196,7 +202,7 @@ class Stream(metaclass=_OfThisDevice):
 
     def __new__(cls, device: DeviceLike = None, priority: int = 0) -> torch.Stream:
         idx = _check_index(_device_index(device))
-        return torch.Stream(device=torch.device("nkipy", idx), priority=priority)
+        return torch.Stream(device=torch.device(_name(), idx), priority=priority)
 
 
 class Event(metaclass=_OfThisDevice):
@@ -208,14 +214,14 @@ class Event(metaclass=_OfThisDevice):
 
     def __new__(cls, enable_timing: bool = False, blocking: bool = False,
                 interprocess: bool = False) -> torch.Event:
-        return torch.Event(device="nkipy", enable_timing=enable_timing, blocking=blocking,
+        return torch.Event(device=_name(), enable_timing=enable_timing, blocking=blocking,
                            interprocess=interprocess)
 
 
 def current_stream(dev: DeviceLike = None) -> torch.Stream:
     """The current stream of a device (the current device by default)."""
     idx = _check_index(_device_index(dev))
-    return torch.accelerator.current_stream(torch.device("nkipy", idx))
+    return torch.accelerator.current_stream(torch.device(_name(), idx))
 
 
 def default_stream(dev: DeviceLike = None) -> torch.Stream:
@@ -227,7 +233,7 @@ def set_stream(stream: torch.Stream) -> None:
     """Makes ``stream`` current on its device."""
     if stream is None:
         return
-    if stream.device.type != "nkipy":
+    if stream.device.type != _name():
         raise ValueError(f"set_stream needs a stream of the nkipy device, got one of "
                          f"{stream.device.type!r}")
     torch.accelerator.set_stream(stream)
@@ -349,7 +355,7 @@ def default_generator(index: Optional[int] = None) -> torch.Generator:
     index = _check_index(current_device() if index is None else index)
     gen = _generators.get(index)
     if gen is None:
-        gen = torch.Generator(device=f"nkipy:{index}")
+        gen = torch.Generator(device=f"{_name()}:{index}")
         gen.manual_seed(torch.initial_seed())
         _generators[index] = gen
     return gen

@@ -12,6 +12,25 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 
+# ---- two devices, two processes -------------------------------------------
+# PyTorch has one PrivateUse1 device per process. The spyre device's tests
+# (tests/torch_spyre) run in a pytest process of their own, started by
+# tests/test_spyre_process.py with TORCH_SPYRE_TESTS=1; in that process every
+# other test directory is left out, and in every other process that one.
+_SPYRE_DIR = os.path.join(ROOT, "tests", "torch_spyre")
+SPYRE_PROCESS = os.environ.get("TORCH_SPYRE_TESTS") == "1"
+
+
+def pytest_ignore_collect(collection_path, config):
+    path = str(collection_path)
+    in_spyre = path == _SPYRE_DIR or path.startswith(_SPYRE_DIR + os.sep)
+    if SPYRE_PROCESS:
+        # keep tests/ itself and its conftest, the spyre directory, nothing else
+        return not (in_spyre or path == os.path.join(ROOT, "tests") or
+                    _SPYRE_DIR.startswith(path + os.sep))
+    return True if in_spyre else None
+
+
 @pytest.fixture(scope="session")
 def nkipy_cache(tmp_path_factory) -> str:
     """A torch_to_nkipy cache directory shared by the session's tests."""

@@ -133,6 +133,7 @@ class NkipyAllocator final : public c10::DeviceAllocator {
   void free_block(Block* b) {
     std::lock_guard<std::mutex> lock(mu_);
     Segment* seg = b->seg;
+    b->layout.reset();
     if (seg->generation != generation_) {  // runtime closed since: memory already gone
       b->allocated = false;
       maybe_delete_stale(seg);
@@ -484,6 +485,7 @@ class NkipyAllocator final : public c10::DeviceAllocator {
     }
     b->allocated = true;
     b->requested = n;
+    b->layout.reset();
     s.allocated_bytes.add(b->size);
     s.active_bytes.add(b->size);
     s.requested_bytes.add(n);

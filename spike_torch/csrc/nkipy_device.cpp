@@ -12,6 +12,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
 #include <string>
 
 #include "nkipy_device.h"
@@ -53,6 +55,16 @@ int device_count_raw() noexcept {
 
 thread_local constinit c10::DeviceIndex t_current_device = 0;
 
+namespace {
+// The personality: set once by spike_torch_set_personality (before it, the
+// strided "nkipy" one is assumed by messages, and no factory kernel exists).
+char g_device_name[16] = "nkipy";
+std::atomic<int> g_personality{0};  // 0 unset, 1 strided, 2 tiled
+}  // namespace
+
+const char* device_name() { return g_device_name; }
+bool tiled_layout() { return g_personality.load(std::memory_order_relaxed) == 2; }
+
 void check_device_index(c10::DeviceIndex index) {
   int count = device_count_raw();
   TORCH_CHECK(index >= 0 && index < count, "Invalid nkipy device index ", static_cast<int>(index),
@@ -76,6 +88,42 @@ __attribute__((visibility("default"))) void spike_torch_set_options(int debug,
                                                                     int fallback_warn) {
   g_debug = debug;
   g_fallback_warn = fallback_warn;
+}
+
+// Gives the library its personality: the device's name and its storage
+// (tiled != 0: 128-byte sticks, the spyre device; else strided, nkipy), and
+// registers the factory, fill and copy kernels of that storage. Once per
+// process; a second call with another personality fails (PyTorch has one
+// PrivateUse1 device per process). Returns 0, or -1 with a message in `err`.
+__attribute__((visibility("default"))) int spike_torch_set_personality(const char* name,
+                                                                        int tiled, char* err,
+                                                                        size_t n) {
+  int want = tiled ? 2 : 1;
+  int have = g_personality.load();
+  if (have != 0) {
+    if (have == want && std::strcmp(name, g_device_name) == 0) return 0;
+    std::snprintf(err, n, "this process's device library already serves the '%s' device",
+                  g_device_name);
+    return -1;
+  }
+  if (std::strlen(name) == 0 || std::strlen(name) >= sizeof(g_device_name)) {
+    std::snprintf(err, n, "bad device name '%s'", name);
+    return -1;
+  }
+  try {
+    if (tiled) {
+      register_tiled_kernels();
+    } else {
+      register_strided_factories();
+      register_strided_copies();
+    }
+  } catch (const std::exception& e) {
+    std::snprintf(err, n, "%s", e.what());
+    return -1;
+  }
+  std::snprintf(g_device_name, sizeof(g_device_name), "%s", name);
+  g_personality = want;
+  return 0;
 }
 
 __attribute__((visibility("default"))) int spike_torch_get_device() {

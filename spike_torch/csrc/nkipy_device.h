@@ -13,6 +13,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <optional>
+#include <memory>
+#include <vector>
 
 #include "spike_capi.h"
 
@@ -52,6 +55,50 @@ extern thread_local constinit c10::DeviceIndex t_current_device;
 
 void check_device_index(c10::DeviceIndex index);
 
+// The personality the front end that loaded the library gave it
+// (spike_torch_set_personality): its device name ("nkipy" or "spyre") and
+// whether tensors are stored in 128-byte sticks (spyre) or strided (nkipy).
+// Set once, before any tensor exists.
+const char* device_name();
+bool tiled_layout();
+
+// ---------------------------------------------------------------------------
+// Stick-tiled layouts (stick_layout.cpp), the spyre personality's storage
+// ---------------------------------------------------------------------------
+
+// How a storage of the tiled personality holds its tensor: the host tensor of
+// `host_size` (row-major) lies in device memory as a row-major array of
+// `device_size` elements of `device_dtype`; device dimension k walks host
+// dimension dim_map[k] (the stick dimension appears twice: its tiles, and
+// last, its elements within a 128-byte stick; -1 in a 0-d layout).
+struct StickLayout {
+  std::vector<int64_t> host_size;
+  std::vector<int64_t> device_size;
+  std::vector<int64_t> dim_map;
+  at::ScalarType device_dtype;
+};
+
+constexpr int64_t kStickBytes = 128;
+
+// The dtype the device stores a host dtype in (int64 as int32, bool as
+// float16); throws TypeError for dtypes the tiled device does not hold.
+at::ScalarType stick_device_dtype(at::ScalarType host);
+
+// The default tiling of a host tensor (size-1 dimensions dropped, the last
+// dimension of dim_order, or of the tensor, in sticks).
+StickLayout default_stick_layout(c10::IntArrayRef sizes, at::ScalarType host_dtype,
+                                 c10::IntArrayRef dim_order = {});
+
+// Bytes of device memory a layout covers: 128 x prod(device_size[:-1]).
+size_t stick_layout_bytes(const StickLayout& layout);
+
+// The layout recorded for a storage's memory (NULL when none is).
+std::shared_ptr<const StickLayout> storage_layout(const c10::Storage& storage);
+void set_storage_layout(const c10::Storage& storage, std::shared_ptr<const StickLayout> layout);
+
+// The tiled personality's factory kernels (registered by stick_layout.cpp).
+void register_tiled_kernels();
+
 // ---------------------------------------------------------------------------
 // The caching allocator (allocator.cpp)
 // ---------------------------------------------------------------------------
@@ -67,6 +114,9 @@ struct Block {
   bool allocated;
   Block* prev;
   Block* next;
+  // tiled personality: how the tensor the block holds is laid out (reset on
+  // every allocation and free)
+  std::shared_ptr<const StickLayout> layout{};
 };
 
 struct Segment {
@@ -116,5 +166,29 @@ at::Tensor nkipy_copy_from(const at::Tensor& self, const at::Tensor& dst, bool n
 
 // Grows `storage` to `nbytes` (new device memory, old bytes copied by nkrt).
 void grow_storage(const c10::Storage& storage, size_t nbytes);
+
+// Registers the strided personality's kernels that the tiled one replaces
+// (factories, fills, copies, resize_, _local_scalar_dense).
+void register_strided_factories();
+void register_strided_copies();
+
+// Makes `index` the thread's current device until the scope ends (also when
+// an exception leaves it), so the allocator serves that device.
+struct CurrentDeviceScope {
+  explicit CurrentDeviceScope(c10::DeviceIndex index) : saved(t_current_device) {
+    t_current_device = index;
+  }
+  ~CurrentDeviceScope() { t_current_device = saved; }
+  CurrentDeviceScope(const CurrentDeviceScope&) = delete;
+  CurrentDeviceScope& operator=(const CurrentDeviceScope&) = delete;
+  c10::DeviceIndex saved;
+};
+
+// The device a factory call allocates on: the one given, else the current one.
+c10::DeviceIndex factory_device(std::optional<at::Device> device);
+
+// Reads or writes `n` bytes at byte `offset` of a device storage.
+void storage_read(const c10::Storage& storage, uint64_t offset, void* dst, uint64_t n);
+void storage_write(const c10::Storage& storage, uint64_t offset, const void* src, uint64_t n);
 
 }  // namespace spike_torch

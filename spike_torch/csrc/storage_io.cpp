@@ -243,9 +243,24 @@ void write_bytes(const at::Tensor& t, const void* src, uint64_t size) {
 // Registrations
 // ---------------------------------------------------------------------------
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("_copy_from", TORCH_FN(nkipy_copy_from));
-  m.impl("_copy_from_and_resize", TORCH_FN(nkipy_copy_from_and_resize));
+void register_strided_copies() {
+  static torch::Library* lib =
+      new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__,
+                         __LINE__);
+  lib->impl("_copy_from", TORCH_FN(nkipy_copy_from));
+  lib->impl("_copy_from_and_resize", TORCH_FN(nkipy_copy_from_and_resize));
+}
+
+void storage_read(const c10::Storage& storage, uint64_t offset, void* dst, uint64_t n) {
+  if (n == 0) return;
+  check_storage_live(storage, "device read");
+  dev_read(locate_storage(storage), offset, dst, n, "device read");
+}
+
+void storage_write(const c10::Storage& storage, uint64_t offset, const void* src, uint64_t n) {
+  if (n == 0) return;
+  check_storage_live(storage, "device write");
+  dev_write(locate_storage(storage), offset, src, n, "device write");
 }
 
 }  // namespace spike_torch

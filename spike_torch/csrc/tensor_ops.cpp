@@ -28,25 +28,16 @@
 namespace spike_torch {
 namespace {
 
-// Makes `index` the thread's current device until the scope ends (also when
-// an exception leaves it), so the allocator serves that device.
-struct CurrentDeviceScope {
-  explicit CurrentDeviceScope(c10::DeviceIndex index) : saved(t_current_device) {
-    t_current_device = index;
-  }
-  ~CurrentDeviceScope() { t_current_device = saved; }
-  CurrentDeviceScope(const CurrentDeviceScope&) = delete;
-  CurrentDeviceScope& operator=(const CurrentDeviceScope&) = delete;
-  c10::DeviceIndex saved;
-};
+}  // namespace
 
-// The device a factory call allocates on: the one given, else the current one.
 c10::DeviceIndex factory_device(std::optional<at::Device> device) {
   c10::Device dev = device.value_or(c10::Device(kNkipy, t_current_device));
   c10::DeviceIndex index = dev.has_index() ? dev.index() : t_current_device;
   check_device_index(index);
   return index;
 }
+
+namespace {
 
 at::Tensor nkipy_empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarType> dtype,
                                      std::optional<at::Layout> layout,
@@ -219,26 +210,35 @@ at::Scalar nkipy_local_scalar_dense(const at::Tensor& self) {
 // Registrations
 // ---------------------------------------------------------------------------
 
+// The metadata kernels serve both personalities (a view of a tiled tensor has
+// sizes and strides over its storage's host tensor); the factories, fills,
+// resize_ and _local_scalar_dense only the strided one (register_strided_factories).
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("empty.memory_format", TORCH_FN(nkipy_empty_memory_format));
-  m.impl("empty_strided", TORCH_FN(nkipy_empty_strided));
   m.impl("as_strided", TORCH_FN(nkipy_as_strided));
   m.impl("view", TORCH_FN(nkipy_view));
   m.impl("_reshape_alias", TORCH_FN(nkipy_reshape_alias));
   m.impl("unfold", TORCH_FN(nkipy_unfold));
-  // metadata-only views; without them the CPU fallback returned copies, and
-  // writes through y.real / y.imag were lost
-  m.impl("view_as_real", TORCH_FN(at::native::view_as_real));
-  m.impl("view_as_complex", TORCH_FN(at::native::view_as_complex));
-  m.impl("resize_", TORCH_FN(nkipy_resize_));
   m.impl("set_.source_Storage_storage_offset", TORCH_FN(nkipy_set_source_storage_offset));
   m.impl("set_.source_Storage", TORCH_FN(nkipy_set_source_storage));
   m.impl("set_.source_Tensor", TORCH_FN(nkipy_set_source_tensor));
   m.impl("set_", TORCH_FN(nkipy_set_empty));
-  m.impl("fill_.Scalar", TORCH_FN(nkipy_fill_scalar));
-  m.impl("fill_.Tensor", TORCH_FN(nkipy_fill_tensor));
-  m.impl("zero_", TORCH_FN(nkipy_zero));
-  m.impl("_local_scalar_dense", TORCH_FN(nkipy_local_scalar_dense));
+}
+
+void register_strided_factories() {
+  static torch::Library* lib =
+      new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__,
+                         __LINE__);
+  lib->impl("empty.memory_format", TORCH_FN(nkipy_empty_memory_format));
+  lib->impl("empty_strided", TORCH_FN(nkipy_empty_strided));
+  // metadata-only views; without them the CPU fallback returned copies, and
+  // writes through y.real / y.imag were lost
+  lib->impl("view_as_real", TORCH_FN(at::native::view_as_real));
+  lib->impl("view_as_complex", TORCH_FN(at::native::view_as_complex));
+  lib->impl("resize_", TORCH_FN(nkipy_resize_));
+  lib->impl("fill_.Scalar", TORCH_FN(nkipy_fill_scalar));
+  lib->impl("fill_.Tensor", TORCH_FN(nkipy_fill_tensor));
+  lib->impl("zero_", TORCH_FN(nkipy_zero));
+  lib->impl("_local_scalar_dense", TORCH_FN(nkipy_local_scalar_dense));
 }
 
 }  // namespace spike_torch

@@ -1,0 +1,72 @@
+"""torch.compile with no backend= on spyre tensors (the device compiler, one
+kernel per graph), bit for bit the eager result; CPU graphs still go to
+inductor; the "sendnn" emulation backend."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+F = torch.nn.functional
+_g = torch.Generator().manual_seed(1)
+
+
+def _softmax0(t):
+    return torch.softmax(t, dim=0)
+
+
+def _chain(a, b):
+    return F.gelu(a * b + 1).sum(-1)
+
+
+def _block(x, w, b):
+    h = F.layer_norm(x, (x.shape[-1],))
+    return F.silu(h @ w + b).softmax(-1)
+
+
+@pytest.mark.parametrize("fn,shapes", [
+    (_softmax0, [(512, 1024)]),
+    (_chain, [(128, 64), (128, 64)]),
+    (_block, [(16, 96), (96, 40), (40,)]),
+])
+def test_compiled_equals_eager_bit_for_bit(fn, shapes):
+    host = [torch.randn(s, generator=_g).half() for s in shapes]
+    dev = [h.to("spyre") for h in host]
+    eager = fn(*dev)
+    compiled = torch.compile(fn)(*dev)
+    assert compiled.device.type == "spyre"
+    assert torch.equal(compiled.cpu(), eager.cpu())
+    torch.testing.assert_close(compiled.cpu().float(), fn(*[h.float() for h in host]),
+                               rtol=2e-2, atol=2e-2)
+
+
+def test_compiled_module():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(),
+                                torch.nn.Linear(64, 8)).half()
+    x = torch.randn(4, 32).half()
+    want = model(x)
+    model.to("spyre")
+    with torch.no_grad():
+        got = torch.compile(model)(x.to("spyre"))
+    torch.testing.assert_close(got.cpu(), want.detach(), rtol=2e-3, atol=2e-3)
+
+
+def test_cpu_graphs_still_use_inductor():
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    counter = CompileCounterWithBackend("inductor")
+    x = torch.randn(16, 16, generator=_g)
+    out = torch.compile(lambda t: t.sin() + 1, backend=counter)(x)
+    assert counter.frame_count == 1
+    torch.testing.assert_close(out, x.sin() + 1)
+    # the default backend on CPU tensors: inductor's own result
+    torch.testing.assert_close(torch.compile(lambda t: t.cos() * 2)(x), x.cos() * 2)
+
+
+def test_sendnn_backend_emulates_the_device():
+    x = torch.randn(64, 70, generator=_g).half()
+    fn = lambda t: F.softplus(t, beta=1, threshold=20) * 2   # noqa: E731
+    got = torch.compile(fn, backend="sendnn")(x)
+    assert got.device.type == "cpu"
+    assert torch.equal(got, torch.compile(fn)(x.to("spyre")).cpu())
+    torch.testing.assert_close(got, fn(x), rtol=2e-3, atol=2e-3)
