@@ -254,6 +254,7 @@ bench: venv $(VENV)/.bench-deps $(VENV)/.bench-models-deps $(BUILD)/bench_nkrt $
 	$(PY) bench/run.py --c-bench $(BUILD)/bench_nkrt --neff-dir $(BUILD)/neff
 	$(PY) bench/bench_nkipy.py
 	$(PY) bench/bench_spike_torch.py
+	$(PY) bench/bench_spyre.py
 	$(PY) bench/bench_torch_compile.py
 	$(PY) bench/bench_spiky.py
 	$(PY) bench/bench_collectives.py

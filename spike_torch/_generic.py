@@ -977,13 +977,21 @@ class _Plan:
         when the C++ cache cannot run this kernel as :meth:`run` does: a tensor
         not on the device (copied per call), a list of tensors returned, a
         mutated argument whose sizes differ from the result's (resized)."""
-        if any(t.device != self.device for t in ts) or any(c >= 2 for c in self.counts) or \
-                self.images is not None:
+        if any(t.device != self.device for t in ts) or any(c >= 2 for c in self.counts):
             return None
         n = self.n_results
-        if any(tuple(ts[i].shape) != self.out_specs[n + k][0]
-               for k, i in enumerate(self.mutations)):
-            return None
+        if self.images is not None:
+            # tiled: fresh results of the logical shapes, then the written
+            # storages' images (copied over them); no resize in C++
+            if self.resized:
+                return None
+            outs = list(self.logical) + list(self.out_specs[n:])
+            mutations = list(self.images)
+        else:
+            if any(tuple(ts[i].shape) != self.out_specs[n + k][0]
+                   for k, i in enumerate(self.mutations)):
+                return None
+            outs, mutations = self.out_specs, self.mutations
         rets, k = [], 0
         for c, alias in zip(self.counts, self.info.ret_alias):
             if alias is not None:
@@ -994,8 +1002,7 @@ class _Plan:
                 rets.append(("output", k))
                 k += 1
         return (self.device.index, [self.in_idx[j] for j in self.in_order],
-                [(list(shape), dtype) for shape, dtype in self.out_specs], n,
-                list(self.mutations), rets)
+                [(list(shape), dtype) for shape, dtype in outs], n, mutations, rets)
 
     # ---- a call -----------------------------------------------------------------
 

@@ -104,6 +104,19 @@ bool encode(const c10::IValue& v, std::vector<int64_t>& words, std::vector<at::T
     words.push_back(t.is_contiguous() ? 1 : 0);
     words.push_back(t.dim());
     for (int64_t s : t.sizes()) words.push_back(s);
+    if (tiled_layout()) {
+      // a tiled tensor's kernel reads its whole storage: the layout of that,
+      // and where the tensor lies in it, are part of the key
+      for (int64_t s : t.strides()) words.push_back(s);
+      words.push_back(t.storage_offset());
+      std::shared_ptr<const StickLayout> l = storage_layout(t.storage());
+      if (!l) return false;
+      words.push_back(static_cast<int64_t>(l->device_dtype));
+      for (const auto* v : {&l->host_size, &l->device_size, &l->dim_map}) {
+        words.push_back(static_cast<int64_t>(v->size()));
+        words.insert(words.end(), v->begin(), v->end());
+      }
+    }
     ts.push_back(t);
     return true;
   }
@@ -254,8 +267,70 @@ void check_live(const c10::OperatorHandle& op, const at::Tensor& t) {
   check_storage_live(t.storage(), what.c_str());
 }
 
+// The returns of a call, in place of its arguments on the stack.
+void push_returns(const Entry& e, const std::vector<at::Tensor>& outs, torch::jit::Stack* stack,
+                  size_t n_args) {
+  size_t first = stack->size() - n_args;   // the call's arguments on the stack
+  std::vector<c10::IValue> rets;
+  rets.reserve(e.rets.size());
+  for (const RetSpec& r : e.rets) {
+    if (r.kind == Ret::Output)
+      rets.emplace_back(outs[r.index]);
+    else if (r.kind == Ret::Arg)
+      rets.push_back((*stack)[first + r.index]);
+    else
+      rets.emplace_back();
+  }
+  torch::jit::drop(*stack, n_args);
+  for (c10::IValue& v : rets) stack->push_back(std::move(v));
+}
+
+void execute(const Entry& e, std::vector<void*>& addresses) {
+  Gil gil;
+  if (capi().model_execute_at(e.model, addresses.data(),
+                              static_cast<uint32_t>(addresses.size())) < 0)
+    throw_python_error();
+}
+
+// A call on tiled storage (the spyre personality, torch_spyre/_kernels.py):
+// the kernel reads its inputs' whole storages and writes fresh results, then
+// a new image of each written tensor's storage, copied over it afterwards.
+void run_tiled(const c10::OperatorHandle& op, const Entry& e, const std::vector<at::Tensor>& ts,
+               torch::jit::Stack* stack, size_t n_args) {
+  size_t n_in = e.in_idx.size(), n_out = e.outs.size();
+  c10::Device device(kNkipy, e.core);
+  std::vector<void*> addresses(n_in + n_out, nullptr);
+  for (size_t k = 0; k < n_in; k++) {
+    const at::Tensor& t = ts[e.in_idx[k]];
+    check_live(op, t);
+    addresses[k] = t.storage().mutable_data();
+  }
+  std::vector<at::Tensor> outs(n_out);
+  for (size_t j = 0; j < n_out; j++) {
+    outs[j] = at::empty(e.outs[j].sizes, at::TensorOptions().dtype(e.outs[j].dtype).device(device));
+    addresses[n_in + j] = outs[j].storage().mutable_data();
+  }
+  for (size_t k = 0; k < e.mutations.size(); k++) check_live(op, ts[e.mutations[k]]);
+  execute(e, addresses);
+  for (size_t k = 0; k < e.mutations.size(); k++) {
+    const at::Tensor& image = outs[e.n_results + k];
+    const at::Tensor& dst = ts[e.mutations[k]];
+    uint64_t n = static_cast<uint64_t>(image.numel()) * image.element_size();
+    if (n == 0) continue;
+    DevLoc s = locate_storage(image.storage()), d = locate_storage(dst.storage());
+    check_status(capi().tensor_copy(s.generation, s.tensor, s.offset, d.tensor, d.offset, n),
+                 "device copy of a written storage");
+  }
+  g_hits.fetch_add(1, std::memory_order_relaxed);
+  push_returns(e, outs, stack, n_args);
+}
+
 void run(const c10::OperatorHandle& op, const Entry& e, const std::vector<at::Tensor>& ts,
          torch::jit::Stack* stack, size_t n_args) {
+  if (tiled_layout()) {
+    run_tiled(op, e, ts, stack, n_args);
+    return;
+  }
   size_t n_in = e.in_idx.size(), n_out = e.outs.size();
   c10::Device device(kNkipy, e.core);
   std::vector<at::Tensor> ins(n_in);
@@ -285,28 +360,11 @@ void run(const c10::OperatorHandle& op, const Entry& e, const std::vector<at::Te
         ok ? dst : at::empty(s.sizes, at::TensorOptions().dtype(s.dtype).device(device));
   }
   for (size_t j = 0; j < n_out; j++) addresses[n_in + j] = outs[j].data_ptr();
-  {
-    Gil gil;
-    if (capi().model_execute_at(e.model, addresses.data(),
-                                static_cast<uint32_t>(addresses.size())) < 0)
-      throw_python_error();
-  }
+  execute(e, addresses);
   for (size_t k = 0; k < e.mutations.size(); k++)
     if (!direct[k]) ts[e.mutations[k]].copy_(outs[e.n_results + k]);
   g_hits.fetch_add(1, std::memory_order_relaxed);
-  size_t first = stack->size() - n_args;   // the call's arguments on the stack
-  std::vector<c10::IValue> rets;
-  rets.reserve(e.rets.size());
-  for (const RetSpec& r : e.rets) {
-    if (r.kind == Ret::Output)
-      rets.emplace_back(outs[r.index]);
-    else if (r.kind == Ret::Arg)
-      rets.push_back((*stack)[first + r.index]);
-    else
-      rets.emplace_back();
-  }
-  torch::jit::drop(*stack, n_args);
-  for (c10::IValue& v : rets) stack->push_back(std::move(v));
+  push_returns(e, outs, stack, n_args);
 }
 
 void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {

@@ -149,3 +149,39 @@ def test_item_and_printing():
     t = torch.tensor([[1.5, 2.0]], dtype=torch.float16, device="spyre")
     assert t[0, 1].item() == 2.0
     assert "device='spyre:0'" in repr(t)
+
+
+def _fast_calls():
+    return torch_spyre.spike_torch._C.eager_cache.eager_stats()["fast_calls"]
+
+
+def test_second_call_runs_from_the_cpp_cache():
+    """A call whose kernel is built runs from the device library's C++ call
+    cache, tiled storage and in-place writes through views included."""
+    host = torch.randn(6, 70, generator=_g).half()
+    dev = host.to("spyre")
+    other = torch.randn(6, 70, generator=_g).half()
+    o = other.to("spyre")
+    for step in range(3):
+        before = _fast_calls()
+        want = host + other
+        r = dev + o
+        assert torch.equal(r.cpu(), want)
+        dev[1:5, 2:40:2].mul_(0.5)
+        host[1:5, 2:40:2].mul_(0.5)
+        if step:
+            assert _fast_calls() == before + 2
+        assert torch.equal(dev.cpu(), host)
+    assert torch.equal((dev + o).cpu(), host + other)
+
+
+def test_cache_key_has_the_layout():
+    """The same shapes in another storage layout are another kernel."""
+    from torch_spyre._C import SpyreTensorLayout
+
+    host = torch.randn(5, 70, generator=_g).half()
+    a = host.to("spyre")
+    b = host.to("spyre", device_layout=SpyreTensorLayout([5, 70], torch.float16, [1, 0]))
+    for _ in range(2):
+        assert torch.equal((a * 3).cpu(), host * 3)
+        assert torch.equal((b * 3).cpu(), host * 3)
