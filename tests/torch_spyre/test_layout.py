@@ -45,7 +45,8 @@ def test_layout_type():
 
 
 def test_layout_errors():
-    with pytest.raises(TypeError, match="holds no torch.float64 tensors"):
+    with pytest.raises(TypeError, match="the spyre device holds no torch.float64 tensors: it "
+                                        "holds float16"):
         SpyreTensorLayout([4], torch.float64)
     with pytest.raises(ValueError, match="not a permutation"):
         SpyreTensorLayout([4, 4], torch.float16, [0, 0])
@@ -113,7 +114,7 @@ def test_dim_order_layout(spyre):
 
 def test_device_layout_errors(spyre):
     stl = SpyreTensorLayout([5, 70], torch.float16)
-    with pytest.raises(ValueError, match="is held as DataFormats.IEEE_FP32"):
+    with pytest.raises(ValueError, match="a torch.float32 tensor is held as DataFormats.IEEE_FP32"):
         torch.empty(5, 70, device=spyre, device_layout=stl)
     with pytest.raises(ValueError, match="cannot hold a tensor of size"):
         torch.empty(6, 70, dtype=torch.float16, device=spyre, device_layout=stl)
