@@ -98,14 +98,14 @@ def set_storage_policy(policy: Any) -> None:
 
     * ``key(t)``: what of tensor ``t`` beyond shape, dtype and device a kernel
       depends on (its strides, offset and storage layout), for the cache key;
-    * ``wrap(f, ts, written)``: ``(g, fakes, images)``; ``g`` computes ``f``'s
-      results from the raw storages of the call's tensors ``ts`` (``fakes``:
-      CPU tensors of their shapes and dtypes, to trace ``g`` with) and returns
-      them in the device layout, followed by the new contents of the storages
-      of the tensors whose indices are listed in ``images`` (those of
-      ``written``, the tensors the op writes);
-    * ``result_spec(raw)``: ``(shape, dtype)`` of the device tensor a kernel
-      output ``raw`` (a fake) is the storage of, given the logical results;
+    * ``wrap(f, ts, written)``: ``(g, fakes, images, logical)``; ``g`` computes
+      ``f``'s results from the raw storages of the call's tensors ``ts``
+      (``fakes``: CPU tensors of the storages' shapes and dtypes, to trace ``g``
+      with) and returns them in the device layout, followed by the new contents
+      of the storages of the tensors whose indices are listed in ``images``
+      (those of ``written``, the tensors the op writes); once traced,
+      ``logical`` holds the (shape, dtype) of each result and ``g.resized``
+      the new shape of each written tensor the op resized (an empty ``out=``);
     * ``copy_storage(dst, src, nbytes)``: copies the first bytes of ``src``'s
       storage into ``dst``'s;
     * ``cpu_allowed(name)``: whether op ``name`` runs on the CPU (every other
@@ -1150,6 +1150,38 @@ class _RoundEachOp(torch.fx.Interpreter):
         return r
 
 
+def _outputs_alias(gm: torch.fx.GraphModule) -> bool:
+    """Whether the graph's outputs share memory with its inputs or with each
+    other, by the fake values Dynamo recorded (True when one is missing)."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    def ref(node: Any) -> Any:
+        val = node.meta.get("example_value") if isinstance(node, torch.fx.Node) else None
+        if not isinstance(val, torch.Tensor):
+            return None
+        return StorageWeakRef(val.untyped_storage())
+
+    seen = set()
+    for p in gm.graph.nodes:
+        if p.op == "placeholder":
+            if "example_value" not in p.meta:
+                return True
+            r = ref(p)
+            if r is not None:
+                seen.add(r)
+    outputs = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+    for o in outputs if isinstance(outputs, (list, tuple)) else [outputs]:
+        if isinstance(o, torch.fx.Node):
+            if "example_value" not in o.meta:
+                return True
+            r = ref(o)
+            if r is not None:
+                if r in seen:
+                    return True
+                seen.add(r)
+    return False
+
+
 def compile_graph(gm: torch.fx.GraphModule, name: str = "graph") -> Callable[..., Tuple[Any, ...]]:
     """A callable computing ``gm`` (a graph of torch ops, e.g. Dynamo's, returning
     a tuple) on device tensors as one device kernel per argument signature,
@@ -1161,6 +1193,9 @@ def compile_graph(gm: torch.fx.GraphModule, name: str = "graph") -> Callable[...
     n_out = len(outputs) if isinstance(outputs, (list, tuple)) else 1
     info = _GraphInfo(name, n_out)
     plans: Dict[Any, Any] = {}
+    # one kernel returns fresh tensors: a graph returning an input, a view of
+    # one or two views of one tensor (which must stay views) runs op by op
+    aliasing = _outputs_alias(gm)
 
     def body(*xs: Any) -> Any:
         r = _RoundEachOp(gm).run(*xs)
@@ -1173,8 +1208,8 @@ def compile_graph(gm: torch.fx.GraphModule, name: str = "graph") -> Callable[...
             key = tuple([_sig(a, ts) for a in args])
         except TypeError:
             return gm(*args)
-        if torch.is_grad_enabled() and any(t.requires_grad for t in ts):
-            return gm(*args)     # autograd records the eager ops
+        if aliasing or (torch.is_grad_enabled() and any(t.requires_grad for t in ts)):
+            return gm(*args)     # views stay views; autograd records the eager ops
         plan = plans.get(key)
         if plan is None:
             try:

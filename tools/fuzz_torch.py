@@ -31,17 +31,25 @@ def main(argv=None) -> int:
     ap.add_argument("--cases", type=int, default=0, help="stop after this many cases (0: time)")
     ap.add_argument("--report", default=os.path.join(REPO, "build", "fuzz-torch.txt"))
     ap.add_argument("--no-shrink", action="store_true")
+    ap.add_argument("--device", choices=("nkipy", "spyre"), default="nkipy",
+                    help="spyre: torch_spyre's device (eager, compiled with torch.compile's "
+                         "default backend, grad)")
     args = ap.parse_args(argv)
 
     warnings.simplefilter("ignore")
     logging.disable(logging.ERROR)      # fake tensors log the meta errors of invalid draws
     import torch
-    import spike_torch  # noqa: F401
-    import torch_to_nkipy
+    if args.device == "spyre":
+        import torch_spyre  # noqa: F401
+    else:
+        import spike_torch  # noqa: F401
+        import torch_to_nkipy
+
+        torch_to_nkipy.init_nkipy_backend(nkipy_cache=tempfile.mkdtemp(prefix="fuzz_torch_"),
+                                          log_level=logging.ERROR)
     from tests.difffuzz import difffuzz as df
 
-    torch_to_nkipy.init_nkipy_backend(nkipy_cache=tempfile.mkdtemp(prefix="fuzz_torch_"),
-                                      log_level=logging.ERROR)
+    df.use_device(args.device)
     torch._dynamo.config.cache_size_limit = 64
     rng = random.Random(args.seed)
     os.makedirs(os.path.dirname(os.path.abspath(args.report)), exist_ok=True)

@@ -45,6 +45,27 @@ LAYOUTS = ("contiguous", "transposed", "permuted", "step", "expanded", "offset",
            "channels_last", "empty", "scalar")
 MODES = ("eager", "compiled", "compiled_device", "dynamic", "grad")
 
+#: The device the cases run on: "nkipy" (every mode), or "spyre" (torch_spyre's
+#: device, in a process of its own: eager, compiled on device inputs with
+#: torch.compile's default backend, grad; no float64, which it does not hold).
+#: Set by use_device().
+DEVICE = "nkipy"
+BACKEND = "nkipy"
+GEN_DTYPES = DTYPES
+SPYRE_MODES = ("eager", "compiled_device", "grad")
+
+
+def use_device(name: str) -> None:
+    """Runs the cases on device ``name`` ("nkipy" or "spyre"; the process's
+    PrivateUse1 device must be that one)."""
+    global DEVICE, BACKEND, GEN_DTYPES
+    if name not in ("nkipy", "spyre"):
+        raise ValueError(f"unknown device {name!r}: 'nkipy' or 'spyre'")
+    DEVICE = name
+    BACKEND = "nkipy" if name == "nkipy" else "inductor"
+    GEN_DTYPES = DTYPES if name == "nkipy" else tuple(d for d in DTYPES if d != "float64")
+
+
 #: dtype -> (rtol, atol)
 TOL = {"float64": (1e-9, 1e-9), "float32": (1e-4, 1e-5), "float16": (1e-2, 1e-2),
        "bfloat16": (5e-2, 5e-2)}
@@ -193,6 +214,10 @@ class Case:
     def repro(self) -> str:
         """A runnable reproducer (one statement per line)."""
         ins = ", ".join(i.source() for i in self.inputs)
+        if DEVICE == "spyre":
+            return (f"import torch, torch_spyre; from tests.difffuzz.difffuzz import _rand, check, "
+                    f"use_device; use_device('spyre') or check({self.program()!r}, [{ins}], "
+                    f"modes={list(self.modes)!r})")
         return (f"import torch, spike_torch; from tests.difffuzz.difffuzz import _rand, check; "
                 f"check({self.program()!r}, [{ins}], modes={list(self.modes)!r})")
 
@@ -219,7 +244,9 @@ def _kind(dtype: str) -> str:
 
 def generate(rng: random.Random, modes: Sequence[str] = MODES) -> Case:
     """A random case (valid for eager CPU in most, not all, draws)."""
-    dtype = rng.choice(DTYPES)
+    if DEVICE == "spyre":
+        modes = [m for m in modes if m in SPYRE_MODES]
+    dtype = rng.choice(GEN_DTYPES)
     layout = rng.choice(LAYOUTS)
     if layout == "scalar":
         shape: Tuple[int, ...] = ()
@@ -240,7 +267,7 @@ def generate(rng: random.Random, modes: Sequence[str] = MODES) -> Case:
                    and not (op.needs_nonempty and 0 in shape)]
         op = rng.choice(choices)
         if op.arity == 2 and len(inputs) == 1:
-            other = rng.choice(DTYPES) if rng.random() < 0.3 else dtype
+            other = rng.choice(GEN_DTYPES) if rng.random() < 0.3 else dtype
             bshape = shape if rng.random() < 0.7 else shape[-1:] if shape else ()
             inputs.append(Input(bshape, other, rng.choice(("contiguous", "offset")),
                                 rng.randrange(1 << 30)))
@@ -382,14 +409,14 @@ def run_case(case: Case, backend_ready: Callable[[], None] = lambda: None) -> Li
 
     for mode in case.modes:
         if mode == "eager":
-            judge(mode, lambda: fn(*[_to(x, "nkipy") for x in inputs]), want, cpu_error)
+            judge(mode, lambda: fn(*[_to(x, DEVICE) for x in inputs]), want, cpu_error)
         elif mode in ("compiled", "compiled_device"):
             if cpu_error is not None:
                 continue          # Dynamo's own error paths are not ours to judge
             backend_ready()
             torch._dynamo.reset()
-            dev = "cpu" if mode == "compiled" else "nkipy"
-            judge(mode, lambda: torch.compile(fn, backend="nkipy")(
+            dev = "cpu" if mode == "compiled" else DEVICE
+            judge(mode, lambda: torch.compile(fn, backend=BACKEND)(
                 *[_to(x, dev) for x in inputs]), want)
         elif mode == "dynamic":
             if cpu_error is not None:
@@ -415,7 +442,7 @@ def run_case(case: Case, backend_ready: Callable[[], None] = lambda: None) -> Li
             ref = _grads(fn, inputs, "cpu")
             if ref is None:
                 continue
-            judge(mode, lambda: _grads(fn, inputs, "nkipy"), ref)
+            judge(mode, lambda: _grads(fn, inputs, DEVICE), ref)
     return findings
 
 
@@ -462,17 +489,17 @@ def check(program: str, inputs: List[torch.Tensor], modes: Sequence[str] = MODES
     for mode in modes:
         try:
             if mode == "eager":
-                got = fn(*[_to(x, "nkipy") for x in inputs])
+                got = fn(*[_to(x, DEVICE) for x in inputs])
             elif mode in ("compiled", "compiled_device", "dynamic"):
                 torch._dynamo.reset()
-                dev = "nkipy" if mode == "compiled_device" else "cpu"
-                got = torch.compile(fn, backend="nkipy", dynamic=mode == "dynamic")(
+                dev = DEVICE if mode == "compiled_device" else "cpu"
+                got = torch.compile(fn, backend=BACKEND, dynamic=mode == "dynamic")(
                     *[_to(x, dev) for x in inputs])
             elif mode == "grad":
                 ref = _grads(fn, inputs, "cpu") if err is None else None
                 if ref is None:
                     continue      # no float gradient to compare (as run_case)
-                got = _grads(fn, inputs, "nkipy")
+                got = _grads(fn, inputs, DEVICE)
             else:
                 continue
         except Exception as e:  # noqa: BLE001
@@ -509,7 +536,7 @@ def reproduces(case: Case) -> bool:
     """Whether ``case.repro()`` fails when run alone (through ``check``)."""
     try:
         exec(case.repro().split("; ", 2)[2], {"torch": torch, "_rand": _rand,  # noqa: S102
-                                               "check": check})
+                                               "check": check, "use_device": use_device})
     except AssertionError:
         return True
     return False

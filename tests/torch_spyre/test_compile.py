@@ -70,3 +70,30 @@ def test_sendnn_backend_emulates_the_device():
     assert got.device.type == "cpu"
     assert torch.equal(got, torch.compile(fn)(x.to("spyre")).cpu())
     torch.testing.assert_close(got, fn(x), rtol=2e-3, atol=2e-3)
+
+
+def test_a_graph_is_one_kernel():
+    from spike_torch import _generic
+
+    x = torch.randn(512, 64, generator=_g).half().to("spyre")
+    f = torch.compile(lambda t: torch.softmax(t, 0) * 2 + 1)
+    f(x)
+    before = _generic.stats["device_calls"]
+    fast = _generic._C.eager_cache.eager_stats()["fast_calls"]
+    f(x)
+    assert _generic.stats["device_calls"] == before + 1
+    assert _generic._C.eager_cache.eager_stats()["fast_calls"] == fast
+
+
+def test_views_and_writes_keep_their_meaning():
+    """A compiled graph returning a view of its input, or writing its input,
+    behaves as eager (it runs op by op: one kernel returns fresh tensors)."""
+    host = torch.randn(4, 70, generator=_g).half()
+    x = host.to("spyre")
+    v, w = torch.compile(lambda t: (t.t(), t + 1))(x)
+    torch.testing.assert_close(w.cpu(), host + 1)
+    v.mul_(0)
+    assert torch.count_nonzero(x.cpu()) == 0
+    y = host.to("spyre")
+    r = torch.compile(lambda t: t.add_(1))(y)
+    assert torch.equal(y.cpu(), host + 1) and torch.equal(r.cpu(), host + 1)
