@@ -214,10 +214,11 @@ fuzz-smoke: fuzz-build
 # build/fuzz-torch.txt. `make test` runs a fixed-seed slice (tests/difffuzz).
 FUZZ_TORCH_SECONDS ?= 600
 FUZZ_TORCH_SEED    ?= 1
+FUZZ_TORCH_DEVICE  ?= nkipy
 .PHONY: fuzz-torch
 fuzz-torch: venv
 	$(GEMM_ENV) $(PY) tools/fuzz_torch.py --seconds $(FUZZ_TORCH_SECONDS) --seed $(FUZZ_TORCH_SEED) \
-	  --report $(BUILD)/fuzz-torch.txt
+	  --device $(FUZZ_TORCH_DEVICE) --report $(BUILD)/fuzz-torch$(if $(filter spyre,$(FUZZ_TORCH_DEVICE)),-spyre).txt
 
 # ---- Operator coverage (docs/op-coverage.md; not part of make test) -------
 # The whole-op_db OpInfo tests over the full matrix (float32, float16, bfloat16,
