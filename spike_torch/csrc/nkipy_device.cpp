@@ -63,6 +63,12 @@ std::atomic<int> g_personality{0};  // 0 unset, 1 strided, 2 tiled
 }  // namespace
 
 const char* device_name() { return g_device_name; }
+
+torch::Library& personality_kernels() {
+  static torch::Library* lib = new torch::Library(
+      torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  return *lib;
+}
 bool tiled_layout() { return g_personality.load(std::memory_order_relaxed) == 2; }
 
 void check_device_index(c10::DeviceIndex index) {

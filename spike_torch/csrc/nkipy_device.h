@@ -8,6 +8,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Allocator.h>
 #include <c10/core/Storage.h>
+#include <torch/library.h>
 
 #include <atomic>
 #include <cstddef>
@@ -166,6 +167,10 @@ at::Tensor nkipy_copy_from(const at::Tensor& self, const at::Tensor& dst, bool n
 
 // Grows `storage` to `nbytes` (new device memory, old bytes copied by nkrt).
 void grow_storage(const c10::Storage& storage, size_t nbytes);
+
+// The aten PrivateUse1 library the personality's kernels are registered on
+// (created on first use, never destroyed).
+torch::Library& personality_kernels();
 
 // Registers the strided personality's kernels that the tiled one replaces
 // (factories, fills, copies, resize_, _local_scalar_dense).

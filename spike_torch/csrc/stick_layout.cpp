@@ -281,9 +281,7 @@ int guarded(char* err, size_t n, Fn&& fn) {
 }  // namespace
 
 void register_tiled_kernels() {
-  static torch::Library* lib =
-      new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__,
-                         __LINE__);
+  torch::Library* lib = &personality_kernels();
   lib->impl("empty.memory_format", TORCH_FN(tiled_empty));
   lib->impl("empty_strided", TORCH_FN(tiled_empty_strided));
 }

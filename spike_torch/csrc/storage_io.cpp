@@ -244,9 +244,7 @@ void write_bytes(const at::Tensor& t, const void* src, uint64_t size) {
 // ---------------------------------------------------------------------------
 
 void register_strided_copies() {
-  static torch::Library* lib =
-      new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__,
-                         __LINE__);
+  torch::Library* lib = &personality_kernels();
   lib->impl("_copy_from", TORCH_FN(nkipy_copy_from));
   lib->impl("_copy_from_and_resize", TORCH_FN(nkipy_copy_from_and_resize));
 }

@@ -225,9 +225,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 }
 
 void register_strided_factories() {
-  static torch::Library* lib =
-      new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__,
-                         __LINE__);
+  torch::Library* lib = &personality_kernels();
   lib->impl("empty.memory_format", TORCH_FN(nkipy_empty_memory_format));
   lib->impl("empty_strided", TORCH_FN(nkipy_empty_strided));
   // metadata-only views; without them the CPU fallback returned copies, and
