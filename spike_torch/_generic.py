@@ -118,7 +118,14 @@ def set_storage_policy(policy: Any) -> None:
     _storage = policy
 
 
+class ArgumentError(RuntimeError):
+    """A fault of the call itself (tensors on two devices, say) that a storage
+    policy found while planning: raised to the caller, never taken for the
+    device's inability to compute the op."""
+
+
 _CPU = object()          # cache value: this signature runs on the CPU
+_CAPPED = object()       # not cached: MAX_SCALAR_VARIANTS kernels exist, the CPU serves
 _cache: Dict[Any, Any] = {}
 _variants: Dict[Any, int] = {}
 _ops: Dict[Any, "_OpInfo"] = {}
@@ -267,6 +274,30 @@ def _unwrap_numbers(info: _OpInfo, args: Sequence[Any], kwargs: Dict[str, Any],
     return args, kwargs
 
 
+#: ops whose CPU kernels take a Python scalar second operand beside
+#: float16/bfloat16 tensors in float32 (their "opmath" type), not first rounded
+#: to the half type (rsub puts the scalar first, where it is rounded)
+_OPMATH_OPS = frozenset(f"aten::{op}{sfx}.{overload}" for op in ("add", "sub", "mul", "div")
+                        for sfx in ("", "_") for overload in ("Tensor", "out"))
+
+
+def _number_maker(info: _OpInfo, args: Sequence[Any]) -> Callable[[Any, torch.dtype], torch.Tensor]:
+    """How a call's Python scalar becomes a 0-dim tensor in its traced graph: of
+    the dtype type promotion gives it, except a float or int beside half
+    tensors in an add/sub/mul/div, which is float32 (as the CPU kernel takes
+    it; the result's dtype is the half type all the same, set by a tensor
+    with dimensions)."""
+    first = args[0] if args else None     # the scalar is the second operand
+    opmath = info.name in _OPMATH_OPS and isinstance(first, torch.Tensor) and first.dim() > 0
+
+    def make(v: Any, dt: torch.dtype) -> torch.Tensor:
+        if opmath and dt in (torch.float16, torch.bfloat16) and not isinstance(v, bool):
+            dt = torch.float32
+        return torch.full((), v, dtype=dt)
+
+    return make
+
+
 def _has_numbers(info: _OpInfo, args: Sequence[Any], kwargs: Dict[str, Any]) -> bool:
     for pos, name in info.tensor_args:
         v = kwargs[name] if name in kwargs else args[pos] if pos < len(args) else None
@@ -323,6 +354,8 @@ def call(op: Any, args: Sequence[Any], kwargs: Dict[str, Any]) -> Any:
             key, plan = None, _CPU
         if plan is None:
             plan = _make_plan(op, info, key, args, kwargs, ts)
+        if plan is _CAPPED:
+            return _cpu(op, info, args, kwargs, capped=True)
         if plan is not _CPU:
             result = plan.run(args, kwargs, ts)
             if plan.fast is not None:   # the next such call stays in C++
@@ -470,13 +503,20 @@ def _target_device(args: Sequence[Any], kwargs: Dict[str, Any]) -> Optional[torc
     return found[0] if found else None
 
 
-def _cpu(op: Any, info: _OpInfo, args: Sequence[Any], kwargs: Dict[str, Any]) -> Any:
-    """Runs ``op`` on host copies of the device tensors; results come back to the device."""
-    if _storage is not None and not _storage.cpu_allowed(info.name):
+def _cpu(op: Any, info: _OpInfo, args: Sequence[Any], kwargs: Dict[str, Any],
+         capped: bool = False) -> Any:
+    """Runs ``op`` on host copies of the device tensors; results come back to the device.
+
+    A device whose front end allows the CPU only for some ops (``cpu_allowed``
+    of the storage policy) still runs here what the device has a kernel for
+    but may not compile again (``capped``: MAX_SCALAR_VARIANTS scalar variants)
+    and random ops (their generator state lives with the CPU path), both with
+    the front end's fallback warning; any other op raises NotImplementedError."""
+    device = _target_device(args, kwargs)     # tensors on two devices: PyTorch's error
+    if _storage is not None and not (capped or info.random or _storage.cpu_allowed(info.name)):
         raise NotImplementedError(
             f"Could not run '{info.name}' with arguments from the '{DEVICE_TYPE}' backend: no "
             f"{DEVICE_TYPE} kernel computes it for these arguments")
-    device = _target_device(args, kwargs)
     stats["cpu_fallback_calls"] += 1
     _warn(info)
     if _env.debug_enabled():
@@ -735,7 +775,7 @@ def _make_plan(op: Any, info: _OpInfo, key: Any, args: Sequence[Any],
         tkey = (op, tuple([(t.shape, t.dtype, t.device) for t in ts]))
         n = _variants.get(tkey, 0)
         if n >= MAX_SCALAR_VARIANTS:
-            return _CPU
+            return _CAPPED
         _variants[tkey] = n + 1
         try:
             _cpu_accepts_dtypes(op, args, kwargs, ts)
@@ -743,6 +783,9 @@ def _make_plan(op: Any, info: _OpInfo, key: Any, args: Sequence[Any],
         except _Refuse as exc:
             logger.debug("eager %s on the CPU: %s", info.name, exc)
             plan = _CPU
+        except ArgumentError:
+            _variants[tkey] = n
+            raise
         except Exception as exc:   # tracing or compiling failed: the CPU computes it
             from nkipy.compiler.build import CompileError
 
@@ -810,7 +853,7 @@ class _Plan:
             a = [_fill(x, it) for x in trace_args]
             k = {n: _fill(v, it) for n, v in trace_kwargs.items()}
             if numbers:   # baked into the kernel, as the cache key has them
-                a, k = _unwrap_numbers(info, a, k, lambda v, dt: torch.full((), v, dtype=dt))
+                a, k = _unwrap_numbers(info, a, k, _number_maker(info, a))
             res = op(*a, **k)
             rets = list(res) if info.n_returns > 1 else [res] if info.n_returns else []
             out: List[torch.Tensor] = []
@@ -883,6 +926,24 @@ class _Plan:
                 if isinstance(dst, torch.fx.Node) and dst.op == "placeholder":
                     mutations.append((placeholders.index(dst), n.args[1]))
                     graph.erase_node(n)
+        # a copy into a tensor of the graph's own (functionalization leaves those
+        # of ops writing arguments their schema does not mark, batch norm's
+        # running statistics): later readers of it read the copied value
+        order = {n: i for i, n in enumerate(graph.nodes)}
+        for n in list(graph.nodes):
+            if n.op == "call_function" and n.target is copy_ and \
+                    isinstance(n.args[0], torch.fx.Node) and n.args[0].op != "placeholder" and \
+                    isinstance(n.args[1], torch.fx.Node):
+                dst, src = n.args[0], n.args[1]
+                dv, sv = dst.meta.get("val"), src.meta.get("val")
+                if not (isinstance(dv, torch.Tensor) and isinstance(sv, torch.Tensor) and
+                        dv.shape == sv.shape and dv.dtype == sv.dtype):
+                    continue
+                for user in list(dst.users):
+                    if user is not n and order[user] > order[n]:
+                        user.replace_input_with(dst, src)
+                n.replace_all_uses_with(src)
+                graph.erase_node(n)
         if mutations and self.images is not None:
             # tiled storage: the op's writes come back as storage images (wrap);
             # a write into a raw storage traced through views would be lost
@@ -1143,16 +1204,21 @@ class _RoundEachOp(torch.fx.Interpreter):
     def run_node(self, n: torch.fx.Node) -> Any:
         r = super().run_node(n)
         if n.op in ("call_function", "call_method", "call_module") and \
-                isinstance(r, torch.Tensor) and r.dtype in _HALF and not r._is_view():
+                isinstance(r, torch.Tensor) and r.dtype in _HALF:
             ins = _leaves([self.env.get(a) for a in n.all_input_nodes])
-            if not any(r is t for t in ins):
+            if any(r is t for t in ins):        # written in place: rounded in place
+                with torch.no_grad():
+                    r.copy_(r.float().to(r.dtype))
+            elif not r._is_view():              # a view's values were rounded already
                 r = r.float().to(r.dtype)
         return r
 
 
 def _outputs_alias(gm: torch.fx.GraphModule) -> bool:
     """Whether the graph's outputs share memory with its inputs or with each
-    other, by the fake values Dynamo recorded (True when one is missing)."""
+    other, or one is not on the device (a graph ending in ``.cpu()``), by the
+    fake values Dynamo recorded (True when one is missing): one kernel returns
+    fresh device tensors."""
     from torch.multiprocessing.reductions import StorageWeakRef
 
     def ref(node: Any) -> Any:
@@ -1173,6 +1239,9 @@ def _outputs_alias(gm: torch.fx.GraphModule) -> bool:
     for o in outputs if isinstance(outputs, (list, tuple)) else [outputs]:
         if isinstance(o, torch.fx.Node):
             if "example_value" not in o.meta:
+                return True
+            val = o.meta["example_value"]
+            if isinstance(val, torch.Tensor) and val.device.type != DEVICE_TYPE:
                 return True
             r = ref(o)
             if r is not None:

@@ -141,26 +141,42 @@ def _local_scalar_dense(self: torch.Tensor) -> Any:
 
 def _resize(self: torch.Tensor, size: Sequence[int],
             memory_format: Optional[torch.memory_format] = None) -> torch.Tensor:
-    """New tiled storage of the new size, keeping the leading elements in order
-    (PyTorch keeps a storage's bytes; here the layout changes with the size)."""
+    """As PyTorch's resize_: the tensor becomes contiguous of ``size`` over its
+    storage's elements from its offset on, in storage order. Tiled storage
+    changes its layout with the size, so the tensor moves to new storage of
+    the new size holding those elements (views of the old storage keep it)."""
     size = [int(s) for s in size]
-    if list(self.shape) == size and self.is_contiguous():
-        return self
     if any(s < 0 for s in size):
         raise RuntimeError(f"resize_: negative size in {size}")
+    if list(self.shape) == size and self.is_contiguous():
+        return self
     new = torch.empty(size, dtype=self.dtype, device=self.device)
-    keep = min(self.numel(), new.numel())
-    if keep:
-        flat = torch.zeros(new.numel(), dtype=self.dtype)
-        flat[:keep] = to_host(self).reshape(-1)[:keep]
-        write(new, flat.reshape(size))
+    if new.numel() and self.untyped_storage().nbytes():
+        flat = read_base(self).reshape(-1)[self.storage_offset():]
+        keep = min(flat.numel(), new.numel())
+        if keep:
+            host = torch.zeros(new.numel(), dtype=self.dtype)
+            host[:keep] = flat[:keep]
+            write(new, host.reshape(size))
     self.set_(new.untyped_storage(), 0, new.shape, new.stride())
     return self
+
+
+def _view_dtype(self: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``Tensor.view(dtype)``: the same dtype is an alias; another would read
+    the bytes of sticks laid out for this dtype as elements of that one."""
+    if dtype == self.dtype:
+        return torch.ops.aten.alias(self)
+    raise RuntimeError(
+        f"{DEVICE_NAME}: Tensor.view({dtype}) of a {self.dtype} tensor would reinterpret bytes "
+        f"the device holds in sticks laid out for {self.dtype}; convert with .to({dtype}) "
+        "instead (or view the tensor's CPU copy)")
 
 
 def install(lib: Any) -> None:
     """Registers the kernels on ``lib`` (an ``aten`` IMPL library)."""
     for name, fn in (("_copy_from", _copy_from), ("_copy_from_and_resize", _copy_from_and_resize),
                      ("fill_.Scalar", _fill), ("fill_.Tensor", _fill), ("zero_", _zero),
-                     ("_local_scalar_dense", _local_scalar_dense), ("resize_", _resize)):
+                     ("_local_scalar_dense", _local_scalar_dense), ("resize_", _resize),
+                     ("view.dtype", _view_dtype)):
         lib.impl(name, fn, "PrivateUse1")

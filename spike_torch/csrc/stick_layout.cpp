@@ -214,8 +214,18 @@ at::Tensor tiled_empty(c10::IntArrayRef size, std::optional<at::ScalarType> dtyp
   (void)layout;
   (void)pin_memory;
   (void)memory_format;
-  for (int64_t s : size) TORCH_CHECK(s >= 0, "empty: negative dimension ", s, " in ", size);
+  int64_t numel = 1;
+  for (int64_t s : size) {
+    TORCH_CHECK(s >= 0, "empty: negative dimension ", s, " in ", size);
+    numel *= s;
+  }
   at::ScalarType dt = c10::dtype_or_default(dtype);
+  if (numel == 0) {  // no elements, no layout: any dtype (a batch norm's empty uint8 reserve)
+    CurrentDeviceScope scope(factory_device(device));
+    return at::detail::empty_generic(size, device_allocator(),
+                                     c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), dt,
+                                     std::nullopt);
+  }
   return tiled_tensor(size, dt, factory_device(device),
                       std::make_shared<const StickLayout>(default_stick_layout(size, dt)));
 }

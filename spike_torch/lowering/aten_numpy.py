@@ -83,6 +83,35 @@ _FLOATING_UNARY = {
     "aten.sigmoid.default"}
 
 
+def _fkind(x: Any) -> str:
+    """NumPy's kind letter of ``x``'s dtype, with "f" for bfloat16 too (ml_dtypes
+    gives it "V"): a sign test on "f" alone took bfloat16 for an integer type."""
+    d = np.dtype(x.dtype)
+    return "f" if d == _BF16 else d.kind
+
+
+_BF16 = np.dtype(bfloat16)
+_HALF_FLOATS = (np.dtype(np.float16), _BF16)
+
+
+def _opmath(fn, x, y):
+    """``fn(x, y)`` (an add, sub, mul or div) as PyTorch's CPU kernels compute it
+    on float16/bfloat16: in float32, a Python scalar second operand taken as
+    float32 (not first rounded to the half type: x * 1e-7 would be 19 % off),
+    one rounding of the result to the half type. A scalar first operand is
+    rounded to the half type first, as the CPU kernels do; other operands:
+    ``fn(x, y)`` itself."""
+    arrays = [v for v in (x, y) if hasattr(v, "dtype")]
+    if not arrays or not hasattr(x, "dtype") or any(isinstance(v, bool) for v in (x, y)):
+        return fn(x, y)
+    kinds = {np.dtype(v.dtype) for v in arrays}
+    if len(kinds) != 1 or next(iter(kinds)) not in _HALF_FLOATS:
+        return fn(x, y)
+    f32 = np.dtype(np.float32)
+    up = [cast(v, f32) if hasattr(v, "dtype") else np.float32(v) for v in (x, y)]
+    return cast(fn(*up), next(iter(kinds)))
+
+
 def _is_integral(x: Any) -> bool:
     dt = np.dtype(getattr(x, "dtype", np.float32))
     return dt.kind in "iub"
@@ -137,12 +166,16 @@ def relu(x):
 
 @reg("aten.add.Tensor", "aten.add.Scalar")
 def add(x, y, alpha=1):
-    return np.add(x, y if alpha == 1 else y * alpha)
+    if alpha == 1:
+        return _opmath(np.add, x, y)
+    return _opmath(lambda a, b: np.add(a, b * alpha), x, y)
 
 
 @reg("aten.sub.Tensor", "aten.sub.Scalar")
 def sub(x, y, alpha=1):
-    return np.subtract(x, y if alpha == 1 else y * alpha)
+    if alpha == 1:
+        return _opmath(np.subtract, x, y)
+    return _opmath(lambda a, b: np.subtract(a, b * alpha), x, y)
 
 
 @reg("aten.rsub.Scalar", "aten.rsub.Tensor")
@@ -152,12 +185,12 @@ def rsub(x, y, alpha=1):
 
 @reg("aten.mul.Tensor", "aten.mul.Scalar")
 def mul(x, y):
-    return np.multiply(x, y)
+    return _opmath(np.multiply, x, y)
 
 
 @reg("aten.div.Tensor", "aten.div.Scalar")
 def div(x, y):
-    return np.divide(x, y)
+    return _opmath(np.divide, x, y)
 
 
 @reg("aten.div.Tensor_mode", "aten.div.Scalar_mode")
@@ -172,7 +205,7 @@ def div_mode(x, y, rounding_mode=None):
 
 
 def _is_float(x, y) -> bool:
-    return any(isinstance(v, float) or (hasattr(v, "dtype") and np.dtype(v.dtype).kind == "f")
+    return any(isinstance(v, float) or (hasattr(v, "dtype") and _fkind(v) == "f")
                for v in (x, y))
 
 
@@ -232,8 +265,8 @@ def atan2(x, y):
     # computed in the result's floating type, as PyTorch does: a float
     # operand's dtype (an integer operand takes it), float32 for two integer
     # or bool operands (NumPy would compute those in float16: pi/2 as 1.5703)
-    fx = np.dtype(x.dtype).kind == "f"
-    fy = np.dtype(y.dtype).kind == "f"
+    fx = _fkind(x) == "f"
+    fy = _fkind(y) == "f"
     if not fx and not fy:
         x, y = cast(x, np.dtype(np.float32)), cast(y, np.dtype(np.float32))
     elif not fx:
@@ -292,7 +325,7 @@ def hardtanh(x, min_val=-1.0, max_val=1.0):
 
 @reg("aten.leaky_relu.default")
 def leaky_relu(x, negative_slope=0.01):
-    return np.where(x > 0, x, x * negative_slope)
+    return np.where(x > 0, x, _opmath(np.multiply, x, negative_slope))
 
 
 @reg("aten.gelu.default")
@@ -968,7 +1001,7 @@ def select_copy(x, dim, index):
 
 @reg("aten.elu.default")
 def elu(x, alpha=1.0, scale=1.0, input_scale=1.0):
-    return np.where(x > 0, x * scale, (np.exp(x * input_scale) - 1) * (alpha * scale))
+    return np.where(x > 0, x * scale, np.expm1(x * input_scale) * (alpha * scale))
 
 
 @reg("aten.round.decimals")
@@ -978,7 +1011,7 @@ def round_decimals(x, decimals=0):
 
 @reg("aten.copysign.Tensor", "aten.copysign.Scalar")
 def copysign(x, y):
-    neg = (y < 0) if not hasattr(y, "dtype") or np.dtype(y.dtype).kind != "f" else \
+    neg = (y < 0) if not hasattr(y, "dtype") or _fkind(y) != "f" else \
         (y < 0) | ((y == 0) & (np.reciprocal(y) < 0))
     return np.where(neg, -np.abs(x), np.abs(x))
 
@@ -990,7 +1023,7 @@ def hypot(x, y):
 
 @reg("aten.signbit.default")
 def signbit(x):
-    if np.dtype(x.dtype).kind != "f":
+    if _fkind(x) != "f":
         return x < 0
     return (x < 0) | ((x == 0) & (np.reciprocal(x) < 0))
 

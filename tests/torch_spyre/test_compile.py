@@ -97,3 +97,19 @@ def test_views_and_writes_keep_their_meaning():
     y = host.to("spyre")
     r = torch.compile(lambda t: t.add_(1))(y)
     assert torch.equal(y.cpu(), host + 1) and torch.equal(r.cpu(), host + 1)
+
+
+def test_graph_ending_on_the_cpu():
+    x = torch.randn(4, 70, generator=_g).to("spyre")
+    out = torch.compile(lambda t: (t * 2).cpu())(x)
+    assert out.device.type == "cpu"
+    assert torch.equal(out, x.cpu() * 2)
+
+
+def test_in_place_half_results_are_rounded_as_eager():
+    a, b, c = (torch.randn(64, 64, generator=_g).half().to("spyre") for _ in range(3))
+    fn = lambda a, b, c: (a * b).add_(c) * 3   # noqa: E731
+    assert torch.equal(torch.compile(fn)(a, b, c).cpu(), fn(a, b, c).cpu())
+    f32 = lambda a, b, c: a * b + c   # noqa: E731
+    a, b, c = (t.float() for t in (a, b, c))
+    assert torch.equal(torch.compile(f32)(a, b, c).cpu(), f32(a, b, c).cpu())

@@ -185,3 +185,89 @@ def test_cache_key_has_the_layout():
     for _ in range(2):
         assert torch.equal((a * 3).cpu(), host * 3)
         assert torch.equal((b * 3).cpu(), host * 3)
+
+
+def test_view_with_another_dtype_is_refused():
+    d = torch.tensor([1.5, -2.0], dtype=torch.float16, device="spyre")
+    assert torch.equal(d.view(torch.float16).cpu(), d.cpu())
+    with pytest.raises(RuntimeError, match=r"spyre: Tensor.view\(torch.int16\) of a torch.float16 "
+                                           "tensor would reinterpret bytes"):
+        d.view(torch.int16)
+
+
+def test_two_written_tensors_in_one_storage():
+    x = torch.tensor([[1., 5., 3.], [-2., 0., 4.]])
+    buf = torch.zeros(2, 2, device="spyre")
+    torch.aminmax(x.to("spyre"), dim=1, out=(buf[0], buf[1]))
+    assert buf.cpu().tolist() == [[1, -2], [5, 4]]
+
+
+def test_resize_keeps_storage_order():
+    y = torch.arange(6.).view(2, 3).to("spyre").t()
+    y.resize_(2, 3)
+    assert y.cpu().tolist() == [[0, 1, 2], [3, 4, 5]]
+    z = torch.arange(6.).to("spyre")[2:]
+    z.resize_(2)
+    assert z.cpu().tolist() == [2, 3]
+
+
+def test_writing_a_cpu_tensor_is_a_device_error():
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device, but "
+                                           "found at least two devices, spyre:0 and cpu!"):
+        torch.add(X.to("spyre"), 1, out=torch.empty(8, 70, dtype=torch.float16))
+
+
+def test_changing_scalars_fall_back_past_the_kernel_cap():
+    """Each scalar value is a kernel: past MAX_SCALAR_VARIANTS of them an op
+    runs on the CPU (warning once), never an error; views at many offsets too."""
+    torch_spyre.fallbacks._warned.discard("aten::mul.Tensor")
+    y = torch.ones(4, 4).to("spyre")
+    with pytest.warns(FallbackWarning, match="aten::mul.Tensor is falling back to cpu"):
+        for i in range(20):
+            assert torch.equal((y * float(i)).cpu(), torch.full((4, 4), float(i)))
+    x = torch.zeros(20, 8).to("spyre")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i in range(20):
+            x[i].add_(i)
+    assert torch.equal(x.cpu(), torch.arange(20.).unsqueeze(1).expand(20, 8))
+
+
+@pytest.mark.parametrize("batch_norm", [False, True])
+def test_training_loop(batch_norm):
+    """20 steps: Adam (its step-dependent scalars pass the kernel cap) on a
+    small MLP, SGD with momentum on one with batch norm (Adam's first steps
+    follow the sign of gradients that batch norm makes ~0: noise would decide)."""
+    torch.manual_seed(0)
+    layers = [torch.nn.Linear(4, 6)] + ([torch.nn.BatchNorm1d(6)] if batch_norm else []) + \
+        [torch.nn.ReLU(), torch.nn.Linear(6, 2)]
+    model = torch.nn.Sequential(*layers)
+    ref = [p.detach().clone() for p in model.parameters()]
+    inp = torch.randn(8, 4)
+    cpu_model = __import__("copy").deepcopy(model)
+    model.to("spyre")
+    if batch_norm:
+        opt = torch.optim.SGD(model.parameters(), lr=1e-2, momentum=0.9)
+        cpu_opt = torch.optim.SGD(cpu_model.parameters(), lr=1e-2, momentum=0.9)
+    else:
+        opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+        cpu_opt = torch.optim.Adam(cpu_model.parameters(), lr=1e-2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(20):
+            for m, o, x in ((model, opt, inp.to("spyre")), (cpu_model, cpu_opt, inp)):
+                o.zero_grad()
+                m(x).pow(2).mean().backward()
+                o.step()
+    assert not all(torch.equal(q.detach(), r) for q, r in zip(cpu_model.parameters(), ref))
+    for p, q in zip(model.parameters(), cpu_model.parameters()):
+        torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-4, atol=1e-5)
+    model.eval()
+    cpu_model.eval()
+    torch.testing.assert_close(model(inp.to("spyre")).detach().cpu(), cpu_model(inp).detach(),
+                               rtol=1e-4, atol=1e-5)
+
+
+def test_writing_a_cpu_integer_tensor_is_a_device_error():
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        torch.ones(3, dtype=torch.int32).add_(torch.ones(3, dtype=torch.int32, device="spyre"))
