@@ -92,6 +92,10 @@ MAX_SCALAR_VARIANTS = 16
 _storage: Optional[Any] = None
 
 
+def _compiler_args() -> str:
+    return getattr(_storage, "compiler_args", "") if _storage is not None else ""
+
+
 def set_storage_policy(policy: Any) -> None:
     """Makes eager kernels read and write tensors in the layout ``policy``
     describes (once, before any op runs). The policy gives:
@@ -112,7 +116,8 @@ def set_storage_policy(policy: Any) -> None:
       op the device cannot compute raises NotImplementedError);
     * ``warn_fallback(name, stacklevel)``: warns, once per op, that it runs on
       the CPU;
-    * ``on_launch(name, n_in, n_out)``: a kernel is about to run (debug logs).
+    * ``on_launch(name, n_in, n_out)``: a kernel is about to run (debug logs);
+    * ``compiler_args`` (optional): C compiler flags for every kernel built.
     """
     global _storage
     _storage = policy
@@ -1013,7 +1018,8 @@ class _Plan:
         with torch_semantics(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             kern = DeviceKernel.compile_and_load(kernel, *arrays, name=name,
-                                                 core_id=self.device.index)
+                                                 core_id=self.device.index,
+                                                 additional_compiler_args=_compiler_args())
         stats["compiles"] += 1
         ins = list(kern.input_tensors_info)
         if sorted(ins) != sorted(gen.tensor_inputs):
@@ -1172,7 +1178,8 @@ class _Plan:
 
         with _lock:
             if not self.kern.model_ref.loaded:
-                self.kern = DeviceKernel.from_graph(self.kern.graph, core_id=self.device.index)
+                self.kern = DeviceKernel.from_graph(self.kern.graph, core_id=self.device.index,
+                                                    additional_compiler_args=_compiler_args())
 
 
 # ---- whole graphs ------------------------------------------------------------------

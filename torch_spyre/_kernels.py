@@ -42,6 +42,11 @@ def _storage_id(t: torch.Tensor) -> int:
 class TiledStorage:
     """The policy object (see ``set_storage_policy`` for its methods)."""
 
+    #: a * b + c rounds the product, as two eager ops do: without it the C
+    #: compiler fuses a compiled graph's multiply-add (-march=native) and the
+    #: graph would differ from its ops run eagerly in the last bit
+    compiler_args = "-ffp-contract=off"
+
     def key(self, t: torch.Tensor) -> Any:
         if t.device.type != DEVICE_NAME:
             return None

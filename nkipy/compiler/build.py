@@ -51,12 +51,8 @@ log = logging.getLogger(__name__)
 #: Bumped whenever generated code may change for the same IR.
 COMPILER_VERSION = "nkipy-c-0.1.0"
 NEFF_ABI_VERSION = 1
-#: -ffp-contract=off: a * b + c rounds the product as eager PyTorch's separate
-#: ops do (GCC would otherwise fuse it into one FMA under -march=native, and a
-#: compiled graph would differ from its ops run eagerly in the last bit).
 BASE_FLAGS = ("-O3", "-march=native", "-std=gnu11", "-fPIC", "-shared", "-fno-math-errno",
-              "-fno-trapping-math", "-ffp-contract=off", "-fwrapv", "-fopenmp-simd",
-              "-fvisibility=hidden", "-w")
+              "-fno-trapping-math", "-fwrapv", "-fopenmp-simd", "-fvisibility=hidden", "-w")
 
 
 class CompileError(RuntimeError):
