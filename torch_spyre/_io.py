@@ -173,10 +173,27 @@ def _view_dtype(self: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         "instead (or view the tensor's CPU copy)")
 
 
+def _index(self: torch.Tensor, indices: Sequence[Optional[torch.Tensor]]) -> torch.Tensor:
+    """``x[mask]``: a bool (or uint8) index becomes the long indices of its
+    nonzero elements (a device op), the rest is an index by long tensors."""
+    from spike_torch import _generic
+
+    if any(isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8)
+           for i in indices):
+        expanded = []
+        for i in indices:
+            if isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8):
+                expanded.extend(i.nonzero().unbind(1))
+            else:
+                expanded.append(i)
+        indices = expanded
+    return _generic.call(torch.ops.aten.index.Tensor, (self, list(indices)), {})
+
+
 def install(lib: Any) -> None:
     """Registers the kernels on ``lib`` (an ``aten`` IMPL library)."""
     for name, fn in (("_copy_from", _copy_from), ("_copy_from_and_resize", _copy_from_and_resize),
                      ("fill_.Scalar", _fill), ("fill_.Tensor", _fill), ("zero_", _zero),
                      ("_local_scalar_dense", _local_scalar_dense), ("resize_", _resize),
-                     ("view.dtype", _view_dtype)):
+                     ("view.dtype", _view_dtype), ("index.Tensor", _index)):
         lib.impl(name, fn, "PrivateUse1")

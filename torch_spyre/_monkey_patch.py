@@ -1,5 +1,7 @@
 """What torch-spyre adds to torch's own API: ``Tensor.device_tensor_layout()``,
-``Tensor.to(..., device_layout=)`` and ``torch.empty(..., device_layout=)``."""
+``Tensor.to(..., device_layout=)`` and ``torch.empty(..., device_layout=)``;
+and how spyre tensors are copied and pickled (``copy.deepcopy``, ``pickle``,
+``torch.save``): as tensors, through their CPU copy, never as tiled bytes."""
 from __future__ import annotations
 
 import functools
@@ -58,9 +60,53 @@ def _wrap_empty(empty: Any) -> Any:
     return wrapped
 
 
+def _rebuild_from_host(host: torch.Tensor, requires_grad: bool) -> torch.Tensor:
+    """Unpickling a spyre tensor: its CPU copy back on the device."""
+    t = host.to(DEVICE_NAME)
+    if requires_grad:
+        t.requires_grad_(True)
+    return t
+
+
+def _wrap_reduce_ex(reduce_ex: Any) -> Any:
+    @functools.wraps(reduce_ex)
+    def wrapped(self: torch.Tensor, proto: Any) -> Any:
+        # tiled device bytes mean nothing elsewhere: a spyre tensor pickles (and
+        # torch.save saves it) as its CPU copy, put back on the device on load
+        if type(self) is torch.Tensor and self.device.type == DEVICE_NAME:
+            return (_rebuild_from_host, (self.detach().cpu(), self.requires_grad))
+        return reduce_ex(self, proto)
+
+    wrapped.__spyre_wrapped__ = True
+    return wrapped
+
+
+def _wrap_deepcopy(deepcopy: Any) -> Any:
+    @functools.wraps(deepcopy)
+    def wrapped(self: torch.Tensor, memo: Any) -> Any:
+        if type(self) is not torch.Tensor or self.device.type != DEVICE_NAME:
+            return deepcopy(self, memo)
+        if id(self) in memo:
+            return memo[id(self)]
+        with torch.no_grad():
+            new = self.clone()
+        new.requires_grad_(self.requires_grad)
+        if self.grad is not None:
+            new.grad = self.grad.clone()
+        memo[id(self)] = new
+        return new
+
+    wrapped.__spyre_wrapped__ = True
+    return wrapped
+
+
 def install() -> None:
     """Adds the methods and keywords (once)."""
     torch.Tensor.device_tensor_layout = _device_tensor_layout
+    if not getattr(torch.Tensor.__reduce_ex__, "__spyre_wrapped__", False):
+        torch.Tensor.__reduce_ex__ = _wrap_reduce_ex(torch.Tensor.__reduce_ex__)
+    if not getattr(torch.Tensor.__deepcopy__, "__spyre_wrapped__", False):
+        torch.Tensor.__deepcopy__ = _wrap_deepcopy(torch.Tensor.__deepcopy__)
     if not getattr(torch.Tensor.to, "__spyre_wrapped__", False):
         torch.Tensor.to = _wrap_to(torch.Tensor.to)
     if not getattr(torch.empty, "__spyre_wrapped__", False):

@@ -21,7 +21,7 @@ __all__ = [
     "is_available", "is_initialized", "device_count", "current_device", "set_device",
     "synchronize", "manual_seed", "manual_seed_all", "seed", "initial_seed", "get_rng_state",
     "set_rng_state", "get_downcast_warning", "set_downcast_warning", "get_amp_supported_dtype",
-    "Stream", "Event", "stream", "current_stream", "default_stream", "set_stream", "memory",
+    "device", "Stream", "Event", "stream", "current_stream", "default_stream", "set_stream", "memory",
     "memory_allocated", "max_memory_allocated", "reset_peak_memory_stats",
     "reset_accumulated_memory_stats", "memory_stats", "empty_cache", "default_generators",
 ]
@@ -88,6 +88,7 @@ def get_amp_supported_dtype() -> List[torch.dtype]:
     return [torch.float16, torch.bfloat16]
 
 
+device = _dev.device
 Stream = _dev.Stream
 Event = _dev.Event
 stream = _dev.stream

@@ -271,3 +271,32 @@ def test_training_loop(batch_norm):
 def test_writing_a_cpu_integer_tensor_is_a_device_error():
     with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
         torch.ones(3, dtype=torch.int32).add_(torch.ones(3, dtype=torch.int32, device="spyre"))
+
+
+def test_boolean_mask_indexing():
+    host = torch.randn(6, 70, generator=_g)
+    x = host.to("spyre")
+    assert torch.equal(x[x > 0].cpu(), host[host > 0])
+    rows = torch.tensor([True, False, True, False, False, True])
+    assert torch.equal(x[rows.to("spyre")].cpu(), host[rows])
+    assert torch.equal(x[:, torch.tensor([0, 5])].cpu(), host[:, [0, 5]])
+
+
+def test_deepcopy_pickle_and_save(tmp_path):
+    import copy
+    import pickle
+
+    host = torch.randn(5, 70, generator=_g).half()
+    x = host.to("spyre")[1:4]
+    y = copy.deepcopy(x)
+    assert y.device.type == "spyre" and torch.equal(y.cpu(), host[1:4])
+    z = pickle.loads(pickle.dumps(x))
+    assert z.device.type == "spyre" and torch.equal(z.cpu(), host[1:4])
+    w = torch.nn.Parameter(torch.ones(3, device="spyre"))
+    torch.save({"x": x, "w": w}, tmp_path / "t.pt")
+    back = torch.load(tmp_path / "t.pt", weights_only=False)
+    assert torch.equal(back["x"].cpu(), host[1:4])
+    assert back["w"].requires_grad and torch.equal(back["w"].detach().cpu(), torch.ones(3))
+    model = torch.nn.Linear(4, 3).to("spyre")
+    twin = copy.deepcopy(model)
+    assert torch.equal(twin.weight.detach().cpu(), model.weight.detach().cpu())
