@@ -53,7 +53,7 @@ SPIKE_TORCH_SRC := $(addprefix spike_torch/csrc/,nkipy_device.cpp allocator.cpp 
   tensor_ops.cpp stick_layout.cpp eager.cpp autocast.cpp guard.cpp hooks.cpp kernel_call.cpp \
   comm_gloo.cpp)
 
-$(SPIKE_TORCH_SO): $(SPIKE_TORCH_SRC) spike_torch/csrc/device_io.h spike_torch/csrc/nkipy_device.h spike/include/spike_capi.h $(RT_HDR) $(VENV)/.deps
+$(SPIKE_TORCH_SO): $(SPIKE_TORCH_SRC) spike_torch/csrc/device_io.h spike_torch/csrc/nkipy_device.h spike_torch/csrc/py_args.h spike/include/spike_capi.h $(RT_HDR) $(VENV)/.deps
 	$(CXX) -std=c++20 -O2 -fPIC -shared -fvisibility=hidden -D_GLIBCXX_USE_CXX11_ABI=$(TORCH_ABI) \
 	  -Wall -Wextra -Wno-unused-parameter -I$(TORCH_DIR)/include -I$(PY_INCLUDE) -Ispike/include \
 	  -Iruntime/include $(SPIKE_TORCH_SRC) -L$(TORCH_DIR)/lib -ltorch_cpu -ltorch_python -lc10 \

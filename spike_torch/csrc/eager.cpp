@@ -44,6 +44,7 @@
 
 #include "device_io.h"
 #include "nkipy_device.h"
+#include "py_args.h"
 
 namespace spike_torch {
 namespace {
@@ -404,27 +405,9 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
 
 // ---- the Python side ---------------------------------------------------------
 
-struct PyErrorSet {};
-
-std::vector<int64_t> int_list(PyObject* seq, const char* what) {
-  PyObject* fast = PySequence_Fast(seq, what);
-  if (!fast) throw PyErrorSet{};
-  std::vector<int64_t> out;
-  for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fast); i++) {
-    long long v = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(fast, i));
-    if (v == -1 && PyErr_Occurred()) {
-      Py_DECREF(fast);
-      throw PyErrorSet{};
-    }
-    out.push_back(v);
-  }
-  Py_DECREF(fast);
-  return out;
-}
-
 std::vector<size_t> index_list(PyObject* seq, size_t bound, const char* what) {
   std::vector<size_t> out;
-  for (int64_t v : int_list(seq, what)) {
+  for (int64_t v : int64_list(seq, what)) {
     if (v < 0 || static_cast<size_t>(v) >= bound) {
       PyErr_Format(PyExc_ValueError, "eager_register: %s index %lld out of range [0, %zu)",
                    what, static_cast<long long>(v), bound);
@@ -478,7 +461,7 @@ PyObject* eager_register(PyObject*, PyObject* args) {
           PyErr_SetString(PyExc_TypeError, "eager_register: an output is (sizes, dtype)");
         throw PyErrorSet{};
       }
-      e->outs.push_back({int_list(sizes, "output sizes"),
+      e->outs.push_back({int64_list(sizes, "output sizes"),
                          reinterpret_cast<THPDtype*>(dtype)->scalar_type});
     }
     Py_DECREF(fo);

@@ -37,8 +37,12 @@
 #include <vector>
 
 #include "device_io.h"
+#include "py_args.h"
 
 namespace {
+
+using spike_torch::int64_list;
+using spike_torch::PyErrorSet;
 
 constexpr c10::DeviceType kNkipy = c10::DeviceType::PrivateUse1;
 constexpr const char* kCapsule = "spike_torch.KernelCall";
@@ -90,9 +94,6 @@ struct KernelCall {
   }
 };
 
-// A Python exception is already set; unwinds to the entry point.
-struct PyErrorSet {};
-
 // An owned reference, released on scope exit.
 struct PyRef {
   PyObject* p;
@@ -101,23 +102,6 @@ struct PyRef {
   PyRef(const PyRef&) = delete;
   PyRef& operator=(const PyRef&) = delete;
 };
-
-std::vector<int64_t> parse_sizes(PyObject* seq, const char* what) {
-  PyObject* fast = PySequence_Fast(seq, what);
-  if (!fast) throw PyErrorSet{};
-  std::vector<int64_t> sizes;
-  Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
-  for (Py_ssize_t i = 0; i < n; i++) {
-    long long v = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(fast, i));
-    if (v == -1 && PyErr_Occurred()) {
-      Py_DECREF(fast);
-      throw PyErrorSet{};
-    }
-    sizes.push_back(v);
-  }
-  Py_DECREF(fast);
-  return sizes;
-}
 
 c10::ScalarType parse_dtype(PyObject* obj) {
   if (!THPDtype_Check(obj)) {
@@ -216,7 +200,7 @@ PyObject* kernel_call(PyObject*, PyObject* args) {
       Py_ssize_t arg;
       if (!PyArg_ParseTuple(items[i], "nOO:kernel_call input", &arg, &sizes, &dtype))
         throw PyErrorSet{};
-      kc->ins.push_back({arg, parse_sizes(sizes, "input sizes"), parse_dtype(dtype)});
+      kc->ins.push_back({arg, int64_list(sizes, "input sizes"), parse_dtype(dtype)});
     }
     items = items_of(outputs, &n);
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -227,7 +211,7 @@ PyObject* kernel_call(PyObject*, PyObject* args) {
       PyObject *sizes, *dtype;
       if (!PyArg_ParseTuple(items[i], "OO:kernel_call output", &sizes, &dtype))
         throw PyErrorSet{};
-      kc->outs.push_back({true, parse_sizes(sizes, "output sizes"), parse_dtype(dtype)});
+      kc->outs.push_back({true, int64_list(sizes, "output sizes"), parse_dtype(dtype)});
     }
     items = items_of(results, &n);
     for (Py_ssize_t i = 0; i < n; i++) {
