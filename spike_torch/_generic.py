@@ -56,7 +56,7 @@ import torch
 
 import spike
 
-from . import _C, _env, device_module
+from . import _C, _env, _scalar_slots, device_module
 
 logger = logging.getLogger("spike_torch")
 
@@ -66,6 +66,10 @@ DEVICE_TYPE = torch._C._get_privateuse1_backend_name()
 #: where eager ops on the device ran through Python (spike_torch.op_stats() adds
 #: the C++ cache's calls)
 stats = {"device_calls": 0, "cpu_fallback_calls": 0, "compiles": 0}
+
+#: the torch dtype of a slot input's NumPy dtype
+_TORCH_OF_NP = {np.dtype(np.float32): torch.float32, np.dtype(np.float64): torch.float64,
+                np.dtype(np.float16): torch.float16, _scalar_slots._BF16: torch.bfloat16}
 
 #: dtypes a kernel computes exactly (int64 and float64 in 64 bits)
 _KERNEL_DTYPES = {torch.float32: "float32", torch.float16: "float16",
@@ -131,6 +135,8 @@ class ArgumentError(RuntimeError):
 
 _CPU = object()          # cache value: this signature runs on the CPU
 _CAPPED = object()       # not cached: MAX_SCALAR_VARIANTS kernels exist, the CPU serves
+_NO_SLOTS = object()     # cache value of a slot key: the kernel bakes the values in
+_SLOT = ("slot",)        # a scalar slot in a cache key (_scalar_slots)
 _cache: Dict[Any, Any] = {}
 _variants: Dict[Any, int] = {}
 _ops: Dict[Any, "_OpInfo"] = {}
@@ -168,7 +174,7 @@ class _OpInfo:
     """What the schema of one op overload says, computed once per op."""
 
     __slots__ = ("name", "view", "random", "n_returns", "ret_alias", "mutable", "device_op",
-                 "tensor_args")
+                 "tensor_args", "slots")
 
     def __init__(self, op: Any) -> None:
         schema = op._schema
@@ -204,6 +210,8 @@ class _OpInfo:
                         found = (i, a.name)
                         break
             self.ret_alias.append(found)
+        #: (position, name) of the arguments whose floats kernels read at run time
+        self.slots = _scalar_slots.slot_positions(schema)
         #: whether a device kernel may serve it at all
         self.device_op = not self.view and not self.random and not any(
             r.alias_info is not None and r.alias_info.is_write and a is None
@@ -281,8 +289,8 @@ def _unwrap_numbers(info: _OpInfo, args: Sequence[Any], kwargs: Dict[str, Any],
 
 #: ops whose CPU kernels take a Python scalar second operand beside
 #: float16/bfloat16 tensors in float32 (their "opmath" type), not first rounded
-#: to the half type (rsub puts the scalar first, where it is rounded)
-_OPMATH_OPS = frozenset(f"aten::{op}{sfx}.{overload}" for op in ("add", "sub", "mul", "div")
+#: to the half type (add and sub round it, and alpha, to the half type first)
+_OPMATH_OPS = frozenset(f"aten::{op}{sfx}.{overload}" for op in ("mul", "div")
                         for sfx in ("", "_") for overload in ("Tensor", "out"))
 
 
@@ -350,23 +358,40 @@ def call(op: Any, args: Sequence[Any], kwargs: Dict[str, Any]) -> Any:
         return hook(*args, **kwargs)
     info = _ops.get(op) or _info(op)
     if info.device_op and (_storage is None or not _storage.cpu_allowed(info.name)):
-        ts: List[torch.Tensor] = []
-        try:
-            key = (op, tuple([_sig(a, ts) for a in args]),
-                   tuple([(k, _sig(v, ts)) for k, v in kwargs.items()]))
-            plan = _cache.get(key)
-        except TypeError:          # an unhashable argument
-            key, plan = None, _CPU
+        slots = _scalar_slots.take(info.slots, args, kwargs) \
+            if info.slots and _storage is None else []
+        key, plan, ts = _lookup(op, args, kwargs, slots)
         if plan is None:
-            plan = _make_plan(op, info, key, args, kwargs, ts)
+            plan = _make_plan(op, info, key, args, kwargs, ts, len(slots))
+        if plan is _NO_SLOTS:      # a kernel with these values baked in
+            slots = []
+            key, plan, ts = _lookup(op, args, kwargs, slots)
+            if plan is None:
+                plan = _make_plan(op, info, key, args, kwargs, ts, 0)
         if plan is _CAPPED:
             return _cpu(op, info, args, kwargs, capped=True)
         if plan is not _CPU:
-            result = plan.run(args, kwargs, ts)
+            result = plan.run(args, kwargs, ts, slots)
             if plan.fast is not None:   # the next such call stays in C++
                 _C.eager_cache.eager_register(info.name, ts, plan.kern.model_ref, *plan.fast)
             return result
     return _cpu(op, info, args, kwargs)
+
+
+def _lookup(op: Any, args: Sequence[Any], kwargs: Dict[str, Any],
+            slots: Sequence[float]) -> Tuple[Any, Any, List[torch.Tensor]]:
+    """(key, cached plan or None, tensors) of a call; with ``slots``, the key
+    has a slot where each of them is (see :mod:`._scalar_slots`)."""
+    ts: List[torch.Tensor] = []
+    if slots:
+        args, kwargs = _scalar_slots.substitute(_info(op).slots, args, kwargs,
+                                                [_SLOT] * len(slots))
+    try:
+        key = (op, bool(slots), tuple([_sig(a, ts) for a in args]),
+               tuple([(k, _sig(v, ts)) for k, v in kwargs.items()]))
+        return key, _cache.get(key), ts
+    except TypeError:          # an unhashable argument
+        return None, _CPU, ts
 
 
 def _equal(self: torch.Tensor, other: torch.Tensor) -> bool:
@@ -719,6 +744,11 @@ def _lowering() -> Any:
     return lowering
 
 
+class _NoSlots(Exception):
+    """The op's kernel cannot read its scalars at run time: one with the call's
+    values baked in serves it."""
+
+
 class _Refuse(Exception):
     """This signature runs on the CPU (the reason is logged at DEBUG)."""
 
@@ -770,7 +800,7 @@ def _cpu_accepts_dtypes(op: Any, args: Sequence[Any], kwargs: Dict[str, Any],
 
 
 def _make_plan(op: Any, info: _OpInfo, key: Any, args: Sequence[Any],
-               kwargs: Dict[str, Any], ts: List[torch.Tensor]) -> Any:
+               kwargs: Dict[str, Any], ts: List[torch.Tensor], n_slots: int) -> Any:
     with _lock:
         plan = _cache.get(key)
         if plan is not None:
@@ -784,7 +814,11 @@ def _make_plan(op: Any, info: _OpInfo, key: Any, args: Sequence[Any],
         _variants[tkey] = n + 1
         try:
             _cpu_accepts_dtypes(op, args, kwargs, ts)
-            plan = _Plan(op, info, args, kwargs, ts)
+            plan = _Plan(op, info, args, kwargs, ts, n_slots)
+        except _NoSlots as exc:
+            logger.debug("eager %s bakes its scalars in: %s", info.name, exc)
+            _variants[tkey] = n
+            plan = _NO_SLOTS
         except _Refuse as exc:
             logger.debug("eager %s on the CPU: %s", info.name, exc)
             plan = _CPU
@@ -839,12 +873,16 @@ class _Plan:
     """A loaded kernel for one signature and how a call maps onto it."""
 
     def __init__(self, op: Any, info: _OpInfo, args: Sequence[Any], kwargs: Dict[str, Any],
-                 ts: List[torch.Tensor]) -> None:
+                 ts: List[torch.Tensor], n_slots: int = 0) -> None:
         from torch.fx.experimental.proxy_tensor import make_fx
         from torch.func import functionalize
 
         self.info = info
         self.device = _check_inputs(ts)
+        #: the call's slots: how many, and per slot input of the kernel (after
+        #: the tensors, in in_order's numbering) its (slot, dtype)
+        self.n_slots = n_slots
+        self.slot_inputs: List[Tuple[int, np.dtype, Optional[np.dtype]]] = []
         # (1) the functional graph of the op on fake CPU tensors
         fakes = [t if t.device.type == "cpu" else torch.empty(t.shape, dtype=t.dtype)
                  for t in ts]
@@ -852,11 +890,14 @@ class _Plan:
         trace_args = [_map(a, _cpu_device) for a in args]
         counts: List[int] = []
         numbers = bool(info.tensor_args) and _has_numbers(info, args, kwargs)
+        # the slots hold one set of sentinels while tracing, then the other
+        sentinels = [_scalar_slots.sentinels(n_slots, w) for w in (1, 0)] if n_slots else []
+        traced_with = [trace_args, trace_kwargs]
 
         def f(*flat: torch.Tensor) -> List[torch.Tensor]:
             it = iter(flat)
-            a = [_fill(x, it) for x in trace_args]
-            k = {n: _fill(v, it) for n, v in trace_kwargs.items()}
+            a = [_fill(x, it) for x in traced_with[0]]
+            k = {n: _fill(v, it) for n, v in traced_with[1].items()}
             if numbers:   # baked into the kernel, as the cache key has them
                 a, k = _unwrap_numbers(info, a, k, _number_maker(info, a))
             res = op(*a, **k)
@@ -892,21 +933,33 @@ class _Plan:
         # core ATen decompositions first; an op the registry does not lower is
         # decomposed further with PyTorch's other decompositions where it has one
         # (upsample_bilinear2d.default, the backend form the eager op dispatches to)
-        table = _decompositions()
-        for _ in range(_MAX_EXTRA_DECOMPOSITION_ROUNDS + 1):
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")   # e.g. out= resize warnings: the call gives them
-                gm = make_fx(functionalize(f, remove="mutations_and_views"),
-                             decomposition_table=table, tracing_mode="fake")(*fakes)
-            extra = _extra_decompositions(gm, table)
-            if not extra:
-                break
-            table = {**table, **extra}
-        self.counts = list(counts)
-        #: tiled storage: new shapes of empty out= tensors the op resizes
-        self.resized: Dict[int, Tuple[int, ...]] = \
-            dict(wrapped.resized) if self.images is not None else {}
-        self._rewrite(gm, ts, fakes if self.images is not None else ts)
+        def trace_fx() -> torch.fx.GraphModule:
+            table = _decompositions()
+            for _ in range(_MAX_EXTRA_DECOMPOSITION_ROUNDS + 1):
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")   # e.g. out= resize warnings: the call's
+                    gm = make_fx(functionalize(f, remove="mutations_and_views"),
+                                 decomposition_table=table, tracing_mode="fake")(*fakes)
+                extra = _extra_decompositions(gm, table)
+                if not extra:
+                    return gm
+                table = {**table, **extra}
+            return gm
+
+        kernel_ins = fakes if self.images is not None else ts
+        gens = []
+        for values in sentinels or [None]:
+            if values is not None:
+                traced_with[:] = _scalar_slots.substitute(info.slots, trace_args, trace_kwargs,
+                                                          values)
+            gm = trace_fx()
+            self.counts = list(counts)
+            #: tiled storage: new shapes of empty out= tensors the op resizes
+            self.resized: Dict[int, Tuple[int, ...]] = \
+                dict(wrapped.resized) if self.images is not None else {}
+            gens.append(self._rewrite(gm, ts, kernel_ins))
+        self._compile(gens[-1], [kernel_ins[i] for i in self.in_idx], ts,
+                      (gens[0], sentinels) if sentinels else None)
 
     def _rewrite(self, gm: torch.fx.GraphModule, ts: List[torch.Tensor],
                  kernel_ins: List[torch.Tensor]) -> None:
@@ -991,39 +1044,57 @@ class _Plan:
         self.n_results = len(results) - (len(self.images) if self.images is not None else 0)
         self.mutations = [i for i, _ in mutations]
         examples = [torch.empty(0) for _ in self.in_idx]   # only "a tensor" matters here
-        gen = lowering.generate_source(gm, examples)
-        self._compile(gen, [kernel_ins[i] for i in self.in_idx], ts)
+        return lowering.generate_source(gm, examples)
 
-    def _compile(self, gen: Any, inputs: List[torch.Tensor],
-                 inputs_all: List[torch.Tensor]) -> None:
+    def _compile(self, gen: Any, inputs: List[torch.Tensor], inputs_all: List[torch.Tensor],
+                 slotted: Optional[Tuple[Any, List[List[float]]]] = None) -> None:
+        """Compiles and loads the kernel ``gen`` generates; ``slotted``: the
+        source generated with the other sentinels, and both sets (the last
+        set is ``gen``'s), to make the slots kernel inputs."""
         from nkipy.core.dtypes import torch_semantics
+        from nkipy.core.trace import trace
         from nkipy.runtime import DeviceKernel
 
         name = "nkipy_eager_" + _KERNEL_NAME.sub("_", self.info.name.replace("::", "_"))
-        mod = types.ModuleType(name)
-        mod.__file__ = f"<{name}>"     # generated in memory: never read back from a file
-        exec(compile(gen.source, mod.__file__, "exec", dont_inherit=True), mod.__dict__)
-        func = mod.nkipy_func
         arrays = [np.broadcast_to(np.zeros((), _np_dtype(t.dtype)), tuple(t.shape))
                   for t in inputs]
         n_out = len(self.out_specs)
 
-        def kernel(*xs: Any) -> Any:
-            res = func(*xs)
-            if len(res) != n_out:
-                raise _Refuse(f"the kernel returned {len(res)} values, expected {n_out}")
-            return tuple(res)
+        def kernel_of(g: Any) -> Callable[..., Any]:
+            mod = types.ModuleType(name)
+            mod.__file__ = f"<{name}>"     # generated in memory: never read back from a file
+            exec(compile(g.source, mod.__file__, "exec", dont_inherit=True), mod.__dict__)
+            func = mod.nkipy_func
 
-        kernel.__signature__ = _signature(gen.tensor_inputs)   # inputs named p0, p1, ...
+            def kernel(*xs: Any) -> Any:
+                res = func(*xs)
+                if len(res) != n_out:
+                    raise _Refuse(f"the kernel returned {len(res)} values, expected {n_out}")
+                return tuple(res)
+
+            kernel.__signature__ = _signature(g.tensor_inputs)   # inputs named p0, p1, ...
+            return kernel
+
         with torch_semantics(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            kern = DeviceKernel.compile_and_load(kernel, *arrays, name=name,
-                                                 core_id=self.device.index,
-                                                 additional_compiler_args=_compiler_args())
+            graph = trace(kernel_of(gen), *arrays, name=name)
+            slot_names: List[str] = []
+            if slotted is not None:
+                other_gen, (other_values, values) = slotted
+                other = trace(kernel_of(other_gen), *arrays, name=name)
+                lifted = _scalar_slots.lift(graph, other, values, other_values)
+                if lifted is None:
+                    raise _NoSlots("the lowering computes with the values (the graphs traced "
+                                   "with two sets of sentinels differ)")
+                self.slot_inputs = lifted
+                slot_names = [v.name for v in graph.inputs[len(graph.inputs) - len(lifted):]]
+            kern = DeviceKernel.from_graph(graph, core_id=self.device.index,
+                                           additional_compiler_args=_compiler_args())
         stats["compiles"] += 1
         ins = list(kern.input_tensors_info)
-        if sorted(ins) != sorted(gen.tensor_inputs):
-            raise _Refuse(f"kernel inputs {ins} are not {gen.tensor_inputs}")
+        names = list(gen.tensor_inputs) + slot_names
+        if sorted(ins) != sorted(names):
+            raise _Refuse(f"kernel inputs {ins} are not {names}")
         outs = list(kern.output_tensors_info.items())
         if len(outs) != n_out:
             raise _Refuse(f"the kernel has {len(outs)} outputs, expected {n_out}")
@@ -1033,8 +1104,9 @@ class _Plan:
                 raise _Refuse(f"kernel output {oname} is {meta.dtype}{list(meta.shape)}, "
                               f"expected {_KERNEL_DTYPES[dtype]}{list(shape)}")
         self.kern = kern
-        # the model's inputs in its own order, as positions among ours
-        self.in_order = [list(gen.tensor_inputs).index(n) for n in ins]
+        # the model's inputs in its own order, as positions among ours (slot
+        # input j is len(in_idx) + j)
+        self.in_order = [names.index(n) for n in ins]
         self.fast = self._fast_spec(inputs_all)
         logger.debug("eager kernel %s compiled for %s", self.info.name,
                      [(tuple(t.shape), t.dtype) for t in inputs])
@@ -1068,12 +1140,17 @@ class _Plan:
             else:
                 rets.append(("output", k))
                 k += 1
-        return (self.device.index, [self.in_idx[j] for j in self.in_order],
-                [(list(shape), dtype) for shape, dtype in outs], n, mutations, rets)
+        n_in = len(self.in_idx)
+        return (self.device.index,
+                [self.in_idx[j] if j < n_in else -1 - (j - n_in) for j in self.in_order],
+                [(list(shape), dtype) for shape, dtype in outs], n, mutations, rets,
+                [(slot, _TORCH_OF_NP[dt], None if via is None else _TORCH_OF_NP[via])
+                 for slot, dt, via in self.slot_inputs], self.n_slots)
 
     # ---- a call -----------------------------------------------------------------
 
-    def run(self, args: Sequence[Any], kwargs: Dict[str, Any], ts: List[torch.Tensor]) -> Any:
+    def run(self, args: Sequence[Any], kwargs: Dict[str, Any], ts: List[torch.Tensor],
+            slots: Sequence[float] = ()) -> Any:
         kern = self.kern
         if not kern.model_ref.loaded:     # the runtime was reset: load it again
             self._reload()
@@ -1108,9 +1185,16 @@ class _Plan:
             direct.append(ok)
             outs.append(dst if ok else torch.empty(shape, dtype=dtype, device=dev))
         _C.check_live(ins + [ts[i] for i in self.mutations], f"{DEVICE_TYPE} {self.info.name}")
-        # by address in the model's order (a zero-size tensor may have none)
+        # by address in the model's order (a zero-size tensor may have none);
+        # the slots' values from one small buffer
+        addresses = [t.data_ptr() for t in ins]
+        if self.slot_inputs:
+            raw = _scalar_slots.pack(slots, self.slot_inputs)
+            buf = torch.tensor(list(raw), dtype=torch.uint8).to(dev)
+            addresses += [buf.data_ptr() + _scalar_slots.SLOT_BYTES * j
+                          for j in range(len(self.slot_inputs))]
         spike.get_spike_singleton().execute_at(
-            kern.model_ref, [ins[j].data_ptr() for j in self.in_order] +
+            kern.model_ref, [addresses[j] for j in self.in_order] +
             [t.data_ptr() for t in outs])
         stats["device_calls"] += 1
         for k, i in enumerate(self.mutations):
@@ -1348,6 +1432,28 @@ def _serve(name: str) -> None:
 
 for _name in SERVED_OPS:
     _serve(_name)
+
+
+def _lift_slots() -> None:
+    """Tells the C++ call cache which arguments' floats are slots, for every
+    overload of the ops of :data:`._scalar_slots.LIFT_OPS` (their keys then
+    hold the slot, not the value)."""
+    for base in sorted(_scalar_slots.LIFT_OPS):
+        for name in (base, base + "_"):
+            packet = getattr(torch.ops.aten, name, None)
+            if packet is None:
+                continue
+            for overload in packet.overloads():
+                schema = getattr(packet, overload)._schema
+                positions = _scalar_slots.slot_positions(schema)
+                # (add.float and the like: TorchScript's, on no tensor, not dispatched)
+                if positions and any("Tensor" in str(a.type) for a in schema.arguments):
+                    full = schema.name + ("." + schema.overload_name if schema.overload_name
+                                          else "")
+                    _C.eager_cache.eager_lift(full, [pos for pos, _ in positions])
+
+
+_lift_slots()
 
 
 # ---- convolution --------------------------------------------------------------------

@@ -5,7 +5,10 @@
 // A call is keyed by the operator and its arguments as the kernel depends on
 // them: each tensor's dtype, sizes, core and whether it is contiguous, every
 // other value itself (a Python scalar a C++ op wrapped into a 0-dim tensor is
-// such a value: kernels bake scalars in). A key found in the cache runs the
+// such a value: kernels bake scalars in), except a float in a position
+// spike_torch._scalar_slots makes a slot (eager_lift): the key says "a float
+// here", the kernel reads the value from an input the call fills (a small
+// device buffer of the call's slot values). A key found in the cache runs the
 // loaded kernel directly: inputs by address (a non-contiguous one made
 // contiguous on the device first), fresh outputs from the caching allocator,
 // mutated arguments written in place or copied into on the device. Nothing of
@@ -63,8 +66,12 @@ struct KeyHash {
 
 // Tags that keep the encodings of different kinds of values apart.
 enum : int64_t {
-  kTensor = 1, kNone, kInt, kDouble, kBool, kString, kDevice, kList, kEnd, kWrapped
+  kTensor = 1, kNone, kInt, kDouble, kBool, kString, kDevice, kList, kEnd, kWrapped, kSlot
 };
+
+// Per operator schema: which arguments' floats are slots (eager_lift).
+std::mutex g_lift_mutex;
+std::unordered_map<const c10::FunctionSchema*, std::vector<bool>> g_lift;
 
 int64_t double_bits(double d) {
   int64_t bits;
@@ -73,8 +80,22 @@ int64_t double_bits(double d) {
 }
 
 // Appends the encoding of one argument to `words` and its tensors to `ts` (in
-// the order spike_torch._generic._sig lists them). False: not cacheable.
-bool encode(const c10::IValue& v, std::vector<int64_t>& words, std::vector<at::Tensor>& ts) {
+// the order spike_torch._generic._sig lists them); with `slots`, a slot
+// position's floats go there instead of into the key. False: not cacheable.
+bool encode(const c10::IValue& v, std::vector<int64_t>& words, std::vector<at::Tensor>& ts,
+            std::vector<double>* slots) {
+  if (slots && v.isDouble()) {
+    words.push_back(kSlot);
+    slots->push_back(v.toDouble());
+    return true;
+  }
+  if (slots && v.isTensor() && v.toTensor().defined() &&
+      v.toTensor().unsafeGetTensorImpl()->is_wrapped_number() && v.toTensor().device().is_cpu() &&
+      v.toTensor().scalar_type() == c10::ScalarType::Double) {
+    words.push_back(kSlot);
+    slots->push_back(*v.toTensor().const_data_ptr<double>());
+    return true;
+  }
   if (v.isTensor()) {
     const at::Tensor& t = v.toTensor();
     if (!t.defined()) {
@@ -150,6 +171,11 @@ bool encode(const c10::IValue& v, std::vector<int64_t>& words, std::vector<at::T
   } else if (v.isDoubleList()) {
     words.push_back(kList);
     for (double x : v.toDoubleList()) {
+      if (slots) {
+        words.push_back(kSlot);
+        slots->push_back(x);
+        continue;
+      }
       words.push_back(kDouble);
       words.push_back(double_bits(x));
     }
@@ -164,7 +190,7 @@ bool encode(const c10::IValue& v, std::vector<int64_t>& words, std::vector<at::T
   } else if (v.isTensorList() || v.isList()) {
     words.push_back(kList);
     for (const c10::IValue& x : v.toListRef())
-      if (!encode(x, words, ts)) return false;
+      if (!encode(x, words, ts, slots)) return false;
     words.push_back(kEnd);
   } else {
     return false;   // complex scalars, generators, symbolic values, ...
@@ -172,15 +198,24 @@ bool encode(const c10::IValue& v, std::vector<int64_t>& words, std::vector<at::T
   return true;
 }
 
-// The key of a call on the stack, and its tensors. False: not cacheable.
+// The key of a call on the stack, its tensors and its slot values. False: not
+// cacheable.
 bool key_of(const c10::OperatorHandle& op, const torch::jit::Stack& stack, Key& key,
-            std::vector<at::Tensor>& ts) {
+            std::vector<at::Tensor>& ts, std::vector<double>& slots) {
   const auto& schema = op.schema();
   size_t n = schema.arguments().size();
   key.words.clear();
   key.words.push_back(static_cast<int64_t>(reinterpret_cast<uintptr_t>(&schema)));
-  for (size_t i = stack.size() - n; i < stack.size(); i++)
-    if (!encode(stack[i], key.words, ts)) return false;
+  const std::vector<bool>* lift = nullptr;
+  if (!tiled_layout()) {
+    std::lock_guard<std::mutex> lock(g_lift_mutex);
+    auto it = g_lift.find(&schema);
+    if (it != g_lift.end()) lift = &it->second;   // entries are never erased
+  }
+  for (size_t i = stack.size() - n, a = 0; i < stack.size(); i++, a++) {
+    bool slot = lift && a < lift->size() && (*lift)[a];
+    if (!encode(stack[i], key.words, ts, slot ? &slots : nullptr)) return false;
+  }
   if (ts.empty()) return false;
   size_t h = 1469598103934665603ull;
   for (int64_t w : key.words) h = (h ^ static_cast<size_t>(w)) * 1099511628211ull;
@@ -202,12 +237,25 @@ struct RetSpec {
   size_t index;                // Output: which output; Arg: which argument of the schema
 };
 
+// A kernel input that holds a slot's value, converted to its dtype.
+struct SlotInput {
+  size_t slot;
+  c10::ScalarType dtype;       // Double, Float, Half or BFloat16
+  c10::ScalarType via;         // Half or BFloat16: rounded to that first; else Undefined
+};
+
+constexpr size_t kSlotBytes = 8;   // spike_torch._scalar_slots.SLOT_BYTES
+
 // A loaded kernel and how a call maps onto it (spike_torch._generic._Plan).
 struct Entry {
   PyObject* model = nullptr;   // spike NrtModel (owned)
   uint64_t generation = 0;     // the runtime it is loaded into
   c10::DeviceIndex core = 0;
-  std::vector<size_t> in_idx;  // kernel inputs (the model's order) as indices into ts
+  // kernel inputs (the model's order): an index into ts, or -1 - j for the
+  // slot input slot_inputs[j]
+  std::vector<int64_t> in_idx;
+  std::vector<SlotInput> slot_inputs;
+  size_t n_slots = 0;          // the slot values a call has
   std::vector<OutSpec> outs;   // n_results fresh results, then one per mutation
   size_t n_results = 0;
   std::vector<size_t> mutations;   // ts indices of the arguments written
@@ -231,6 +279,7 @@ struct Pending {
   const c10::OperatorHandle* op;
   Key key;
   std::vector<at::Tensor> ts;
+  size_t n_slots;
 };
 thread_local std::vector<Pending> t_pending;
 
@@ -302,7 +351,7 @@ void run_tiled(const c10::OperatorHandle& op, const Entry& e, const std::vector<
   c10::Device device(kNkipy, e.core);
   std::vector<void*> addresses(n_in + n_out, nullptr);
   for (size_t k = 0; k < n_in; k++) {
-    const at::Tensor& t = ts[e.in_idx[k]];
+    const at::Tensor& t = ts[static_cast<size_t>(e.in_idx[k])];   // no slots when tiled
     check_live(op, t);
     addresses[k] = t.storage().mutable_data();
   }
@@ -326,8 +375,46 @@ void run_tiled(const c10::OperatorHandle& op, const Entry& e, const std::vector<
   push_returns(e, outs, stack, n_args);
 }
 
+// The device buffer of a call's slot inputs: input j at kSlotBytes * j, the
+// slot's value converted to its dtype (rounded to nearest; to a half type
+// through float, as spike_torch._scalar_slots.convert).
+at::Tensor slot_buffer(const Entry& e, const std::vector<double>& slots, c10::Device device) {
+  std::vector<uint8_t> host(kSlotBytes * e.slot_inputs.size(), 0);
+  for (size_t j = 0; j < e.slot_inputs.size(); j++) {
+    double v = slots[e.slot_inputs[j].slot];
+    if (e.slot_inputs[j].via == c10::ScalarType::Half)
+      v = static_cast<float>(c10::Half(static_cast<float>(v)));
+    else if (e.slot_inputs[j].via == c10::ScalarType::BFloat16)
+      v = static_cast<float>(c10::BFloat16(static_cast<float>(v)));
+    uint8_t* dst = &host[kSlotBytes * j];
+    switch (e.slot_inputs[j].dtype) {
+      case c10::ScalarType::Float: {
+        float f = static_cast<float>(v);
+        std::memcpy(dst, &f, sizeof f);
+        break;
+      }
+      case c10::ScalarType::Half: {
+        c10::Half h(static_cast<float>(v));
+        std::memcpy(dst, &h, sizeof h);
+        break;
+      }
+      case c10::ScalarType::BFloat16: {
+        c10::BFloat16 b(static_cast<float>(v));
+        std::memcpy(dst, &b, sizeof b);
+        break;
+      }
+      default:
+        std::memcpy(dst, &v, sizeof v);
+    }
+  }
+  at::Tensor buf = at::empty({static_cast<int64_t>(host.size())},
+                             at::TensorOptions().dtype(at::kByte).device(device));
+  write_bytes(buf, host.data(), host.size());
+  return buf;
+}
+
 void run(const c10::OperatorHandle& op, const Entry& e, const std::vector<at::Tensor>& ts,
-         torch::jit::Stack* stack, size_t n_args) {
+         const std::vector<double>& slots, torch::jit::Stack* stack, size_t n_args) {
   if (tiled_layout()) {
     run_tiled(op, e, ts, stack, n_args);
     return;
@@ -336,8 +423,15 @@ void run(const c10::OperatorHandle& op, const Entry& e, const std::vector<at::Te
   c10::Device device(kNkipy, e.core);
   std::vector<at::Tensor> ins(n_in);
   std::vector<void*> addresses(n_in + n_out, nullptr);
+  at::Tensor slot_buf;
+  if (!e.slot_inputs.empty()) slot_buf = slot_buffer(e, slots, device);
   for (size_t k = 0; k < n_in; k++) {
-    const at::Tensor& t = ts[e.in_idx[k]];
+    if (e.in_idx[k] < 0) {
+      addresses[k] = static_cast<uint8_t*>(slot_buf.data_ptr()) +
+                     kSlotBytes * static_cast<size_t>(-1 - e.in_idx[k]);
+      continue;
+    }
+    const at::Tensor& t = ts[static_cast<size_t>(e.in_idx[k])];
     ins[k] = t.is_contiguous() ? t : t.contiguous();
     check_live(op, ins[k]);
     addresses[k] = ins[k].data_ptr();
@@ -355,7 +449,7 @@ void run(const c10::OperatorHandle& op, const Entry& e, const std::vector<at::Te
     bool ok = dst.is_contiguous() && dst.scalar_type() == s.dtype &&
               dst.sizes() == c10::IntArrayRef(s.sizes);
     for (size_t i = 0; ok && i < n_in; i++)
-      ok = !ins[i].storage().is_alias_of(dst.storage());
+      ok = !ins[i].defined() || !ins[i].storage().is_alias_of(dst.storage());
     direct[k] = ok;
     outs[e.n_results + k] =
         ok ? dst : at::empty(s.sizes, at::TensorOptions().dtype(s.dtype).device(device));
@@ -371,8 +465,9 @@ void run(const c10::OperatorHandle& op, const Entry& e, const std::vector<at::Te
 void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
   Key key;
   std::vector<at::Tensor> ts;
+  std::vector<double> slots;
   size_t n_args = op.schema().arguments().size();
-  bool cacheable = key_of(op, *stack, key, ts);
+  bool cacheable = key_of(op, *stack, key, ts, slots);
   if (cacheable) {
     std::shared_ptr<Entry> e, stale;   // stale: released after the lock (it takes the GIL)
     {
@@ -389,12 +484,13 @@ void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::St
     }
     if (e) {
       NKIPY_LOG("eager %s: from the C++ cache", op.schema().name().c_str());
-      run(op, *e, ts, stack, n_args);
+      run(op, *e, ts, slots, stack, n_args);
       return;
     }
   }
   std::unique_ptr<PendingScope> scope;
-  if (cacheable) scope = std::make_unique<PendingScope>(Pending{&op, std::move(key), ts});
+  if (cacheable)
+    scope = std::make_unique<PendingScope>(Pending{&op, std::move(key), ts, slots.size()});
   op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::PrivateUse2), stack);
 }
 
@@ -419,14 +515,14 @@ std::vector<size_t> index_list(PyObject* seq, size_t bound, const char* what) {
 }
 
 // eager_register(op_name, tensors, model, core, in_idx, outs, n_results,
-//                mutations, rets) -> bool
+//                mutations, rets, slot_inputs, n_slots) -> bool
 PyObject* eager_register(PyObject*, PyObject* args) {
   const char* name;
-  PyObject *tensors, *model, *in_idx, *outs, *mutations, *rets;
+  PyObject *tensors, *model, *in_idx, *outs, *mutations, *rets, *slot_inputs;
   int core;
-  Py_ssize_t n_results;
-  if (!PyArg_ParseTuple(args, "sOOiOOnOO:eager_register", &name, &tensors, &model, &core,
-                        &in_idx, &outs, &n_results, &mutations, &rets))
+  Py_ssize_t n_results, n_slots;
+  if (!PyArg_ParseTuple(args, "sOOiOOnOOOn:eager_register", &name, &tensors, &model, &core,
+                        &in_idx, &outs, &n_results, &mutations, &rets, &slot_inputs, &n_slots))
     return nullptr;
   if (t_pending.empty()) Py_RETURN_FALSE;   // not called from the fallback
   const Pending& p = t_pending.back();
@@ -434,6 +530,9 @@ PyObject* eager_register(PyObject*, PyObject* args) {
   std::string full = schema.name();
   if (!schema.overload_name().empty()) full += "." + schema.overload_name();
   if (full != name) Py_RETURN_FALSE;
+  // a kernel for the call's slots, or with its values baked in where the key
+  // has none: any other kernel would serve values it was not built for
+  if (n_slots < 0 || static_cast<size_t>(n_slots) != p.n_slots) Py_RETURN_FALSE;
   try {
     // the very tensors of the call in progress, in the same order
     PyObject* fast = PySequence_Fast(tensors, "eager_register: tensors");
@@ -448,7 +547,46 @@ PyObject* eager_register(PyObject*, PyObject* args) {
     if (!same) Py_RETURN_FALSE;
     auto e = std::make_shared<Entry>();
     e->core = static_cast<c10::DeviceIndex>(core);
-    e->in_idx = index_list(in_idx, p.ts.size(), "input");
+    PyObject* fs = PySequence_Fast(slot_inputs, "eager_register: slot_inputs");
+    if (!fs) throw PyErrorSet{};
+    for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(fs); j++) {
+      Py_ssize_t slot;
+      PyObject *dtype, *via;
+      if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(fs, j), "nOO:eager_register slot input",
+                            &slot, &dtype, &via) || !THPDtype_Check(dtype) ||
+          (via != Py_None && !THPDtype_Check(via)) || slot < 0 || slot >= n_slots) {
+        Py_DECREF(fs);
+        if (!PyErr_Occurred())
+          PyErr_SetString(PyExc_ValueError, "eager_register: a slot input is (slot, dtype, "
+                          "half dtype or None), slot < n_slots");
+        throw PyErrorSet{};
+      }
+      c10::ScalarType st = reinterpret_cast<THPDtype*>(dtype)->scalar_type;
+      c10::ScalarType vt = via == Py_None ? c10::ScalarType::Undefined
+                                          : reinterpret_cast<THPDtype*>(via)->scalar_type;
+      bool half = st == c10::ScalarType::Half || st == c10::ScalarType::BFloat16;
+      if ((st != c10::ScalarType::Float && st != c10::ScalarType::Double && !half) ||
+          (vt != c10::ScalarType::Undefined && vt != c10::ScalarType::Half &&
+           vt != c10::ScalarType::BFloat16)) {
+        Py_DECREF(fs);
+        PyErr_SetString(PyExc_ValueError, "eager_register: a slot input is a float dtype, "
+                        "rounded first to a half dtype or not");
+        throw PyErrorSet{};
+      }
+      e->slot_inputs.push_back({static_cast<size_t>(slot), st, vt});
+    }
+    Py_DECREF(fs);
+    e->n_slots = static_cast<size_t>(n_slots);
+    for (int64_t v : int64_list(in_idx, "input")) {
+      int64_t n_slot_in = static_cast<int64_t>(e->slot_inputs.size());
+      if (v >= static_cast<int64_t>(p.ts.size()) || v < -n_slot_in) {
+        PyErr_Format(PyExc_ValueError, "eager_register: input index %lld out of range "
+                     "[-%lld, %zu)", static_cast<long long>(v),
+                     static_cast<long long>(n_slot_in), p.ts.size());
+        throw PyErrorSet{};
+      }
+      e->in_idx.push_back(v);
+    }
     e->mutations = index_list(mutations, p.ts.size(), "mutation");
     PyObject* fo = PySequence_Fast(outs, "eager_register: outs");
     if (!fo) throw PyErrorSet{};
@@ -512,6 +650,41 @@ PyObject* eager_register(PyObject*, PyObject* args) {
   Py_RETURN_TRUE;
 }
 
+// eager_lift(op_name, positions): the floats of these argument positions of
+// op_name ("aten::add.Tensor") are slots in its calls' keys from now on (the
+// first call for an operator holds).
+PyObject* eager_lift(PyObject*, PyObject* args) {
+  const char* name;
+  PyObject* positions;
+  if (!PyArg_ParseTuple(args, "sO:eager_lift", &name, &positions)) return nullptr;
+  std::string full(name);
+  size_t dot = full.find('.');
+  c10::OperatorName opname(full.substr(0, dot),
+                           dot == std::string::npos ? "" : full.substr(dot + 1));
+  auto handle = c10::Dispatcher::singleton().findSchema(opname);
+  if (!handle) {
+    PyErr_Format(PyExc_ValueError, "eager_lift: no operator %s", name);
+    return nullptr;
+  }
+  const c10::FunctionSchema* schema = &handle->schema();
+  std::vector<bool> lift(schema->arguments().size(), false);
+  try {
+    for (int64_t v : int64_list(positions, "positions")) {
+      if (v < 0 || static_cast<size_t>(v) >= lift.size()) {
+        PyErr_Format(PyExc_ValueError, "eager_lift: %s has no argument %lld", name,
+                     static_cast<long long>(v));
+        throw PyErrorSet{};
+      }
+      lift[static_cast<size_t>(v)] = true;
+    }
+  } catch (const PyErrorSet&) {
+    return nullptr;
+  }
+  std::lock_guard<std::mutex> lock(g_lift_mutex);
+  g_lift.emplace(schema, std::move(lift));   // the first call holds: keys may point at it
+  Py_RETURN_NONE;
+}
+
 PyObject* eager_clear(PyObject*, PyObject*) {
   std::unordered_map<Key, std::shared_ptr<Entry>, KeyHash> old;
   {
@@ -534,14 +707,21 @@ PyObject* eager_stats(PyObject*, PyObject*) {
 PyMethodDef g_methods[] = {
     {"eager_register", eager_register, METH_VARARGS,
      "eager_register(op_name, tensors, model, core, in_idx, outs, n_results, mutations, "
-     "rets) -> bool\n\n"
+     "rets, slot_inputs, n_slots) -> bool\n\n"
      "Files a loaded kernel under the key of the fallback call in progress on this thread, "
-     "if that call is op_name on exactly these tensors (else False: nothing filed). in_idx: "
-     "the kernel's inputs (the model's order) as indices into tensors; outs: (sizes, dtype) "
+     "if that call is op_name on exactly these tensors with n_slots slot values (else "
+     "False: nothing filed). in_idx: the kernel's inputs (the model's order) as indices "
+     "into tensors, or -1 - j for slot_inputs[j], a (slot, dtype, via) the call fills with "
+     "that slot's value (rounded to the half dtype via first, unless None); outs: (sizes, "
+     "dtype) "
      "of the n_results fresh results, then of one output per mutated tensor (mutations: "
      "indices into tensors); rets: per schema return ('output', j), ('arg', position) or "
      "('none', 0)."},
     {"eager_clear", eager_clear, METH_NOARGS, "eager_clear()\n\nEmpties the C++ call cache."},
+    {"eager_lift", eager_lift, METH_VARARGS,
+     "eager_lift(op_name, positions)\n\nMakes the floats of these argument positions of "
+     "op_name ('aten::add.Tensor') scalar slots of its calls' keys "
+     "(spike_torch._scalar_slots)."},
     {"eager_stats", eager_stats, METH_NOARGS,
      "eager_stats() -> dict\n\nfast_calls: calls served from the C++ cache so far; "
      "cached_calls: keys filed."},

@@ -164,8 +164,19 @@ def relu(x):
     return np.maximum(x, 0)
 
 
+def _as_half(x, v):
+    """A Python scalar beside a float16/bfloat16 tensor as PyTorch's add and sub
+    take it: rounded to the tensor's dtype (through float32) before the sum is
+    computed in float32 (``x + 0.1`` in float16 adds 0.0999755859375)."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and hasattr(x, "dtype") and \
+            np.dtype(x.dtype) in _HALF_FLOATS:
+        return float(np.float32(v).astype(x.dtype))
+    return v
+
+
 @reg("aten.add.Tensor", "aten.add.Scalar")
 def add(x, y, alpha=1):
+    y, alpha = _as_half(x, y), _as_half(x, alpha)
     if alpha == 1:
         return _opmath(np.add, x, y)
     return _opmath(lambda a, b: np.add(a, b * alpha), x, y)
@@ -173,6 +184,7 @@ def add(x, y, alpha=1):
 
 @reg("aten.sub.Tensor", "aten.sub.Scalar")
 def sub(x, y, alpha=1):
+    y, alpha = _as_half(x, y), _as_half(x, alpha)
     if alpha == 1:
         return _opmath(np.subtract, x, y)
     return _opmath(lambda a, b: np.subtract(a, b * alpha), x, y)

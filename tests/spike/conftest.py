@@ -49,10 +49,25 @@ def compile_neff(tmp_path: Path) -> Callable[..., str]:
     return compile_
 
 
+#: the runtime's environment when the tests were collected (before any ran)
+_BASELINE = {k: os.environ.get(k) for k in ENV_KEYS}
+
+
 @pytest.fixture(autouse=True)
 def _restore_runtime_env() -> Iterator[None]:
-    """After every test: if it configured the singleton (changed the runtime's
-    environment variables or options), reset it and restore the environment."""
+    """Before every test: the runtime as the session started, should tests of
+    another directory that ran in between in this process (pytest-xdist
+    interleaves files) have configured it otherwise. After it: if it configured
+    the singleton (changed the runtime's environment variables or options),
+    reset it and restore the environment."""
+    if any(os.environ.get(k) != v for k, v in _BASELINE.items()) or spike_singleton._options:
+        quiet_reset()
+        spike_singleton._options.clear()
+        for k, v in _BASELINE.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     saved = {k: os.environ.get(k) for k in ENV_KEYS}
     yield
     changed = any(os.environ.get(k) != v for k, v in saved.items())

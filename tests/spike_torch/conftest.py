@@ -16,6 +16,26 @@ import pytest
 from spike_torch_helpers import CORE_MEMORY, quiet
 
 
+def _configured() -> bool:
+    """Whether the runtime is the one these tests configure (two cores, a
+    small arena): tests of other directories that ran in between in the same
+    process (pytest-xdist interleaves files) may have reset or reconfigured it."""
+    from spike import spike_singleton
+
+    return (spike_singleton.is_active() and
+            os.environ.get("NEURON_RT_VISIBLE_CORES") == "0,1" and
+            spike_singleton._options == {"core_memory_bytes": CORE_MEMORY})
+
+
+def _configure() -> None:
+    import spike
+    import spike_torch
+
+    quiet(spike_torch.reset)  # drops the state of an earlier runtime, then closes it
+    spike.configure([0, 1], core_memory_bytes=CORE_MEMORY)
+    spike.get_spike_singleton()
+
+
 @pytest.fixture(scope="session")
 def spike_torch_module():
     import spike
@@ -26,9 +46,7 @@ def spike_torch_module():
     spike.configure([0, 1], core_memory_bytes=CORE_MEMORY)
     import spike_torch
 
-    quiet(spike_torch.reset)  # drops state of an earlier runtime if imported before
-    spike.configure([0, 1], core_memory_bytes=CORE_MEMORY)
-    spike.get_spike_singleton()
+    _configure()
     yield spike_torch
     spike_torch.empty_cache()
     for k, v in saved.items():
@@ -43,6 +61,8 @@ def spike_torch_module():
 def nkipy(spike_torch_module) -> Iterator:
     """Every test: spike_torch imported, device 0 current, fallback warnings quiet
     unless a test asks for them."""
+    if not _configured():
+        _configure()
     spike_torch_module.set_device(0)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="nkipy: operator")

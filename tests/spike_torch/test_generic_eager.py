@@ -273,7 +273,7 @@ def test_kernel_that_does_not_compile_runs_on_the_cpu_with_a_warning(monkeypatch
     def broken(cls, *args, **kwargs):
         raise CompileError("the C compiler said no")
 
-    monkeypatch.setattr(DeviceKernel, "compile_and_load", classmethod(broken))
+    monkeypatch.setattr(DeviceKernel, "from_graph", classmethod(broken))
     monkeypatch.setattr(_generic, "_compile_failed", set())
     x = torch.randn(3, 11)
     before = stats()
