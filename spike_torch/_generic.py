@@ -240,6 +240,8 @@ def _sig(a: Any, ts: List[torch.Tensor]) -> Any:
         ts.append(a)
         if _storage is not None:
             return (a.shape, a.dtype, a.device, _storage.key(a))
+        if a.device.type == DEVICE_TYPE and not a.is_contiguous():
+            return (a.shape, a.dtype, a.device, _perm(a))
         return (a.shape, a.dtype, a.device)
     if isinstance(a, (list, tuple)):
         return tuple([_sig(x, ts) for x in a])
@@ -250,6 +252,18 @@ def _sig(a: Any, ts: List[torch.Tensor]) -> Any:
     if isinstance(a, int):
         return ("i", a)
     return a
+
+
+def _perm(t: torch.Tensor) -> Optional[Tuple[int, ...]]:
+    """The order of a non-contiguous tensor's dims from the outermost in memory,
+    when in that order it is contiguous (a transpose or permute of a contiguous
+    block: kernels read it as it lies); else None (the call copies it
+    contiguous). The C++ cache's ``dense_perm`` is the same rule."""
+    if t.is_contiguous():
+        return None
+    strides = t.stride()
+    perm = tuple(sorted(range(t.dim()), key=lambda d: (-strides[d], d)))
+    return perm if t.permute(perm).is_contiguous() else None
 
 
 def _fill(a: Any, it: Any) -> Any:
@@ -884,8 +898,16 @@ class _Plan:
         self.n_slots = n_slots
         self.slot_inputs: List[Tuple[int, np.dtype, Optional[np.dtype]]] = []
         # (1) the functional graph of the op on fake CPU tensors
-        fakes = [t if t.device.type == "cpu" else torch.empty(t.shape, dtype=t.dtype)
-                 for t in ts]
+        #: per tensor: the order of its dims in memory when it is a permutation of
+        #: a contiguous block (a transpose), which the kernel reads as it lies
+        written = set(_written(info, args, kwargs)) if _storage is None else set()
+        self.perms = [_perm(t) if _storage is None and t.device.type != "cpu" and
+                      i not in written else None for i, t in enumerate(ts)]
+        fakes = [t if t.device.type == "cpu" else
+                 torch.empty(t.shape if p is None else [t.shape[d] for d in p], dtype=t.dtype)
+                 for t, p in zip(ts, self.perms)]
+        unpermute = [None if p is None else [p.index(d) for d in range(len(p))]
+                     for p in self.perms]
         trace_kwargs = {k: _map(v, _cpu_device) for k, v in kwargs.items()}
         trace_args = [_map(a, _cpu_device) for a in args]
         counts: List[int] = []
@@ -895,7 +917,7 @@ class _Plan:
         traced_with = [trace_args, trace_kwargs]
 
         def f(*flat: torch.Tensor) -> List[torch.Tensor]:
-            it = iter(flat)
+            it = iter([x if u is None else x.permute(u) for x, u in zip(flat, unpermute)])
             a = [_fill(x, it) for x in traced_with[0]]
             k = {n: _fill(v, it) for n, v in traced_with[1].items()}
             if numbers:   # baked into the kernel, as the cache key has them
@@ -946,7 +968,7 @@ class _Plan:
                 table = {**table, **extra}
             return gm
 
-        kernel_ins = fakes if self.images is not None else ts
+        kernel_ins = fakes
         gens = []
         for values in sentinels or [None]:
             if values is not None:
@@ -957,14 +979,13 @@ class _Plan:
             #: tiled storage: new shapes of empty out= tensors the op resizes
             self.resized: Dict[int, Tuple[int, ...]] = \
                 dict(wrapped.resized) if self.images is not None else {}
-            gens.append(self._rewrite(gm, ts, kernel_ins))
+            gens.append(self._rewrite(gm))
         self._compile(gens[-1], [kernel_ins[i] for i in self.in_idx], ts,
                       (gens[0], sentinels) if sentinels else None)
 
-    def _rewrite(self, gm: torch.fx.GraphModule, ts: List[torch.Tensor],
-                 kernel_ins: List[torch.Tensor]) -> None:
+    def _rewrite(self, gm: torch.fx.GraphModule) -> Any:
         """Drops the trailing copies into mutated inputs (the plan does them on the
-        device), checks every node lowers, then generates and compiles the kernel."""
+        device), checks every node lowers, then generates the kernel's source."""
         lowering = _lowering()
         graph = gm.graph
         placeholders = [n for n in graph.nodes if n.op == "placeholder"]
@@ -1141,11 +1162,12 @@ class _Plan:
                 rets.append(("output", k))
                 k += 1
         n_in = len(self.in_idx)
-        return (self.device.index,
-                [self.in_idx[j] if j < n_in else -1 - (j - n_in) for j in self.in_order],
+        order = [self.in_idx[j] if j < n_in else -1 - (j - n_in) for j in self.in_order]
+        return (self.device.index, order,
                 [(list(shape), dtype) for shape, dtype in outs], n, mutations, rets,
                 [(slot, _TORCH_OF_NP[dt], None if via is None else _TORCH_OF_NP[via])
-                 for slot, dt, via in self.slot_inputs], self.n_slots)
+                 for slot, dt, via in self.slot_inputs], self.n_slots,
+                [i >= 0 and self.perms[i] is not None for i in order])
 
     # ---- a call -----------------------------------------------------------------
 
@@ -1163,7 +1185,7 @@ class _Plan:
             t = ts[i]
             if t.device.type != DEVICE_TYPE:
                 t = t.to(dev)
-            elif not t.is_contiguous():
+            elif not t.is_contiguous() and self.perms[i] is None:
                 t = t.contiguous()
             ins.append(t)
         outs = [torch.empty(shape, dtype=dtype, device=dev)

@@ -35,6 +35,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
@@ -72,6 +73,19 @@ enum : int64_t {
 // Per operator schema: which arguments' floats are slots (eager_lift).
 std::mutex g_lift_mutex;
 std::unordered_map<const c10::FunctionSchema*, std::vector<bool>> g_lift;
+
+// The order of a non-contiguous tensor's dims from the outermost in memory,
+// when in that order it is contiguous (a transpose or permute of a contiguous
+// block, which a kernel reads as it lies). spike_torch._generic._perm is the
+// same rule.
+bool dense_perm(const at::Tensor& t, std::vector<int64_t>& perm) {
+  perm.resize(static_cast<size_t>(t.dim()));
+  for (int64_t d = 0; d < t.dim(); d++) perm[static_cast<size_t>(d)] = d;
+  auto strides = t.strides();
+  std::stable_sort(perm.begin(), perm.end(),
+                   [&](int64_t a, int64_t b) { return strides[a] > strides[b]; });
+  return t.permute(perm).is_contiguous();
+}
 
 int64_t double_bits(double d) {
   int64_t bits;
@@ -123,9 +137,17 @@ bool encode(const c10::IValue& v, std::vector<int64_t>& words, std::vector<at::T
     words.push_back(kTensor);
     words.push_back(static_cast<int64_t>(t.scalar_type()));
     words.push_back(t.device().index());
-    words.push_back(t.is_contiguous() ? 1 : 0);
+    bool contiguous = t.is_contiguous();
+    words.push_back(contiguous ? 1 : 0);
     words.push_back(t.dim());
     for (int64_t s : t.sizes()) words.push_back(s);
+    std::vector<int64_t> perm;
+    if (!contiguous && !tiled_layout() && dense_perm(t, perm)) {
+      // the kernel may read it as it lies: the key says how it lies
+      words.push_back(kList);
+      words.insert(words.end(), perm.begin(), perm.end());
+      words.push_back(kEnd);
+    }
     if (tiled_layout()) {
       // a tiled tensor's kernel reads its whole storage: the layout of that,
       // and where the tensor lies in it, are part of the key
@@ -254,6 +276,7 @@ struct Entry {
   // kernel inputs (the model's order): an index into ts, or -1 - j for the
   // slot input slot_inputs[j]
   std::vector<int64_t> in_idx;
+  std::vector<bool> raw;       // per kernel input: a permuted tensor read as it lies
   std::vector<SlotInput> slot_inputs;
   size_t n_slots = 0;          // the slot values a call has
   std::vector<OutSpec> outs;   // n_results fresh results, then one per mutation
@@ -432,7 +455,7 @@ void run(const c10::OperatorHandle& op, const Entry& e, const std::vector<at::Te
       continue;
     }
     const at::Tensor& t = ts[static_cast<size_t>(e.in_idx[k])];
-    ins[k] = t.is_contiguous() ? t : t.contiguous();
+    ins[k] = t.is_contiguous() || e.raw[k] ? t : t.contiguous();
     check_live(op, ins[k]);
     addresses[k] = ins[k].data_ptr();
   }
@@ -515,14 +538,15 @@ std::vector<size_t> index_list(PyObject* seq, size_t bound, const char* what) {
 }
 
 // eager_register(op_name, tensors, model, core, in_idx, outs, n_results,
-//                mutations, rets, slot_inputs, n_slots) -> bool
+//                mutations, rets, slot_inputs, n_slots, raw) -> bool
 PyObject* eager_register(PyObject*, PyObject* args) {
   const char* name;
-  PyObject *tensors, *model, *in_idx, *outs, *mutations, *rets, *slot_inputs;
+  PyObject *tensors, *model, *in_idx, *outs, *mutations, *rets, *slot_inputs, *raw;
   int core;
   Py_ssize_t n_results, n_slots;
-  if (!PyArg_ParseTuple(args, "sOOiOOnOOOn:eager_register", &name, &tensors, &model, &core,
-                        &in_idx, &outs, &n_results, &mutations, &rets, &slot_inputs, &n_slots))
+  if (!PyArg_ParseTuple(args, "sOOiOOnOOOnO:eager_register", &name, &tensors, &model, &core,
+                        &in_idx, &outs, &n_results, &mutations, &rets, &slot_inputs, &n_slots,
+                        &raw))
     return nullptr;
   if (t_pending.empty()) Py_RETURN_FALSE;   // not called from the fallback
   const Pending& p = t_pending.back();
@@ -586,6 +610,22 @@ PyObject* eager_register(PyObject*, PyObject* args) {
         throw PyErrorSet{};
       }
       e->in_idx.push_back(v);
+    }
+    // a tensor read as it lies is one the key holds the permutation of
+    std::vector<int64_t> raw_flags = int64_list(raw, "raw");
+    if (raw_flags.size() != e->in_idx.size()) {
+      PyErr_SetString(PyExc_ValueError, "eager_register: one raw flag per kernel input");
+      throw PyErrorSet{};
+    }
+    for (size_t k = 0; k < raw_flags.size(); k++) {
+      bool r = raw_flags[k] != 0;
+      if (r) {
+        if (e->in_idx[k] < 0) Py_RETURN_FALSE;
+        const at::Tensor& t = p.ts[static_cast<size_t>(e->in_idx[k])];
+        std::vector<int64_t> perm;
+        if (t.is_contiguous() || !dense_perm(t, perm)) Py_RETURN_FALSE;
+      }
+      e->raw.push_back(r);
     }
     e->mutations = index_list(mutations, p.ts.size(), "mutation");
     PyObject* fo = PySequence_Fast(outs, "eager_register: outs");
@@ -707,12 +747,13 @@ PyObject* eager_stats(PyObject*, PyObject*) {
 PyMethodDef g_methods[] = {
     {"eager_register", eager_register, METH_VARARGS,
      "eager_register(op_name, tensors, model, core, in_idx, outs, n_results, mutations, "
-     "rets, slot_inputs, n_slots) -> bool\n\n"
+     "rets, slot_inputs, n_slots, raw) -> bool\n\n"
      "Files a loaded kernel under the key of the fallback call in progress on this thread, "
      "if that call is op_name on exactly these tensors with n_slots slot values (else "
      "False: nothing filed). in_idx: the kernel's inputs (the model's order) as indices "
      "into tensors, or -1 - j for slot_inputs[j], a (slot, dtype, via) the call fills with "
-     "that slot's value (rounded to the half dtype via first, unless None); outs: (sizes, "
+     "that slot's value (rounded to the half dtype via first, unless None); raw: per kernel "
+     "input, whether it is a permuted tensor the kernel reads as it lies; outs: (sizes, "
      "dtype) "
      "of the n_results fresh results, then of one output per mutated tensor (mutations: "
      "indices into tensors); rets: per schema return ('output', j), ('arg', position) or "

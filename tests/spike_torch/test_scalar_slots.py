@@ -213,6 +213,6 @@ def test_register_refuses_a_kernel_without_the_calls_slots():
         reg("aten::exp", [d], None, 0, [0], [([2], torch.float32)], 1, [], [("output", 0)])
     # outside a fallback call nothing is filed, whatever the slots
     assert reg("aten::exp", [d], None, 0, [0], [([2], torch.float32)], 1, [],
-               [("output", 0)], [], 0) is False
+               [("output", 0)], [], 0, [False]) is False
     with pytest.raises(ValueError, match="eager_lift: no operator"):
         _C.eager_cache.eager_lift("aten::no_such_op.Tensor", [0])
