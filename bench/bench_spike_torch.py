@@ -7,7 +7,11 @@
 * eager ops on small tensors (16 and 4096 float32 elements: add, mul by a
   scalar, where, argmax, cat, index_select, sum, softmax) against CPU eager
   (target: at most 1.2x its time, i.e. ratio >= 0.83),
-* eager ops on 256x256 data against CPU eager (target: ratio >= 1.0).
+* eager ops on 256x256 data against CPU eager (target: ratio >= 1.0),
+* eager training steps (forward, backward, AdamW) of a GPT-2 (2 layers, 256
+  wide, batch 4x64, transformers' GPT2LMHeadModel) and a ResNet-18 (batch 8,
+  64x64) against the same steps on CPU eager (target: ratio >= 1.0), after
+  warm-up steps that build the kernels.
 
 Medians of repeated runs; ratio = baseline time / nkipy time (higher is
 better for nkipy). Writes docs/benchmarks/spike_torch.json and .md.
@@ -122,7 +126,63 @@ def run(quick: bool = False) -> list[dict]:
                 continue
             add(f"eager {name} 256x256 float32", median_time(lambda: fn(a), m),
                 median_time(lambda: fn(da), m), 1.0, "CPU eager")
+    for name, make, batch in TRAINING:
+        steps = 3 if quick else 11
+        base = training_step_time(make, batch, "cpu", steps)
+        add(f"eager training step, {name}", base,
+            training_step_time(make, batch, "nkipy", steps), 1.0, "CPU eager",
+            "forward, backward, AdamW")
     return rows
+
+
+def _gpt2() -> tuple:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    cfg = GPT2Config(n_layer=2, n_embd=256, n_head=4, vocab_size=1000, n_positions=64)
+    model = GPT2LMHeadModel(cfg)
+    ids = torch.randint(0, 1000, (4, 64))
+    return model, (lambda m, x: m(input_ids=x, labels=x).loss), ids
+
+
+def _resnet18() -> tuple:
+    sys.path.insert(0, str(REPO / "bench"))
+    from cnn_models import resnet18
+
+    x, y = torch.randn(8, 3, 64, 64), torch.randint(0, 10, (8,))
+    return resnet18(num_classes=10), (lambda m, xy: torch.nn.functional.cross_entropy(
+        m(xy[0]), xy[1])), (x, y)
+
+
+#: (name, builder of (model, loss of (model, batch), batch), batch description)
+TRAINING = [("GPT-2 2x256, batch 4x64", _gpt2, "4x64"),
+            ("ResNet-18, batch 8x64x64", _resnet18, "8x3x64x64")]
+
+
+def training_step_time(make: Callable[[], tuple], batch: str, device: str, steps: int) -> float:
+    """Median time of an eager training step (zero_grad, forward, backward,
+    AdamW step, the loss read back) of ``make()``'s model on ``device``, after
+    three warm-up steps (the device builds its kernels in the first)."""
+    torch.manual_seed(0)
+    model, loss_of, data = make()
+    model = model.to(device)
+    data = tuple(t.to(device) for t in data) if isinstance(data, tuple) else data.to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    def step() -> None:
+        opt.zero_grad()
+        loss = loss_of(model, data)
+        loss.backward()
+        opt.step()
+        loss.item()
+
+    for _ in range(3):
+        step()
+    times = []
+    for _ in range(steps):
+        t = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
 
 
 def write(rows: list[dict], out: Path, quick: bool) -> None:

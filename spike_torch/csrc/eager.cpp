@@ -3,13 +3,15 @@
 // path in C++.
 //
 // A call is keyed by the operator and its arguments as the kernel depends on
-// them: each tensor's dtype, sizes, core and whether it is contiguous, every
-// other value itself (a Python scalar a C++ op wrapped into a 0-dim tensor is
-// such a value: kernels bake scalars in), except a float in a position
+// them: each tensor's dtype, sizes, core and whether it is contiguous (with
+// the permutation of a transposed or permuted one, which the kernel reads as
+// it lies: dense_perm), every other value itself (a Python scalar a C++ op
+// wrapped into a 0-dim tensor is such a value: kernels bake scalars in),
+// except a float in a position
 // spike_torch._scalar_slots makes a slot (eager_lift): the key says "a float
 // here", the kernel reads the value from an input the call fills (a small
 // device buffer of the call's slot values). A key found in the cache runs the
-// loaded kernel directly: inputs by address (a non-contiguous one made
+// loaded kernel directly: inputs by address (another non-contiguous one made
 // contiguous on the device first), fresh outputs from the caching allocator,
 // mutated arguments written in place or copied into on the device. Nothing of
 // that enters Python beyond spike's model_execute_at.
