@@ -164,30 +164,58 @@ def relu(x):
     return np.maximum(x, 0)
 
 
-def _as_half(x, v):
-    """A Python scalar beside a float16/bfloat16 tensor as PyTorch's add and sub
-    take it: rounded to the tensor's dtype (through float32) before the sum is
-    computed in float32 (``x + 0.1`` in float16 adds 0.0999755859375)."""
+def _as_half(x, y, v):
+    """A Python scalar ``v`` (the second operand or alpha) of ``x + alpha * y``
+    as PyTorch's add and sub take it where both tensors are of one half type
+    (float16 or bfloat16), so that the op computes in it: rounded to that type
+    (through float32) before the sum is computed in float32 (``x + 0.1`` in
+    float16 adds 0.0999755859375). With operands of other float dtypes (a
+    float16 tensor plus a float32 one) the scalar is taken as it is."""
     if isinstance(v, (int, float)) and not isinstance(v, bool) and hasattr(x, "dtype") and \
-            np.dtype(x.dtype) in _HALF_FLOATS:
+            np.dtype(x.dtype) in _HALF_FLOATS and \
+            (not hasattr(y, "dtype") or np.dtype(y.dtype) == np.dtype(x.dtype)):
         return float(np.float32(v).astype(x.dtype))
     return v
 
 
+def _widened(x, y):
+    """``(x, y)`` in the float32/float64 type two float operands of different
+    types compute in (float16 with bfloat16 or float32, ...), so that a scaled
+    operand (``alpha * y``) is not first rounded to its own narrower type; other
+    operands as they are."""
+    if not (hasattr(x, "dtype") and hasattr(y, "dtype")) or _fkind(x) != "f" or \
+            _fkind(y) != "f" or np.dtype(x.dtype) == np.dtype(y.dtype):
+        return x, y
+    if (x.ndim == 0) != (y.ndim == 0):      # a 0-dim operand takes the other's type
+        return x, y
+    dx, dy = np.dtype(x.dtype), np.dtype(y.dtype)
+    wide = np.dtype(np.float32) if {dx, dy} <= set(_HALF_FLOATS) else np.promote_types(dx, dy)
+    return cast(x, wide), cast(y, wide)
+
+
+def _scaled(fn, x, y, alpha):
+    """``fn(x, alpha * y)`` (add or sub) as PyTorch's CPU kernels compute it: an
+    integer or bool ``y`` beside a half-type ``x`` in that type (the op's),
+    scalars rounded as :func:`_as_half` says, operands of two float types
+    widened before ``alpha`` scales one, half types in float32."""
+    if hasattr(x, "dtype") and hasattr(y, "dtype") and np.dtype(x.dtype) in _HALF_FLOATS and \
+            _fkind(y) in "iub":
+        y = cast(y, np.dtype(x.dtype))
+    y, alpha = _as_half(x, y, y), _as_half(x, y, alpha)
+    if alpha == 1:
+        return _opmath(fn, x, y)
+    x, y = _widened(x, y)
+    return _opmath(lambda a, b: fn(a, b * alpha), x, y)
+
+
 @reg("aten.add.Tensor", "aten.add.Scalar")
 def add(x, y, alpha=1):
-    y, alpha = _as_half(x, y), _as_half(x, alpha)
-    if alpha == 1:
-        return _opmath(np.add, x, y)
-    return _opmath(lambda a, b: np.add(a, b * alpha), x, y)
+    return _scaled(np.add, x, y, alpha)
 
 
 @reg("aten.sub.Tensor", "aten.sub.Scalar")
 def sub(x, y, alpha=1):
-    y, alpha = _as_half(x, y), _as_half(x, alpha)
-    if alpha == 1:
-        return _opmath(np.subtract, x, y)
-    return _opmath(lambda a, b: np.subtract(a, b * alpha), x, y)
+    return _scaled(np.subtract, x, y, alpha)
 
 
 @reg("aten.rsub.Scalar", "aten.rsub.Tensor")

@@ -216,3 +216,22 @@ def test_register_refuses_a_kernel_without_the_calls_slots():
                [("output", 0)], [], 0, [False]) is False
     with pytest.raises(ValueError, match="eager_lift: no operator"):
         _C.eager_cache.eager_lift("aten::no_such_op.Tensor", [0])
+
+
+@pytest.mark.parametrize("xd, yd", [(torch.float16, torch.float32), (torch.bfloat16, torch.float32),
+                                    (torch.bfloat16, torch.float16), (torch.float16, torch.float16),
+                                    (torch.float16, torch.int64), (torch.bfloat16, torch.int32)])
+def test_alpha_beside_mixed_dtypes_as_the_cpu_takes_it(xd, yd):
+    """alpha is rounded to a half type only where both tensors are of it (the
+    op computes in it): a float16 tensor plus a float32 one takes it as is."""
+    torch.manual_seed(2)
+    x, y = torch.randn(64).to(xd), (torch.randn(64) * 100).to(yd)
+    for v in (1 / 3, 0.1, -1e-3, 2049):
+        for op in (torch.add, torch.sub):
+            torch.testing.assert_close(op(x.nkipy(), y.nkipy(), alpha=v).cpu(), op(x, y, alpha=v),
+                                       rtol=0, atol=0)
+        got = x.nkipy().add_(y.nkipy(), alpha=v).cpu()
+        torch.testing.assert_close(got, x.clone().add_(y, alpha=v), rtol=0, atol=0)
+        x0 = x[0].clone()       # a 0-dim first operand: the other's dtype wins
+        torch.testing.assert_close(torch.add(x0.nkipy(), y.nkipy(), alpha=v).cpu(),
+                                   torch.add(x0, y, alpha=v), rtol=0, atol=0)
