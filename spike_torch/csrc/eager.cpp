@@ -343,16 +343,23 @@ void check_live(const c10::OperatorHandle& op, const at::Tensor& t) {
 }
 
 // The returns of a call, in place of its arguments on the stack.
-void push_returns(const Entry& e, const std::vector<at::Tensor>& outs, torch::jit::Stack* stack,
-                  size_t n_args) {
+// A return the kernel does not compute (native_batch_norm_backward's weight
+// gradient when there is no weight) is an undefined tensor where the schema
+// returns a Tensor (autograd refuses None there), else None.
+void push_returns(const c10::OperatorHandle& op, const Entry& e,
+                  const std::vector<at::Tensor>& outs, torch::jit::Stack* stack, size_t n_args) {
   size_t first = stack->size() - n_args;   // the call's arguments on the stack
+  const auto& returns = op.schema().returns();
   std::vector<c10::IValue> rets;
   rets.reserve(e.rets.size());
-  for (const RetSpec& r : e.rets) {
+  for (size_t i = 0; i < e.rets.size(); i++) {
+    const RetSpec& r = e.rets[i];
     if (r.kind == Ret::Output)
       rets.emplace_back(outs[r.index]);
     else if (r.kind == Ret::Arg)
       rets.push_back((*stack)[first + r.index]);
+    else if (returns[i].type()->kind() == c10::TypeKind::TensorType)
+      rets.emplace_back(at::Tensor());
     else
       rets.emplace_back();
   }
@@ -397,7 +404,7 @@ void run_tiled(const c10::OperatorHandle& op, const Entry& e, const std::vector<
                  "device copy of a written storage");
   }
   g_hits.fetch_add(1, std::memory_order_relaxed);
-  push_returns(e, outs, stack, n_args);
+  push_returns(op, e, outs, stack, n_args);
 }
 
 // The device buffer of a call's slot inputs: input j at kSlotBytes * j, the
@@ -484,7 +491,7 @@ void run(const c10::OperatorHandle& op, const Entry& e, const std::vector<at::Te
   for (size_t k = 0; k < e.mutations.size(); k++)
     if (!direct[k]) ts[e.mutations[k]].copy_(outs[e.n_results + k]);
   g_hits.fetch_add(1, std::memory_order_relaxed);
-  push_returns(e, outs, stack, n_args);
+  push_returns(op, e, outs, stack, n_args);
 }
 
 void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {

@@ -151,3 +151,21 @@ def test_runtime_reset_reloads(tmp_path):
     dev = d.nkipy()
     torch.testing.assert_close(dev.sin().cpu(), d.sin())
     torch.testing.assert_close(dev.sin().cpu(), d.sin())
+
+
+def test_a_return_the_kernel_does_not_compute_is_an_undefined_tensor():
+    """native_batch_norm_backward without a weight returns no weight gradient:
+    from the C++ cache too (the second call) an undefined tensor, which autograd
+    takes, not None (which it refused: 'Expected Tensor but got None')."""
+    torch.manual_seed(3)
+    x = torch.randn(2, 4, 3, 3)
+    want = None
+    for _ in range(3):
+        xc = x.clone().requires_grad_()
+        torch.nn.functional.batch_norm(xc, torch.zeros(4), torch.ones(4), training=True).sum().backward()
+        want = xc.grad
+        xd = x.nkipy().requires_grad_()
+        y = torch.nn.functional.batch_norm(xd, torch.zeros(4, device="nkipy"),
+                                           torch.ones(4, device="nkipy"), training=True)
+        y.sum().backward()
+        torch.testing.assert_close(xd.grad.cpu(), want, rtol=1e-5, atol=1e-5)
