@@ -177,12 +177,7 @@ def training_step_time(make: Callable[[], tuple], batch: str, device: str, steps
 
     for _ in range(3):
         step()
-    times = []
-    for _ in range(steps):
-        t = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+    return median_time(step, steps)
 
 
 def write(rows: list[dict], out: Path, quick: bool) -> None:

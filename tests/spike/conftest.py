@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Callable, Dict, Iterator
+from typing import Callable, Dict, Iterator, Optional
 
 import pytest
 
@@ -60,21 +60,19 @@ def _restore_runtime_env() -> Iterator[None]:
     interleaves files) have configured it otherwise. After it: if it configured
     the singleton (changed the runtime's environment variables or options),
     reset it and restore the environment."""
-    if any(os.environ.get(k) != v for k, v in _BASELINE.items()) or spike_singleton._options:
-        quiet_reset()
-        spike_singleton._options.clear()
-        for k, v in _BASELINE.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    _restore(_BASELINE)
     saved = {k: os.environ.get(k) for k in ENV_KEYS}
     yield
-    changed = any(os.environ.get(k) != v for k, v in saved.items())
-    if changed or spike_singleton._options:
+    _restore(saved)
+
+
+def _restore(env: Dict[str, Optional[str]]) -> None:
+    """The singleton reset and these runtime variables set back, if the
+    environment or the singleton's options differ from them."""
+    if any(os.environ.get(k) != v for k, v in env.items()) or spike_singleton._options:
         quiet_reset()
         spike_singleton._options.clear()
-    for k, v in saved.items():
+    for k, v in env.items():
         if v is None:
             os.environ.pop(k, None)
         else:
