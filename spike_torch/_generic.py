@@ -67,10 +67,6 @@ DEVICE_TYPE = torch._C._get_privateuse1_backend_name()
 #: the C++ cache's calls)
 stats = {"device_calls": 0, "cpu_fallback_calls": 0, "compiles": 0}
 
-#: the torch dtype of a slot input's NumPy dtype
-_TORCH_OF_NP = {np.dtype(np.float32): torch.float32, np.dtype(np.float64): torch.float64,
-                np.dtype(np.float16): torch.float16, _scalar_slots._BF16: torch.bfloat16}
-
 #: dtypes a kernel computes exactly (int64 and float64 in 64 bits)
 _KERNEL_DTYPES = {torch.float32: "float32", torch.float16: "float16",
                   torch.bfloat16: "bfloat16", torch.float64: "float64",
@@ -374,12 +370,12 @@ def call(op: Any, args: Sequence[Any], kwargs: Dict[str, Any]) -> Any:
     if info.device_op and (_storage is None or not _storage.cpu_allowed(info.name)):
         slots = _scalar_slots.take(info.slots, args, kwargs) \
             if info.slots and _storage is None else []
-        key, plan, ts = _lookup(op, args, kwargs, slots)
+        key, plan, ts = _lookup(op, info, args, kwargs, slots)
         if plan is None:
             plan = _make_plan(op, info, key, args, kwargs, ts, len(slots))
         if plan is _NO_SLOTS:      # a kernel with these values baked in
             slots = []
-            key, plan, ts = _lookup(op, args, kwargs, slots)
+            key, plan, ts = _lookup(op, info, args, kwargs, slots)
             if plan is None:
                 plan = _make_plan(op, info, key, args, kwargs, ts, 0)
         if plan is _CAPPED:
@@ -392,14 +388,13 @@ def call(op: Any, args: Sequence[Any], kwargs: Dict[str, Any]) -> Any:
     return _cpu(op, info, args, kwargs)
 
 
-def _lookup(op: Any, args: Sequence[Any], kwargs: Dict[str, Any],
+def _lookup(op: Any, info: _OpInfo, args: Sequence[Any], kwargs: Dict[str, Any],
             slots: Sequence[float]) -> Tuple[Any, Any, List[torch.Tensor]]:
     """(key, cached plan or None, tensors) of a call; with ``slots``, the key
     has a slot where each of them is (see :mod:`._scalar_slots`)."""
     ts: List[torch.Tensor] = []
     if slots:
-        args, kwargs = _scalar_slots.substitute(_info(op).slots, args, kwargs,
-                                                [_SLOT] * len(slots))
+        args, kwargs = _scalar_slots.substitute(info.slots, args, kwargs, [_SLOT] * len(slots))
     try:
         key = (op, bool(slots), tuple([_sig(a, ts) for a in args]),
                tuple([(k, _sig(v, ts)) for k, v in kwargs.items()]))
@@ -874,6 +869,11 @@ def _check_inputs(ts: List[torch.Tensor]) -> torch.device:
     return device
 
 
+def _torch_dtype(dtype: np.dtype) -> torch.dtype:
+    """The torch dtype of a kernel's NumPy dtype (by its name in _KERNEL_DTYPES)."""
+    return next(t for t, name in _KERNEL_DTYPES.items() if name == np.dtype(dtype).name)
+
+
 def _np_dtype(dtype: torch.dtype) -> np.dtype:
     from .lowering import aten_numpy
 
@@ -968,7 +968,6 @@ class _Plan:
                 table = {**table, **extra}
             return gm
 
-        kernel_ins = fakes
         gens = []
         for values in sentinels or [None]:
             if values is not None:
@@ -980,7 +979,7 @@ class _Plan:
             self.resized: Dict[int, Tuple[int, ...]] = \
                 dict(wrapped.resized) if self.images is not None else {}
             gens.append(self._rewrite(gm))
-        self._compile(gens[-1], [kernel_ins[i] for i in self.in_idx], ts,
+        self._compile(gens[-1], [fakes[i] for i in self.in_idx], ts,
                       (gens[0], sentinels) if sentinels else None)
 
     def _rewrite(self, gm: torch.fx.GraphModule) -> Any:
@@ -1165,7 +1164,7 @@ class _Plan:
         order = [self.in_idx[j] if j < n_in else -1 - (j - n_in) for j in self.in_order]
         return (self.device.index, order,
                 [(list(shape), dtype) for shape, dtype in outs], n, mutations, rets,
-                [(slot, _TORCH_OF_NP[dt], None if via is None else _TORCH_OF_NP[via])
+                [(slot, _torch_dtype(dt), None if via is None else _torch_dtype(via))
                  for slot, dt, via in self.slot_inputs], self.n_slots,
                 [i >= 0 and self.perms[i] is not None for i in order])
 

@@ -71,13 +71,12 @@ def slot_positions(schema: Any) -> Tuple[Tuple[int, str], ...]:
                  if str(a.type) in _SLOT_TYPES)
 
 
-def _walk(v: Any, found: List[float]) -> Any:
+def _walk(v: Any, found: List[float]) -> None:
     if isinstance(v, float):
         found.append(v)
-        return ("F",)
-    if isinstance(v, (list, tuple)):
-        return tuple(_walk(x, found) for x in v)
-    return None
+    elif isinstance(v, (list, tuple)):
+        for x in v:
+            _walk(x, found)
 
 
 def take(positions: Sequence[Tuple[int, str]], args: Sequence[Any],

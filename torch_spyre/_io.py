@@ -10,7 +10,7 @@ and rewrites that whole host tensor.
 from __future__ import annotations
 
 import ctypes
-from typing import Any, Optional, Sequence
+from typing import Any, List, Optional, Sequence
 
 import torch
 
@@ -178,16 +178,13 @@ def _index(self: torch.Tensor, indices: Sequence[Optional[torch.Tensor]]) -> tor
     nonzero elements (a device op), the rest is an index by long tensors."""
     from spike_torch import _generic
 
-    if any(isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8)
-           for i in indices):
-        expanded = []
-        for i in indices:
-            if isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8):
-                expanded.extend(i.nonzero().unbind(1))
-            else:
-                expanded.append(i)
-        indices = expanded
-    return _generic.call(torch.ops.aten.index.Tensor, (self, list(indices)), {})
+    expanded: List[Optional[torch.Tensor]] = []
+    for i in indices:
+        if isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8):
+            expanded.extend(i.nonzero().unbind(1))
+        else:
+            expanded.append(i)
+    return _generic.call(torch.ops.aten.index.Tensor, (self, expanded), {})
 
 
 def install(lib: Any) -> None:

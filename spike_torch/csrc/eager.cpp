@@ -7,10 +7,10 @@
 // the permutation of a transposed or permuted one, which the kernel reads as
 // it lies: dense_perm), every other value itself (a Python scalar a C++ op
 // wrapped into a 0-dim tensor is such a value: kernels bake scalars in),
-// except a float in a position
-// spike_torch._scalar_slots makes a slot (eager_lift): the key says "a float
-// here", the kernel reads the value from an input the call fills (a small
-// device buffer of the call's slot values). A key found in the cache runs the
+// except a float in a position spike_torch._scalar_slots makes a slot
+// (eager_lift): the key says "a float here", the kernel reads the value from
+// an input the call fills (a small device buffer of the call's slot values).
+// A key found in the cache runs the
 // loaded kernel directly: inputs by address (another non-contiguous one made
 // contiguous on the device first), fresh outputs from the caching allocator,
 // mutated arguments written in place or copied into on the device. Nothing of
@@ -79,14 +79,23 @@ std::unordered_map<const c10::FunctionSchema*, std::vector<bool>> g_lift;
 // The order of a non-contiguous tensor's dims from the outermost in memory,
 // when in that order it is contiguous (a transpose or permute of a contiguous
 // block, which a kernel reads as it lies). spike_torch._generic._perm is the
-// same rule.
+// same rule. Checked on the strides, as c10 decides contiguity (dims of size 1
+// do not count), without making the permuted view on this hot path.
 bool dense_perm(const at::Tensor& t, std::vector<int64_t>& perm) {
   perm.resize(static_cast<size_t>(t.dim()));
   for (int64_t d = 0; d < t.dim(); d++) perm[static_cast<size_t>(d)] = d;
+  auto sizes = t.sizes();
   auto strides = t.strides();
   std::stable_sort(perm.begin(), perm.end(),
                    [&](int64_t a, int64_t b) { return strides[a] > strides[b]; });
-  return t.permute(perm).is_contiguous();
+  if (t.numel() == 0) return true;
+  int64_t expected = 1;
+  for (auto d = perm.rbegin(); d != perm.rend(); ++d) {
+    if (sizes[*d] == 1) continue;
+    if (strides[*d] != expected) return false;
+    expected *= sizes[*d];
+  }
+  return true;
 }
 
 int64_t double_bits(double d) {
