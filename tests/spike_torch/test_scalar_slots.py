@@ -235,3 +235,36 @@ def test_alpha_beside_mixed_dtypes_as_the_cpu_takes_it(xd, yd):
         x0 = x[0].clone()       # a 0-dim first operand: the other's dtype wins
         torch.testing.assert_close(torch.add(x0.nkipy(), y.nkipy(), alpha=v).cpu(),
                                    torch.add(x0, y, alpha=v), rtol=0, atol=0)
+
+
+def test_register_refuses_bad_slot_inputs_and_raw_flags():
+    """eager_register checks its arguments before it looks at the call in
+    progress: a slot input of an integer dtype, one per kernel input raw flag."""
+    reg = _C.eager_cache.eager_register
+    d = torch.randn(2).nkipy()
+    common = ("aten::exp", [d], None, 0, [0], [([2], torch.float32)], 1, [], [("output", 0)])
+    assert reg(*common, [], 0, [False]) is False      # no call in progress: nothing filed
+    x = torch.randn(3)
+    dx = x.nkipy()
+    real = _C.eager_cache.eager_register
+    seen = {}
+
+    def spy(*args):
+        name, ts, model, core, in_idx, outs, n, muts, rets, slot_inputs, n_slots, raw = args
+        for bad, match in (([(0, torch.int32, None)], "a slot input is a float dtype"),
+                           ([(5, torch.float32, None)], "slot < n_slots")):
+            with pytest.raises(ValueError, match=match):
+                real(name, ts, model, core, in_idx, outs, n, muts, rets, bad, n_slots, raw)
+        with pytest.raises(ValueError, match="one raw flag per kernel input"):
+            real(name, ts, model, core, in_idx, outs, n, muts, rets, slot_inputs, n_slots,
+                 list(raw) + [False])
+        seen["checked"] = True
+        return real(*args)
+
+    _C.eager_cache.eager_register = spy
+    try:
+        _generic.clear_cache()
+        torch.testing.assert_close((dx * 0.25).cpu(), x * 0.25, rtol=0, atol=0)
+    finally:
+        _C.eager_cache.eager_register = real
+    assert seen.get("checked")
