@@ -110,6 +110,15 @@ static inline float nk_lgamma(float x) { int s; return lgammaf_r(x, &s); }
 static inline double nk_lgamma_d(double x) { int s; return lgamma_r(x, &s); }
 static inline float nk_sign(float x) { return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : x); }
 static inline float nk_rint(float x) { return __builtin_rintf(x); }
+/* The sign bit (set for -0.0 and a negative NaN), from the bits:
+ * __builtin_signbit inside a vectorised bfloat16 loop is an internal
+ * compiler error in GCC 12. */
+static inline int nk_signbit(float x) {
+  uint32_t u; __builtin_memcpy(&u, &x, sizeof u); return (int)(u >> 31);
+}
+static inline int nk_signbit_d(double x) {
+  uint64_t u; __builtin_memcpy(&u, &x, sizeof u); return (int)(u >> 63);
+}
 static inline float nk_fmod_py(float a, float b) {
   float r = fmodf(a, b);
   return (r != 0.0f && ((r < 0.0f) != (b < 0.0f))) ? r + b : r;

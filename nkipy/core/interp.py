@@ -149,6 +149,7 @@ _UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "sign": np.sign, "logical_not": np.logical_not, "bitwise_not": np.invert,
     "isnan": np.isnan, "isfinite": np.isfinite, "copy": np.copy,
     "arcsinh": np.arcsinh, "arccosh": np.arccosh, "arctanh": np.arctanh,
+    "sinh": np.sinh, "cosh": np.cosh, "signbit": np.signbit,
 }
 _FLOAT_ONLY_IDENTITY_ON_INT = {"ceil": np.ceil, "floor": np.floor, "rint": np.rint, "trunc": np.trunc}
 
@@ -159,6 +160,7 @@ _BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "logical_and": np.logical_and, "logical_or": np.logical_or, "logical_xor": np.logical_xor,
     "eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
     "gt": np.greater, "ge": np.greater_equal,
+    "fmod": np.fmod, "hypot": np.hypot, "copysign": np.copysign,
     **{f"philox{w}": (lambda a, b, w=w: philox_word(a, b, w)) for w in range(4)},
 }
 

@@ -52,10 +52,12 @@ UNARY = frozenset({
     "neg", "abs", "exp", "expm1", "log", "log1p", "log2", "sqrt", "rsqrt", "reciprocal",
     "square", "sin", "cos", "tan", "arctan", "tanh", "sigmoid", "erf", "ceil", "floor", "rint",
     "trunc", "sign", "logical_not", "bitwise_not", "isnan", "isfinite", "copy",
-    "arcsinh", "arccosh", "arctanh", "erfc", "lgamma",
+    "arcsinh", "arccosh", "arctanh", "erfc", "lgamma", "sinh", "cosh", "signbit",
 })
 BINARY = frozenset({
     "add", "sub", "mul", "div", "pow", "maximum", "minimum", "mod", "floor_div",
+    # C's fmod (the dividend's sign), hypot and copysign: libm's, on floats
+    "fmod", "hypot", "copysign",
     "bitwise_and", "bitwise_or", "bitwise_xor", "logical_and", "logical_or", "logical_xor",
     "eq", "ne", "lt", "le", "gt", "ge",
     # Philox4x32-10 word w of (seed, index), int64 operands (nkipy.core.philox)
@@ -63,7 +65,7 @@ BINARY = frozenset({
 })
 PREDICATES = frozenset({
     "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
-    "logical_not", "isnan", "isfinite",
+    "logical_not", "isnan", "isfinite", "signbit",
 })
 REDUCTIONS = frozenset({"reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "reduce_any",
                         "reduce_all"})

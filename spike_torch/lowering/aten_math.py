@@ -117,8 +117,8 @@ def erfinv(x):
 def digamma(x):
     """psi(x): reflection for x < 0.5, recurrence up to x >= 10, then the
     asymptotic series through x**-12 (truncation below 1e-15 there; stopping
-    at x >= 6 and x**-10 left float64 off by 1.5e-12); -inf at 0 and NaN at
-    the negative integers, as torch. Computed in float64 and rounded once: in
+    at x >= 6 and x**-10 left float64 off by 1.5e-12); -inf at +0, +inf at -0
+    and NaN at the negative integers, as torch. Computed in float64 and rounded once: in
     float32 the reflection's pi / tan(pi x) loses ~1e-5 relative near the
     poles."""
     out_dtype = np.dtype(_fl(x).dtype) if hasattr(x, "dtype") else np.dtype(np.float32)
@@ -139,7 +139,8 @@ def digamma(x):
     r = np.where(refl, r - math.pi / np.tan(math.pi * x), r)
     pole = (x <= 0) & (x == np.floor(x))
     r = np.where(pole, math.nan, r)
-    return cast(np.where(x == 0, -math.inf, r), out_dtype)
+    zero = np.where(np.signbit(x), math.inf, -math.inf)
+    return cast(np.where(x == 0, zero, r), out_dtype)
 
 
 def _not_f64(node: Any) -> bool:

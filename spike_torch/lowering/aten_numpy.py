@@ -266,10 +266,7 @@ def remainder(x, y):
 
 @reg("aten.fmod.Tensor", "aten.fmod.Scalar")
 def fmod(x, y):
-    if _is_float(x, y):
-        return x - np.trunc(np.divide(x, y)) * y
-    r = np.remainder(x, y)      # C's remainder has the dividend's sign: adjust floor's
-    return np.where((r != 0) & (np.sign(r) != np.sign(x)), r - y, r)
+    return np.fmod(x, y)
 
 
 @reg("aten.pow.Tensor_Scalar", "aten.pow.Tensor_Tensor")
@@ -1051,9 +1048,7 @@ def round_decimals(x, decimals=0):
 
 @reg("aten.copysign.Tensor", "aten.copysign.Scalar")
 def copysign(x, y):
-    neg = (y < 0) if not hasattr(y, "dtype") or _fkind(y) != "f" else \
-        (y < 0) | ((y == 0) & (np.reciprocal(y) < 0))
-    return np.where(neg, -np.abs(x), np.abs(x))
+    return np.where(np.signbit(y), -np.abs(x), np.abs(x))
 
 
 @reg("aten.hypot.default")
@@ -1063,9 +1058,7 @@ def hypot(x, y):
 
 @reg("aten.signbit.default")
 def signbit(x):
-    if _fkind(x) != "f":
-        return x < 0
-    return (x < 0) | ((x == 0) & (np.reciprocal(x) < 0))
+    return np.signbit(x)
 
 
 @reg("aten.addmv.default")

@@ -415,6 +415,8 @@ def _unary_cases() -> list[OpCase]:
         ("neg-uint8-wraps", lambda x: -x, np.array([0, 1, 255], U8)),
         ("reciprocal-int", lambda x: np.reciprocal(x), np.array([1, -1, 2, -3, 7], I32)),
         ("sign-nan", lambda x: np.sign(x), np.array([np.nan, -2.0, 0.0, 3.0], F32)),
+        ("signbit", lambda x: np.signbit(x), np.array([-np.nan, np.nan, -0.0, 0.0, -2.0], F32)),
+        ("signbit-int", lambda x: np.signbit(x), xi),
         ("ufunc-dtype-kw", lambda x: np.exp(x, dtype=np.float32), xi),
         ("ufunc-out-kw", lambda x: np.exp(x[0], out=x[1]), x),
     ]:
@@ -437,6 +439,7 @@ BINARY = [  # (function, kind of x, kind of y)
     (np.less_equal, "small", "small"), (np.greater, "normal", "normal"),
     (np.greater_equal, "small", "small"), (np.logaddexp, "normal", "normal"),
     (np.arctan2, "normal", "normal"), (np.hypot, "normal", "normal"),
+    (np.fmod, "normal", "nonzero"), (np.copysign, "normal", "normal"),
 ]
 SHAPE_PAIRS = [((3, 5), (3, 5)), ((3, 1), (1, 4)), ((2, 3, 4), (4,)), ((), (3,)), ((5,), ()),
                ((4, 1, 3), (2, 1)), ((0, 3), (1, 3)), ((1,), (1,))]
@@ -463,7 +466,7 @@ def _binary_cases() -> list[OpCase]:
     # special values
     sp = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -2.5], F32)
     for f in (np.maximum, np.minimum, np.fmax, np.fmin, np.add, np.true_divide, np.logaddexp,
-              np.equal, np.less, np.arctan2):
+              np.equal, np.less, np.arctan2, np.fmod, np.copysign, np.hypot):
         _c(cases, f"binary-special-{f.__name__}", _b(f), sp, sp[::-1].copy(),
            rtol=1e-5 if f in (np.logaddexp, np.arctan2) else None)
     xi = np.array([7, -7, 7, -7, 0, 5], I32)

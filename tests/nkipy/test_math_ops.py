@@ -1,4 +1,5 @@
-"""The special-function IR ops (arcsinh, arccosh, arctanh, erfc, lgamma), the
+"""The special-function IR ops (arcsinh, arccosh, arctanh, erfc, lgamma; libm's
+fmod, hypot, copysign, sinh, cosh and signbit), the
 order of NaN in topk, and structured ops of 1-D tensors repeated in one
 kernel: each traced, run by the interpreter and compiled to C on the device,
 against NumPy / Python's math module (correctly rounded references).
@@ -125,3 +126,60 @@ def test_two_1d_scans_in_one_kernel(cache):
         np.testing.assert_allclose(outs[1], np.cumsum(x * 2))
         np.testing.assert_allclose(outs[2], [5.0, 3.0])
         np.testing.assert_allclose(outs[3], [-1.0, -2.0])
+
+
+# ---- libm's fmod, hypot, copysign, sinh, cosh, signbit -----------------------------------
+
+#: values where the formulas these ops once were (x - trunc(x / y) * y,
+#: sqrt(x*x + y*y), (exp(x) + exp(-x)) / 2, x < 0) lose digits, overflow or
+#: miss a sign: huge quotients, squares past float32's range, |x| past 88.7
+#: (exp overflows while cosh does not), -0.0 and a NaN with its sign bit set
+_X = [1e20, -7.5, 5e30, 3e38, 1e-30, 89.0, -89.0, 88.5, 0.0, -0.0, 2.5, -np.inf, np.nan]
+_Y = [3.0, 2.0, 7.0, 3e38, 1e-30, 0.5, -3.0, 88.5, -1.0, 4.0, -0.0, 1.0, 2.0]
+
+
+@pytest.mark.parametrize("name", ["fmod", "hypot", "copysign"])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
+def test_libm_binary(name, dtype, cache):
+    dt = np.dtype(dtype)
+    with np.errstate(all="ignore"):
+        x, y = np.asarray(_X).astype(dt), np.asarray(_Y).astype(dt)
+        want = getattr(np, name)(x.astype(np.float64), y.astype(np.float64)).astype(dt)
+    host, dev = both(lambda a, b: getattr(ops, name)(a, b), x, y, cache_dir=cache,
+                     wide=dtype == "float64")
+    for got, where in ((host[0], "interpreter"), (dev[0], "device")):
+        assert got.dtype == dt, where
+        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64),
+                                   rtol=2e-6 if dtype == "float32" else 1e-15 if
+                                   dtype == "float64" else 2.0 ** -10, equal_nan=True,
+                                   err_msg=where)
+        assert (np.signbit(got) == np.signbit(want)).all(), where
+
+
+@pytest.mark.parametrize("name", ["sinh", "cosh", "signbit"])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
+def test_libm_unary(name, dtype, cache):
+    dt = np.dtype(bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
+    x = np.concatenate([np.asarray(_X), [-np.nan]]).astype(dt)
+    with np.errstate(all="ignore"):
+        want = getattr(np, name)(x.astype(np.float64))
+    host, dev = both(lambda a: getattr(ops, name)(a), x, cache_dir=cache,
+                     wide=dtype == "float64")
+    for got, where in ((host[0], "interpreter"), (dev[0], "device")):
+        if name == "signbit":
+            assert got.dtype == np.bool_ and got.tolist() == want.tolist(), where
+            continue
+        np.testing.assert_allclose(got.astype(np.float64), want.astype(dt).astype(np.float64),
+                                   rtol={"float32": 2e-6, "float64": 1e-15,
+                                         "bfloat16": 2.0 ** -7}[dtype], equal_nan=True,
+                                   err_msg=where)
+
+
+def test_integer_fmod_and_signbit(cache):
+    """fmod of integers takes the dividend's sign; signbit of an integer is x < 0."""
+    x = np.asarray([7, -7, 7, -7, 0, 5], np.int32)
+    y = np.asarray([3, 3, -3, -3, 2, 5], np.int32)
+    host, dev = both(lambda a, b: (ops.fmod(a, b), ops.signbit(a)), x, y, cache_dir=cache)
+    for outs in (host, dev):
+        assert outs[0].tolist() == np.fmod(x, y).tolist()
+        assert outs[1].tolist() == np.signbit(x).tolist()

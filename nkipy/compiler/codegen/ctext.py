@@ -171,7 +171,8 @@ UNARY_FLOAT_C = {
     "logical_not": "(({a}) == 0)", "isnan": "(({a}) != ({a}))",
     "isfinite": "(({a}) - ({a}) == 0.0f)", "copy": "({a})",
     "arcsinh": "asinhf({a})", "arccosh": "acoshf({a})", "arctanh": "atanhf({a})",
-    "erfc": "erfcf({a})", "lgamma": "nk_lgamma({a})",
+    "erfc": "erfcf({a})", "lgamma": "nk_lgamma({a})", "sinh": "sinhf({a})",
+    "cosh": "coshf({a})", "signbit": "nk_signbit({a})",
 }
 #: Unary ops on float64 operands (computed in double: libm's functions).
 UNARY_DOUBLE_C = {
@@ -185,11 +186,13 @@ UNARY_DOUBLE_C = {
     "sign": "nk_sign_d({a})", "logical_not": "(({a}) == 0)", "isnan": "(({a}) != ({a}))",
     "isfinite": "(({a}) - ({a}) == 0.0)", "copy": "({a})",
     "arcsinh": "asinh({a})", "arccosh": "acosh({a})", "arctanh": "atanh({a})",
-    "erfc": "erfc({a})", "lgamma": "nk_lgamma_d({a})",
+    "erfc": "erfc({a})", "lgamma": "nk_lgamma_d({a})", "sinh": "sinh({a})",
+    "cosh": "cosh({a})", "signbit": "nk_signbit_d({a})",
 }
 #: Binary ops whose float64 or int64 C text differs from BINARY_C's.
 BINARY_DOUBLE_C = {"pow": "pow({a}, {b})", "mod": "nk_fmod_py_d({a}, {b})",
-                   "floor_div": "nk_floordiv_py_d({a}, {b})"}
+                   "floor_div": "nk_floordiv_py_d({a}, {b})", "fmod": "fmod({a}, {b})",
+                   "hypot": "hypot({a}, {b})", "copysign": "__builtin_copysign({a}, {b})"}
 BINARY_INT64_C = {"pow": "nk_ipow64({a}, {b})", "mod": "nk_imod_py64({a}, {b})",
                   "floor_div": "nk_idiv_floor64({a}, {b})", "div": "nk_idiv_trunc64({a}, {b})"}
 #: Unary ops on integer operands.
@@ -198,7 +201,7 @@ UNARY_INT_C = {
     "sign": "((({a}) > 0) - (({a}) < 0))", "logical_not": "(({a}) == 0)",
     "bitwise_not": "(~({a}))",
     "isnan": "0", "isfinite": "1", "copy": "({a})", "ceil": "({a})", "floor": "({a})",
-    "rint": "({a})", "trunc": "({a})", "reciprocal": "(1 / ({a}))",
+    "rint": "({a})", "trunc": "({a})", "reciprocal": "(1 / ({a}))", "signbit": "(({a}) < 0)",
 }
 #: Unary ops on bool operands: the integer ones, with a logical bitwise_not.
 UNARY_BOOL_C = {**UNARY_INT_C, "bitwise_not": "(!({a}))"}
@@ -217,6 +220,8 @@ BINARY_C: dict[str, tuple[str | None, str | None]] = {
     "pow": ("powf({a}, {b})", "nk_ipow({a}, {b})"),
     "mod": ("nk_fmod_py({a}, {b})", "nk_imod_py({a}, {b})"),
     "floor_div": ("nk_floordiv_py({a}, {b})", "nk_idiv_floor({a}, {b})"),
+    "fmod": ("fmodf({a}, {b})", None), "hypot": ("hypotf({a}, {b})", None),
+    "copysign": ("__builtin_copysignf({a}, {b})", None),
     **{op: (f"((({{a}}) != 0) {sym} (({{b}}) != 0))",) * 2 for op, sym in (
         ("logical_and", "&&"), ("logical_or", "||"), ("logical_xor", "!="))},
     **{op: (None, f"(({{a}}) {sym} ({{b}}))") for op, sym in (

@@ -17,7 +17,7 @@ random, collectives) <- ``_dispatch`` (NumPy's protocols).
 from nkipy.core.ops._core import NKIPyUnsupportedError, nkipy_op
 from nkipy.core.trace import get_backend
 from nkipy.core.ops.binary import (
-    add, arctan2, bitwise_and, bitwise_or, bitwise_xor, divide, equal, floor_divide, fmax, fmin,
+    add, arctan2, bitwise_and, copysign, fmod, bitwise_or, bitwise_xor, divide, equal, floor_divide, fmax, fmin,
     greater, greater_equal, hypot, less, less_equal, logaddexp, logical_and, logical_or,
     logical_xor, maximum, minimum, mod, multiply, not_equal, power, remainder, subtract,
     true_divide,
@@ -26,7 +26,7 @@ from nkipy.core.ops.unary import (
     abs, absolute, arccos, arccosh, arcsin, arcsinh, arctan, arctanh, around, bitwise_not, ceil,
     clip, cos, cosh, deg2rad, erf, erfc, exp, exp2, expm1, fabs, floor, invert, isfinite, isinf,
     isnan, lgamma, log, log1p, log2, log10, logical_not, negative, positive, rad2deg, reciprocal,
-    rint, round, round_, rsqrt, sigmoid, sign, sin, sinh, sqrt, square, tan, tanh, trunc,
+    rint, round, round_, rsqrt, sigmoid, sign, signbit, sin, sinh, sqrt, square, tan, tanh, trunc,
 )
 from nkipy.core.ops.creation import (
     arange, constant, diag, empty, empty_like, eye, full, full_like, identity, ones, ones_like,
@@ -58,14 +58,14 @@ __all__ = [
     "add", "subtract", "multiply", "divide", "true_divide", "power", "maximum", "minimum",
     "fmax", "fmin", "bitwise_and", "bitwise_or", "bitwise_xor", "equal", "not_equal", "greater",
     "greater_equal", "less", "less_equal", "logical_and", "logical_or", "logical_xor",
-    "logaddexp", "remainder", "mod", "floor_divide", "arctan2", "hypot",
+    "logaddexp", "remainder", "mod", "floor_divide", "arctan2", "hypot", "fmod", "copysign",
     # unary
     "abs", "absolute", "fabs", "exp", "exp2", "log", "log10", "sqrt", "square", "negative",
     "positive", "reciprocal", "sin", "cos", "tan", "arctan", "arcsin", "arccos", "sinh", "cosh",
     "tanh", "ceil", "floor", "rint", "trunc", "sign", "invert", "bitwise_not", "logical_not",
     "clip", "log1p", "log2", "expm1", "round_", "round", "around", "isnan", "isfinite", "isinf",
     "deg2rad", "rad2deg", "sigmoid", "erf", "rsqrt", "arcsinh", "arccosh", "arctanh", "erfc",
-    "lgamma",
+    "lgamma", "signbit",
     # creation
     "constant", "zeros", "ones", "empty", "full", "zeros_like", "ones_like", "empty_like",
     "full_like", "tril", "triu", "diag", "eye", "identity", "arange",

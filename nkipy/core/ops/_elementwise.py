@@ -119,9 +119,18 @@ def _arctan2_f(y: Value, x: Value) -> Value:
     return sel(nan, B.binary("add", x, y), r)
 
 
-@_in_f32
-def _hypot_f(a: Value, b: Value) -> Value:
-    return B.unary("sqrt", B.binary("add", B.binary("mul", a, a), B.binary("mul", b, b)))
+def _fmod(vals: Sequence[Value], out: np.dtype) -> Value:
+    """C's fmod (the result has the dividend's sign). Floats: libm's exact
+    fmod (``x - trunc(x / y) * y`` loses every digit once x / y passes 2**24).
+    Integers: from the floored remainder."""
+    a, b = vals
+    if _is_float(a):
+        return B.binary("fmod", a, b)
+    r = B.binary("mod", a, b)
+    zero = _c(0, r)
+    differ = B.binary("ne", B.binary("lt", r, zero), B.binary("lt", a, zero))
+    return B.where(B.binary("logical_and", B.binary("ne", r, zero), differ),
+                   B.binary("sub", r, b), r)
 
 
 def _float_only(name: str, fn: Callable[..., Value]) -> Lowering:
@@ -157,7 +166,9 @@ BINARY_UFUNCS: dict[np.ufunc, Lowering] = {
     np.greater_equal: _bin("ge"),
     np.logaddexp: _float_only("logaddexp", _logaddexp_f),
     np.arctan2: _float_only("arctan2", _arctan2_f),
-    np.hypot: _float_only("hypot", _hypot_f),
+    np.hypot: _bin("hypot"),
+    np.fmod: _fmod,
+    np.copysign: _bin("copysign"),
 }
 
 
@@ -204,6 +215,14 @@ def _float_pred(op: str, int_result: bool) -> Lowering:
     return lower
 
 
+def _signbit(vals: Sequence[Value], out: np.dtype) -> Value:
+    """The sign bit: set for -0.0 and a negative NaN too (``x < 0`` is not)."""
+    v = vals[0]
+    if _is_float(v) or v.dtype.kind == "i":
+        return B.unary("signbit", v)
+    return B.broadcast_to(B.const(np.bool_(False)), v.shape)
+
+
 def _reciprocal(vals: Sequence[Value], out: np.dtype) -> Value:
     v = vals[0]
     if _is_float(v):
@@ -233,16 +252,6 @@ def _exp2(v: Value) -> Value:
 
 def _log10(v: Value) -> Value:
     return B.binary("div", B.unary("log", v), _c(math.log(10.0), v))
-
-
-def _sinh(v: Value) -> Value:
-    return B.binary("mul", B.binary("sub", B.unary("expm1", v), B.unary("expm1", B.unary("neg", v))),
-                    _c(0.5, v))
-
-
-def _cosh(v: Value) -> Value:
-    return B.binary("mul", B.binary("add", B.unary("exp", v), B.unary("exp", B.unary("neg", v))),
-                    _c(0.5, v))
 
 
 def _arcsin(v: Value) -> Value:
@@ -294,8 +303,9 @@ UNARY_UFUNCS: dict[np.ufunc, Lowering] = {
     np.isinf: _float_pred("isinf", False),
     np.exp2: _composite(_exp2),
     np.log10: _composite(_log10),
-    np.sinh: _composite(_sinh),
-    np.cosh: _composite(_cosh),
+    np.sinh: _un("sinh"),
+    np.cosh: _un("cosh"),
+    np.signbit: _signbit,
     np.arcsin: _composite(_arcsin),
     np.arccos: _composite(_arccos),
     np.deg2rad: _composite(_scale(math.pi / 180.0)),

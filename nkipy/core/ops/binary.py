@@ -12,7 +12,7 @@ __all__ = [
     "add", "subtract", "multiply", "divide", "true_divide", "power", "maximum", "minimum",
     "fmax", "fmin", "bitwise_and", "bitwise_or", "bitwise_xor", "equal", "not_equal", "greater",
     "greater_equal", "less", "less_equal", "logical_and", "logical_or", "logical_xor",
-    "logaddexp", "remainder", "mod", "floor_divide", "arctan2", "hypot",
+    "logaddexp", "remainder", "mod", "floor_divide", "arctan2", "hypot", "fmod", "copysign",
 ]
 
 
@@ -54,3 +54,5 @@ mod = remainder
 floor_divide = _make(np.floor_divide, "floor_divide")
 arctan2 = _make(np.arctan2, "arctan2")
 hypot = _make(np.hypot, "hypot")
+fmod = _make(np.fmod, "fmod")
+copysign = _make(np.copysign, "copysign")

@@ -19,7 +19,7 @@ __all__ = [
     "tanh", "ceil", "floor", "rint", "trunc", "sign", "invert", "bitwise_not", "logical_not",
     "clip", "log1p", "log2", "expm1", "round_", "round", "around", "isnan", "isfinite", "isinf",
     "deg2rad", "rad2deg", "sigmoid", "erf", "rsqrt", "arcsinh", "arccosh", "arctanh", "erfc",
-    "lgamma",
+    "lgamma", "signbit",
 ]
 
 
@@ -56,6 +56,7 @@ arcsin = _make(np.arcsin, "arcsin")
 arccos = _make(np.arccos, "arccos")
 sinh = _make(np.sinh, "sinh")
 cosh = _make(np.cosh, "cosh")
+signbit = _make(np.signbit, "signbit")
 tanh = _make(np.tanh, "tanh")
 ceil = _make(np.ceil, "ceil")
 floor = _make(np.floor, "floor")
