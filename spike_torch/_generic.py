@@ -166,11 +166,16 @@ _UNMARKED_WRITES: Dict[str, Tuple[Tuple[int, str], ...]] = {
 }
 
 
+#: ops without the pointwise tag whose CPU kernels refuse a written tensor
+#: overlapping an input (their in-place and out= forms)
+_OVERLAP_OPS = frozenset({"copy", "where", "cumsum", "cumprod", "index_select"})
+
+
 class _OpInfo:
     """What the schema of one op overload says, computed once per op."""
 
     __slots__ = ("name", "view", "random", "n_returns", "ret_alias", "mutable", "device_op",
-                 "tensor_args", "slots")
+                 "tensor_args", "slots", "overlap")
 
     def __init__(self, op: Any) -> None:
         schema = op._schema
@@ -208,6 +213,11 @@ class _OpInfo:
             self.ret_alias.append(found)
         #: (position, name) of the arguments whose floats kernels read at run time
         self.slots = _scalar_slots.slot_positions(schema)
+        #: whether a call checks its written tensors for overlap, as PyTorch's
+        #: TensorIterator does for pointwise ops (and a few others)
+        base = schema.name.split("::")[-1]
+        self.overlap = bool(self.mutable) and not base.startswith("_foreach") and (
+            torch.Tag.pointwise in getattr(op, "tags", ()) or base.rstrip("_") in _OVERLAP_OPS)
         #: whether a device kernel may serve it at all
         self.device_op = not self.view and not self.random and not any(
             r.alias_info is not None and r.alias_info.is_write and a is None
@@ -307,11 +317,11 @@ _OPMATH_OPS = frozenset(f"aten::{op}{sfx}.{overload}" for op in ("mul", "div")
 def _number_maker(info: _OpInfo, args: Sequence[Any]) -> Callable[[Any, torch.dtype], torch.Tensor]:
     """How a call's Python scalar becomes a 0-dim tensor in its traced graph: of
     the dtype type promotion gives it, except a float or int beside half
-    tensors in an add/sub/mul/div, which is float32 (as the CPU kernel takes
-    it; the result's dtype is the half type all the same, set by a tensor
-    with dimensions)."""
+    tensors in a mul/div, which is float32 (as the CPU kernel takes it; the
+    result's dtype is the half type all the same, set by a tensor with
+    dimensions, by the written tensor, or by :func:`_opmath_result`)."""
     first = args[0] if args else None     # the scalar is the second operand
-    opmath = info.name in _OPMATH_OPS and isinstance(first, torch.Tensor) and first.dim() > 0
+    opmath = info.name in _OPMATH_OPS and isinstance(first, torch.Tensor)
 
     def make(v: Any, dt: torch.dtype) -> torch.Tensor:
         if opmath and dt in (torch.float16, torch.bfloat16) and not isinstance(v, bool):
@@ -319,6 +329,18 @@ def _number_maker(info: _OpInfo, args: Sequence[Any]) -> Callable[[Any, torch.dt
         return torch.full((), v, dtype=dt)
 
     return make
+
+
+def _opmath_result(info: _OpInfo, args: Sequence[Any], res: Any) -> Any:
+    """``res`` of a functional mul/div of a 0-dim half tensor by a Python scalar,
+    traced as float32 by :func:`_number_maker`, in the half type the CPU's
+    result has (computed in float32 and rounded once, as the CPU computes it)."""
+    first = args[0] if args else None
+    if info.name.endswith(".Tensor") and not info.name.endswith("_.Tensor") and \
+            info.name in _OPMATH_OPS and isinstance(first, torch.Tensor) and \
+            first.dim() == 0 and first.dtype in (torch.float16, torch.bfloat16):
+        return res.to(first.dtype)
+    return res
 
 
 def _has_numbers(info: _OpInfo, args: Sequence[Any], kwargs: Dict[str, Any]) -> bool:
@@ -368,9 +390,14 @@ def call(op: Any, args: Sequence[Any], kwargs: Dict[str, Any]) -> Any:
         return hook(*args, **kwargs)
     info = _ops.get(op) or _info(op)
     if info.device_op and (_storage is None or not _storage.cpu_allowed(info.name)):
+        # an alpha or value the CPU refuses raises here; per slot, the dtype
+        # its value must fit, which the C++ cache checks on later calls
+        limits = _scalar_slots.check(op._schema, args, kwargs) if info.slots else []
         slots = _scalar_slots.take(info.slots, args, kwargs) \
             if info.slots and _storage is None else []
         key, plan, ts = _lookup(op, info, args, kwargs, slots)
+        if info.overlap:
+            _C.eager_cache.eager_check_overlap(ts, _written(info, args, kwargs))
         if plan is None:
             plan = _make_plan(op, info, key, args, kwargs, ts, len(slots))
         if plan is _NO_SLOTS:      # a kernel with these values baked in
@@ -383,7 +410,8 @@ def call(op: Any, args: Sequence[Any], kwargs: Dict[str, Any]) -> Any:
         if plan is not _CPU:
             result = plan.run(args, kwargs, ts, slots)
             if plan.fast is not None:   # the next such call stays in C++
-                _C.eager_cache.eager_register(info.name, ts, plan.kern.model_ref, *plan.fast)
+                _C.eager_cache.eager_register(info.name, ts, plan.kern.model_ref, *plan.fast,
+                                              limits if slots else [], info.overlap)
             return result
     return _cpu(op, info, args, kwargs)
 
@@ -923,6 +951,8 @@ class _Plan:
             if numbers:   # baked into the kernel, as the cache key has them
                 a, k = _unwrap_numbers(info, a, k, _number_maker(info, a))
             res = op(*a, **k)
+            if numbers:
+                res = _opmath_result(info, a, res)
             rets = list(res) if info.n_returns > 1 else [res] if info.n_returns else []
             out: List[torch.Tensor] = []
             counts.clear()

@@ -24,9 +24,11 @@ sentinel, and nothing is lifted.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
+import torch
 
 from ml_dtypes import bfloat16
 
@@ -90,6 +92,94 @@ def take(positions: Sequence[Tuple[int, str]], args: Sequence[Any],
     return found
 
 
+#: the C++ names PyTorch's overflow error gives each dtype
+_C_NAMES = {torch.float32: "float", torch.float64: "double", torch.float16: "c10::Half",
+            torch.bfloat16: "c10::BFloat16", torch.int32: "int", torch.int64: "int64_t",
+            torch.int8: "int8_t", torch.int16: "int16_t", torch.uint8: "uint8_t"}
+
+#: the scalar arguments PyTorch's CPU kernels convert with an overflow check,
+#: and whether to the computation dtype's opmath type (else to that dtype)
+_CHECKED = {"alpha": False, "value": True}
+
+
+def _overflows(v: Any, dtype: torch.dtype) -> bool:
+    """Whether ``v`` overflows ``dtype`` as c10's ``overflows`` says (an infinite
+    or NaN float fits a float dtype; a negative value fits an unsigned one
+    whose range holds its magnitude)."""
+    if isinstance(v, bool) or dtype == torch.bool:
+        return False
+    if dtype.is_floating_point:
+        if dtype == torch.float64:
+            return False
+        if isinstance(v, float) and not math.isfinite(v):
+            return False
+        return abs(v) > torch.finfo(dtype).max
+    info = torch.iinfo(dtype)
+    if info.min == 0:
+        return abs(v) > info.max
+    return not info.min <= v <= info.max
+
+
+def _computation_dtype(named: Dict[str, Any]) -> Optional[torch.dtype]:
+    """The dtype an add/sub/addcmul/addcdiv (or the first tensors of a
+    _foreach_ one) computes in, or None without a tensor ``self``."""
+    def first(v: Any) -> Any:
+        return v[0] if isinstance(v, (list, tuple)) and v else v
+
+    self, other = first(named.get("self")), first(named.get("other"))
+    if not isinstance(self, torch.Tensor):
+        return None
+    dt = torch.result_type(self, other) if isinstance(other, (torch.Tensor, bool, int, float)) \
+        else self.dtype
+    for name in ("tensor1", "tensor2"):
+        t = first(named.get(name))
+        if isinstance(t, torch.Tensor):
+            dt = torch.promote_types(dt, t.dtype)
+    return dt
+
+
+def check(schema: Any, args: Sequence[Any], kwargs: Dict[str, Any]) -> List[Optional[torch.dtype]]:
+    """Raises PyTorch's CPU error for an ``alpha`` or ``value`` argument its
+    kernels refuse: a bool alpha beside non-bool tensors, a float alpha beside
+    integral ones, a value past the range of the dtype it is converted to
+    (alpha: the computation dtype; value: its opmath type, float32 for the
+    half types). Returns, per slot in :func:`take`'s order, the dtype a slot's
+    value must fit (None: any value), which the C++ cache checks on each call."""
+    named: Dict[str, Any] = {}
+    for i, a in enumerate(schema.arguments):
+        if a.name in kwargs:
+            named[a.name] = kwargs[a.name]
+        elif i < len(args):
+            named[a.name] = args[i]
+    dt = None
+    limits: Dict[str, torch.dtype] = {}
+    for name, opmath in _CHECKED.items():
+        v = named.get(name)
+        if v is None or isinstance(v, torch.Tensor):
+            continue
+        if dt is None:
+            dt = _computation_dtype(named)
+            if dt is None:
+                return [None] * len(take(slot_positions(schema), args, kwargs))
+        if name == "alpha":
+            if isinstance(v, bool) and dt != torch.bool:
+                raise RuntimeError("Boolean alpha only supported for Boolean results.")
+            if isinstance(v, float) and not (dt.is_floating_point or dt.is_complex):
+                raise RuntimeError("For integral input tensors, argument alpha must not be "
+                                   "a floating point number.")
+        limit = torch.float32 if opmath and dt in (torch.float16, torch.bfloat16) else dt
+        if limit in _C_NAMES and isinstance(v, (int, float)) and _overflows(v, limit):
+            raise RuntimeError(f"value cannot be converted to type {_C_NAMES[limit]} "
+                               "without overflow")
+        limits[name] = limit
+    out: List[Optional[torch.dtype]] = []
+    for _, name in slot_positions(schema):
+        found: List[float] = []
+        _walk(named.get(name), found)
+        out += [limits.get(name)] * len(found)
+    return out
+
+
 def substitute(positions: Sequence[Tuple[int, str]], args: Sequence[Any],
                kwargs: Dict[str, Any], values: Sequence[float]) -> Tuple[list, dict]:
     """``args``/``kwargs`` with the slots' floats replaced by ``values``, in
@@ -119,9 +209,10 @@ def convert(value: float, dtype: np.dtype, via: Optional[np.dtype] = None) -> An
     dtype = np.dtype(dtype)
     if via is not None:
         return convert(value, via).astype(dtype)
-    if dtype in (_F16, _BF16):
-        return np.float32(value).astype(dtype)
-    return np.asarray(value, np.float64).astype(dtype)
+    with np.errstate(over="ignore"):     # x * 1e300 is inf in float32, as on the CPU
+        if dtype in (_F16, _BF16):
+            return np.float32(value).astype(dtype)
+        return np.asarray(value, np.float64).astype(dtype)
 
 
 def sentinels(n: int, which: int) -> List[float]:

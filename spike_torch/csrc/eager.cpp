@@ -30,6 +30,8 @@
 
 #include <Python.h>
 
+#include <ATen/Dispatch.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty.h>
 #include <torch/csrc/Dtype.h>
@@ -290,6 +292,10 @@ struct Entry {
   std::vector<bool> raw;       // per kernel input: a permuted tensor read as it lies
   std::vector<SlotInput> slot_inputs;
   size_t n_slots = 0;          // the slot values a call has
+  // per slot, the dtype its value must fit (an alpha or value PyTorch
+  // converts with an overflow check), or Undefined; empty: none checked
+  std::vector<c10::ScalarType> slot_limits;
+  bool overlap = false;        // check the written tensors for overlap (check_overlap)
   std::vector<OutSpec> outs;   // n_results fresh results, then one per mutation
   size_t n_results = 0;
   std::vector<size_t> mutations;   // ts indices of the arguments written
@@ -383,6 +389,17 @@ void execute(const Entry& e, std::vector<void*>& addresses) {
     throw_python_error();
 }
 
+// PyTorch's refusal (TensorIterator's) of a written tensor with elements that
+// share memory, or that partly overlaps another argument: its result would
+// depend on the order the elements are computed in.
+void check_overlap(const std::vector<at::Tensor>& ts, const std::vector<size_t>& written) {
+  for (size_t w : written) {
+    at::assert_no_internal_overlap(ts[w]);
+    for (size_t i = 0; i < ts.size(); i++)
+      if (i != w) at::assert_no_partial_overlap(ts[w], ts[i]);
+  }
+}
+
 // A call on tiled storage (the spyre personality, torch_spyre/_kernels.py):
 // the kernel reads its inputs' whole storages and writes fresh results, then
 // a new image of each written tensor's storage, copied over it afterwards.
@@ -465,6 +482,13 @@ void run(const c10::OperatorHandle& op, const Entry& e, const std::vector<at::Te
   std::vector<at::Tensor> ins(n_in);
   std::vector<void*> addresses(n_in + n_out, nullptr);
   at::Tensor slot_buf;
+  // an alpha or value past its dtype's range raises PyTorch's error
+  for (size_t j = 0; j < e.slot_limits.size(); j++) {
+    if (e.slot_limits[j] == c10::ScalarType::Undefined) continue;
+    AT_DISPATCH_ALL_TYPES_AND2(c10::ScalarType::Half, c10::ScalarType::BFloat16,
+                               e.slot_limits[j], "slot limit",
+                               [&] { (void)c10::Scalar(slots[j]).to<scalar_t>(); });
+  }
   if (!e.slot_inputs.empty()) slot_buf = slot_buffer(e, slots, device);
   for (size_t k = 0; k < n_in; k++) {
     if (e.in_idx[k] < 0) {
@@ -525,6 +549,7 @@ void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::St
     }
     if (e) {
       NKIPY_LOG("eager %s: from the C++ cache", op.schema().name().c_str());
+      if (e->overlap) check_overlap(ts, e->mutations);
       run(op, *e, ts, slots, stack, n_args);
       return;
     }
@@ -546,7 +571,7 @@ std::vector<size_t> index_list(PyObject* seq, size_t bound, const char* what) {
   std::vector<size_t> out;
   for (int64_t v : int64_list(seq, what)) {
     if (v < 0 || static_cast<size_t>(v) >= bound) {
-      PyErr_Format(PyExc_ValueError, "eager_register: %s index %lld out of range [0, %zu)",
+      PyErr_Format(PyExc_ValueError, "%s index %lld out of range [0, %zu)",
                    what, static_cast<long long>(v), bound);
       throw PyErrorSet{};
     }
@@ -556,15 +581,15 @@ std::vector<size_t> index_list(PyObject* seq, size_t bound, const char* what) {
 }
 
 // eager_register(op_name, tensors, model, core, in_idx, outs, n_results,
-//                mutations, rets, slot_inputs, n_slots, raw) -> bool
+//                mutations, rets, slot_inputs, n_slots, raw, limits, overlap) -> bool
 PyObject* eager_register(PyObject*, PyObject* args) {
   const char* name;
-  PyObject *tensors, *model, *in_idx, *outs, *mutations, *rets, *slot_inputs, *raw;
-  int core;
+  PyObject *tensors, *model, *in_idx, *outs, *mutations, *rets, *slot_inputs, *raw, *limits;
+  int core, overlap;
   Py_ssize_t n_results, n_slots;
-  if (!PyArg_ParseTuple(args, "sOOiOOnOOOnO:eager_register", &name, &tensors, &model, &core,
+  if (!PyArg_ParseTuple(args, "sOOiOOnOOOnOOp:eager_register", &name, &tensors, &model, &core,
                         &in_idx, &outs, &n_results, &mutations, &rets, &slot_inputs, &n_slots,
-                        &raw))
+                        &raw, &limits, &overlap))
     return nullptr;
   if (t_pending.empty()) Py_RETURN_FALSE;   // not called from the fallback
   const Pending& p = t_pending.back();
@@ -619,6 +644,24 @@ PyObject* eager_register(PyObject*, PyObject* args) {
     }
     Py_DECREF(fs);
     e->n_slots = static_cast<size_t>(n_slots);
+    e->overlap = overlap != 0;
+    PyObject* fl = PySequence_Fast(limits, "eager_register: limits");
+    if (!fl) throw PyErrorSet{};
+    Py_ssize_t n_limits = PySequence_Fast_GET_SIZE(fl);
+    bool limits_ok = n_limits == 0 || n_limits == n_slots;
+    for (Py_ssize_t j = 0; limits_ok && j < n_limits; j++) {
+      PyObject* d = PySequence_Fast_GET_ITEM(fl, j);
+      limits_ok = d == Py_None || THPDtype_Check(d);
+      if (limits_ok)
+        e->slot_limits.push_back(d == Py_None ? c10::ScalarType::Undefined
+                                              : reinterpret_cast<THPDtype*>(d)->scalar_type);
+    }
+    Py_DECREF(fl);
+    if (!limits_ok) {
+      PyErr_SetString(PyExc_ValueError, "eager_register: limits are a dtype or None per slot "
+                      "(or none at all)");
+      throw PyErrorSet{};
+    }
     for (int64_t v : int64_list(in_idx, "input")) {
       int64_t n_slot_in = static_cast<int64_t>(e->slot_inputs.size());
       if (v >= static_cast<int64_t>(p.ts.size()) || v < -n_slot_in) {
@@ -645,7 +688,7 @@ PyObject* eager_register(PyObject*, PyObject* args) {
       }
       e->raw.push_back(r);
     }
-    e->mutations = index_list(mutations, p.ts.size(), "mutation");
+    e->mutations = index_list(mutations, p.ts.size(), "eager_register: mutation");
     PyObject* fo = PySequence_Fast(outs, "eager_register: outs");
     if (!fo) throw PyErrorSet{};
     for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(fo); j++) {
@@ -762,10 +805,38 @@ PyObject* eager_stats(PyObject*, PyObject*) {
                        "cached_calls", static_cast<Py_ssize_t>(n));
 }
 
+PyObject* eager_check_overlap(PyObject*, PyObject* args) {
+  PyObject *tensors, *written;
+  if (!PyArg_ParseTuple(args, "OO:eager_check_overlap", &tensors, &written)) return nullptr;
+  HANDLE_TH_ERRORS
+  std::vector<at::Tensor> ts;
+  PyObject* fast = PySequence_Fast(tensors, "eager_check_overlap: tensors");
+  if (!fast) return nullptr;
+  for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fast); i++) {
+    PyObject* o = PySequence_Fast_GET_ITEM(fast, i);
+    if (!THPVariable_Check(o)) {
+      Py_DECREF(fast);
+      PyErr_SetString(PyExc_TypeError, "eager_check_overlap: tensors must be tensors");
+      return nullptr;
+    }
+    ts.push_back(THPVariable_Unpack(o));
+  }
+  Py_DECREF(fast);
+  std::vector<size_t> w;
+  try {
+    w = index_list(written, ts.size(), "eager_check_overlap: written");
+  } catch (const PyErrorSet&) {
+    return nullptr;
+  }
+  check_overlap(ts, w);
+  Py_RETURN_NONE;
+  END_HANDLE_TH_ERRORS
+}
+
 PyMethodDef g_methods[] = {
     {"eager_register", eager_register, METH_VARARGS,
      "eager_register(op_name, tensors, model, core, in_idx, outs, n_results, mutations, "
-     "rets, slot_inputs, n_slots, raw) -> bool\n\n"
+     "rets, slot_inputs, n_slots, raw, limits, overlap) -> bool\n\n"
      "Files a loaded kernel under the key of the fallback call in progress on this thread, "
      "if that call is op_name on exactly these tensors with n_slots slot values (else "
      "False: nothing filed). in_idx: the kernel's inputs (the model's order) as indices "
@@ -775,7 +846,13 @@ PyMethodDef g_methods[] = {
      "dtype) "
      "of the n_results fresh results, then of one output per mutated tensor (mutations: "
      "indices into tensors); rets: per schema return ('output', j), ('arg', position) or "
-     "('none', 0)."},
+     "('none', 0); limits: per slot, the dtype its value must fit or None (empty: no "
+     "checks); a call whose value does not fit raises PyTorch's overflow error; overlap: "
+     "whether each call checks its written tensors as eager_check_overlap does."},
+    {"eager_check_overlap", eager_check_overlap, METH_VARARGS,
+     "eager_check_overlap(tensors, written)\n\nRaises PyTorch's error where a tensor of "
+     "tensors at an index of written has elements that share memory, or partly overlaps "
+     "another of tensors."},
     {"eager_clear", eager_clear, METH_NOARGS, "eager_clear()\n\nEmpties the C++ call cache."},
     {"eager_lift", eager_lift, METH_VARARGS,
      "eager_lift(op_name, positions)\n\nMakes the floats of these argument positions of "

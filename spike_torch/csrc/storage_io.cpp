@@ -4,6 +4,7 @@
 // kernels (nkipy <-> CPU, nkipy <-> nkipy), registered at the end, and what
 // device_io.h offers kernel_call.cpp.
 
+#include <ATen/MemoryOverlap.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/Parallel.h>
@@ -196,7 +197,9 @@ at::Tensor nkipy_copy_from(const at::Tensor& self, const at::Tensor& dst, bool n
     host_to_device(dst, self);
     return dst;
   }
-  // device to device (same or another core)
+  // device to device (same or another core); a destination that partly
+  // overlaps the source is refused, as the CPU's copy_ refuses it
+  at::assert_no_partial_overlap(dst, self);
   if (self.is_contiguous() && dst.is_contiguous() && self.scalar_type() == dst.scalar_type() &&
       self.sizes().equals(dst.sizes())) {
     size_t item = self.element_size();

@@ -112,11 +112,23 @@ def test_device_to_device_across_cores():
     assert torch.equal(b.to("nkipy:0", torch.float64).cpu(), x.double())
 
 
-def test_overlapping_self_copy():
+def test_overlapping_self_copy_is_refused_as_on_the_cpu():
+    """A copy from a transposed view of the destination would read elements it
+    already wrote: the CPU refuses it, and so does the device (nothing
+    written); a copy from the destination itself, or a disjoint part of its
+    storage, runs."""
     x = torch.arange(16.).reshape(4, 4)
     d = x.nkipy()
-    d.copy_(d.t())
-    assert torch.equal(d.cpu(), x.t())
+    msg = "some elements of the input tensor and the written-to tensor refer to a single"
+    c = x.clone()
+    with pytest.raises(RuntimeError, match=msg):
+        c.copy_(c.t())
+    with pytest.raises(RuntimeError, match=msg):
+        d.copy_(d.t())
+    assert torch.equal(d.cpu(), x)
+    d.copy_(d)
+    d[2:].copy_(d[:2])
+    assert torch.equal(d.cpu(), torch.cat([x[:2], x[:2]]))
 
 
 def test_non_blocking_copy():
