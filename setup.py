@@ -15,7 +15,9 @@ setup(
             "spike._spike",
             sources=RUNTIME_SOURCES + SPIKE_SOURCES,
             depends=SPIKE_HEADERS,
-            include_dirs=["runtime/include", "runtime/src"],
+            # runtime/src is not on the path: its sources find their headers beside
+            # them, and the binding sees only the public API (runtime/include)
+            include_dirs=["runtime/include"],
             define_macros=[("_GNU_SOURCE", "1")],
             extra_compile_args=["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror",
                                 "-fvisibility=hidden"],

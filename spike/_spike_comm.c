@@ -10,8 +10,6 @@
  */
 #include "_spike_internal.h"
 
-#include "comm.h" /* runtime/src: nkrt_runtime_collective */
-
 /* The addresses are trusted: they are the caller's tensors' data pointers,
  * with `count` elements of `dtype` behind them (src: one block, or world
  * blocks for all_to_all / reduce_scatter; dst: one block, or world blocks for

@@ -800,48 +800,6 @@ static nkrt_status_t agree(nkrt_comm_t *c, const int32_t *ranks, uint32_t n) {
 static inline float f_max(float a, float b) { return a > b || a != a ? a : b; }
 static inline float f_min(float a, float b) { return a < b || a != a ? a : b; }
 
-static inline float bits_f(uint32_t u) {
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-
-static inline uint32_t f_bits(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  return u;
-}
-
-/* As half.c's conversions, bit for bit (the kinds tests check every half
- * and many sums), but without branches, so that the loops vectorize. */
-static inline float bf16_load(uint16_t h) { return bits_f((uint32_t)h << 16); }
-
-static inline uint16_t bf16_store(float f) {
-  uint32_t x = f_bits(f);
-  uint32_t nan = (x >> 16) | 0x40, rne = (x + 0x7fff + ((x >> 16) & 1)) >> 16;
-  return (uint16_t)((x & 0x7fffffff) > 0x7f800000 ? nan : rne);
-}
-
-static inline float f16_load(uint16_t h) {
-  uint32_t em = h & 0x7fffu, sign = (uint32_t)(h & 0x8000u) << 16;
-  /* normal, infinity, NaN: move the exponent (31 becomes 255) */
-  uint32_t wide = (em << 13) + (112u << 23) + ((em >> 10) == 31 ? 112u << 23 : 0);
-  /* zero, subnormal: em * 2^-24, exact */
-  uint32_t sub = f_bits((float)(int32_t)em * 0x1p-24f);
-  return bits_f(((em >> 10) == 0 ? sub : wide) | sign);
-}
-
-static inline uint16_t f16_store(float f) {
-  uint32_t x = f_bits(f), sign = (x >> 16) & 0x8000u;
-  x &= 0x7fffffffu;
-  uint32_t big = x > 0x7f800000u ? 0x7e00u : 0x7c00u;                 /* NaN, else overflow */
-  uint32_t magic = 126u << 23;                                          /* 0.5: ulp 2^-24 */
-  uint32_t small = f_bits(bits_f(x) + bits_f(magic)) - magic;           /* subnormal, RNE */
-  uint32_t normal = (x + ((uint32_t)(15 - 127) << 23) + 0xfffu + ((x >> 13) & 1)) >> 13;
-  uint32_t h = x >= (143u << 23) ? big : x < (113u << 23) ? small : normal;
-  return (uint16_t)(h | sign);
-}
-
 #define F32_LOAD(v) (v)
 #define F32_STORE(v) (v)
 
@@ -930,8 +888,8 @@ VECTOR_CLONES static void reduce_f32_direct(uint32_t op, const void *const *src,
   }
 
 DEF_REDUCE_F(reduce_f32, float, F32_LOAD, F32_STORE, 1)
-DEF_REDUCE_F(reduce_bf16, uint16_t, bf16_load, bf16_store, 0)
-DEF_REDUCE_F(reduce_f16, uint16_t, f16_load, f16_store, 0)
+DEF_REDUCE_F(reduce_bf16, uint16_t, nkrt_bf16_to_float, nkrt_float_to_bf16, 0)
+DEF_REDUCE_F(reduce_f16, uint16_t, nkrt_half_to_float, nkrt_float_to_half, 0)
 
 /* integers: T, computed in the unsigned U (wrapping) for add and mul */
 #define DEF_REDUCE_I(NAME, T, U)                                                              \

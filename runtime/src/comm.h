@@ -15,15 +15,8 @@ struct nkrt_hier;
 NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_runtime_comm(nkrt_runtime_t *runtime, int32_t rank, int32_t world_size,
                                 struct nkrt_comm **out_comm);
-/* One collective (`kind`: NKRT_CC_ALL_REDUCE, _ALL_GATHER, _ALL_TO_ALL,
- * _REDUCE_SCATTER or _BROADCAST, whose root index is `reduce_op`) on the
- * runtime's communicator, joined first if need be (env->lib->collective of a
- * model loaded as `rank` of `world_size`). */
-NKRT_MUST_USE_RESULT
-nkrt_status_t nkrt_runtime_collective(nkrt_runtime_t *runtime, int32_t rank, int32_t world_size,
-                                      uint32_t kind, uint32_t dtype, uint32_t reduce_op,
-                                      const int32_t *ranks, uint32_t n, const void *src, void *dst,
-                                      int64_t count);
+/* nkrt_runtime_collective (one collective on this communicator) is public:
+ * nkrt/comm.h. */
 
 /* ---- for the collectives between hosts (comm_hosts.c) ------------------- */
 

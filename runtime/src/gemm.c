@@ -146,19 +146,11 @@ static bool have_f16c(void) {
 #define NKRT_BF16_LOOPS(suffix, attr)                                                          \
   attr static void bf16_widen_##suffix(const uint16_t *restrict s, float *restrict d,          \
                                        int64_t n) {                                            \
-    for (int64_t i = 0; i < n; i++) {                                                          \
-      uint32_t x = (uint32_t)s[i] << 16;                                                       \
-      memcpy(d + i, &x, 4);                                                                    \
-    }                                                                                          \
+    for (int64_t i = 0; i < n; i++) d[i] = nkrt_bf16_to_float(s[i]);                           \
   }                                                                                            \
   attr static void bf16_narrow_##suffix(const float *restrict s, uint16_t *restrict d,         \
                                         int64_t n) {                                           \
-    for (int64_t i = 0; i < n; i++) {                                                          \
-      uint32_t x;                                                                              \
-      memcpy(&x, s + i, 4);                                                                    \
-      uint32_t r = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;                                     \
-      d[i] = (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? (x >> 16) | 0x40u : r);             \
-    }                                                                                          \
+    for (int64_t i = 0; i < n; i++) d[i] = nkrt_float_to_bf16(s[i]);                           \
   }
 NKRT_BF16_LOOPS(base, NKRT_HOT)
 #ifdef NKRT_GEMM_X86

@@ -30,6 +30,7 @@
 
 #include <stdint.h>
 
+#include "nkrt/runtime.h"
 #include "nkrt/status.h"
 
 #ifdef __cplusplus
@@ -130,6 +131,20 @@ typedef struct nkrt_comm_transport {
 NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_comm_set_hosts(uint32_t world_size, const uint32_t *host_of,
                                   const nkrt_comm_transport_t *transport);
+
+/* One collective on the runtime's own communicator (the one kernels'
+ * collectives use: env->lib->collective of a model loaded as `rank` of
+ * `world_size`), joined first if need be, over the group ranks[0 .. n) of
+ * that job (the caller among them). `kind`:
+ * NKRT_CC_ALL_REDUCE, _ALL_GATHER, _ALL_TO_ALL, _REDUCE_SCATTER or
+ * _BROADCAST, whose root index in the group is `reduce_op`; buffers as for
+ * nkrt_comm_collective. Queued work on the runtime's cores is the caller's
+ * to finish first. */
+NKRT_MUST_USE_RESULT
+nkrt_status_t nkrt_runtime_collective(nkrt_runtime_t *runtime, int32_t rank, int32_t world_size,
+                                      uint32_t kind, uint32_t dtype, uint32_t reduce_op,
+                                      const int32_t *ranks, uint32_t n, const void *src, void *dst,
+                                      int64_t count);
 
 #ifdef __cplusplus
 }
