@@ -16,41 +16,16 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from nkipy.core.language import bfloat16
 from nkipy.runtime import DeviceTensor
+# the one dtype table and the torch <-> NumPy conversions (spike_torch.dtypes),
+# re-exported: the backend's modules and custom kernels take them from here
+from spike_torch.dtypes import (numpy_dtype, numpy_to_torch, torch_dtype,  # noqa: F401
+                                torch_to_numpy)
+
 
 def device_dtype(dtype: torch.dtype) -> torch.dtype:
     """The dtype a torch dtype has on the device: itself (64-bit types too)."""
     return dtype
-
-
-_DIRECT = {torch.float32, torch.float16, torch.int32, torch.int16, torch.int8, torch.uint8,
-           torch.bool, torch.int64, torch.float64}
-
-
-def torch_to_numpy(t: torch.Tensor) -> np.ndarray:
-    """A CPU contiguous NumPy array with the device dtype (bfloat16 kept)."""
-    if t.dtype in _DIRECT and t.device.type == "cpu" and t.is_contiguous():
-        return t.detach().numpy()      # the common case: a view, no copy
-    t = t.detach()
-    if t.device.type != "cpu":
-        t = t.cpu()
-    t = t.contiguous()
-    if t.dtype == torch.bfloat16:
-        return t.view(torch.int16).numpy().view(bfloat16)
-    return t.numpy()
-
-
-def numpy_to_torch(a: np.ndarray, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
-    """A CPU torch tensor of ``dtype`` (default: the array's) from a NumPy array."""
-    a = np.asarray(a)
-    if not a.flags.c_contiguous:
-        a = a.copy()
-    if a.dtype == np.dtype(bfloat16):
-        t = torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
-    else:
-        t = torch.from_numpy(a)
-    return t if dtype is None or t.dtype == dtype else t.to(dtype)
 
 
 DEVICE_TYPE = "nkipy"
@@ -60,35 +35,6 @@ def is_nkipy(x: Any) -> bool:
     """Whether a tensor (or device) is on the nkipy PyTorch device (spike_torch)."""
     dev = x.device if isinstance(x, torch.Tensor) else x
     return isinstance(dev, torch.device) and dev.type == DEVICE_TYPE
-
-
-_NP_DTYPES = {torch.float32: np.dtype(np.float32), torch.float16: np.dtype(np.float16),
-              torch.bfloat16: np.dtype(bfloat16), torch.int32: np.dtype(np.int32),
-              torch.int16: np.dtype(np.int16), torch.int8: np.dtype(np.int8),
-              torch.uint8: np.dtype(np.uint8), torch.bool: np.dtype(np.bool_),
-              torch.int64: np.dtype(np.int64), torch.float64: np.dtype(np.float64)}
-
-
-def _np_dtype(dtype: torch.dtype) -> np.dtype:
-    np_dtype = _NP_DTYPES.get(dtype)
-    return np_dtype if np_dtype is not None else torch.empty(0, dtype=dtype).numpy().dtype
-
-
-_TORCH_DTYPES = {**{d: t for t, d in _NP_DTYPES.items()},
-                 **{d.name: t for t, d in _NP_DTYPES.items()}}
-
-
-def _torch_dtype(np_dtype: Any) -> torch.dtype:
-    """The torch dtype of a NumPy dtype (or its name; bfloat16 included)."""
-    t = _TORCH_DTYPES.get(np_dtype)
-    if t is not None:
-        return t
-    if str(np_dtype) == "bfloat16":
-        return torch.bfloat16
-    np_dtype = np.dtype(np_dtype)
-    if np_dtype == np.dtype(bfloat16):
-        return torch.bfloat16
-    return torch.from_numpy(np.empty(0, np_dtype)).dtype
 
 
 def _wrap_nkipy(t: torch.Tensor, name: Optional[str] = None) -> DeviceTensor:
@@ -101,11 +47,11 @@ def _wrap_nkipy(t: torch.Tensor, name: Optional[str] = None) -> DeviceTensor:
     if t.numel() == 0:
         # an empty tensor may own no memory (its data pointer is NULL): a device
         # tensor of its shape holds nothing to read either
-        return DeviceTensor.from_numpy(np.empty(tuple(t.shape), _np_dtype(t.dtype)),
+        return DeviceTensor.from_numpy(np.empty(tuple(t.shape), numpy_dtype(t.dtype, strict=False)),
                                        core_id=t.device.index or 0)
     rt = spike.get_spike_singleton()
     ref = rt.slice_from_address(t.data_ptr(), t.numel() * t.element_size())
-    d = DeviceTensor._unchecked(ref, tuple(t.shape), _np_dtype(t.dtype),
+    d = DeviceTensor._unchecked(ref, tuple(t.shape), numpy_dtype(t.dtype, strict=False),
                                 name if name is not None else ref.name, rt)
     d._torch_backing = t  # type: ignore[attr-defined]  (keeps the memory alive)
     return d
@@ -141,7 +87,7 @@ def empty_for_output(shape: Any, np_dtype: Any, like: torch.device) -> Optional[
     allocates)."""
     if not is_nkipy(like):
         return None
-    t = torch.empty(tuple(shape), dtype=_torch_dtype(np_dtype), device=like)
+    t = torch.empty(tuple(shape), dtype=torch_dtype(np_dtype), device=like)
     return _wrap_nkipy(t)
 
 

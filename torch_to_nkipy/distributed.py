@@ -34,6 +34,8 @@ from typing import Any, Callable, List, Optional
 import torch
 import torch.distributed as dist
 
+from spike_torch.dtypes import TORCH_DTYPES, runtime_code
+
 BACKEND = "nkipy"
 
 
@@ -168,8 +170,6 @@ def _write_back(dst: Any, host: Any) -> None:
 _ALL_REDUCE, _ALL_GATHER, _ALL_TO_ALL, _REDUCE_SCATTER, _BROADCAST = range(5)
 _OPS = {dist.ReduceOp.SUM: 0, dist.ReduceOp.PRODUCT: 1, dist.ReduceOp.MAX: 2,
         dist.ReduceOp.MIN: 3}
-_DTYPES = {torch.float32: 1, torch.float16: 2, torch.bfloat16: 3, torch.int8: 4, torch.uint8: 5,
-           torch.int16: 6, torch.int32: 8, torch.int64: 10, torch.bool: 12, torch.float64: 13}
 # what the communicator reduces as gloo does (bool and float64 go to gloo)
 _REDUCIBLE = {torch.float32, torch.float16, torch.bfloat16, torch.int8, torch.uint8, torch.int16,
               torch.int32, torch.int64}
@@ -222,7 +222,7 @@ class _Communicator:
 
         spike.get_spike_singleton()
         try:
-            _spike._comm_collective(kind, _DTYPES[dtype], op, self.rank, self.size,
+            _spike._comm_collective(kind, runtime_code(dtype), op, self.rank, self.size,
                                     src.data_ptr(), dst.data_ptr(), count)
         except _spike.NrtError as e:
             if kind in (_REDUCE_SCATTER, _BROADCAST) and "unknown collective kind" in str(e):
@@ -236,7 +236,7 @@ def _direct(*tensors: torch.Tensor) -> bool:
     """Tensors the communicator can work on in place: contiguous, on the CPU or
     an nkipy device, one dtype it knows."""
     dt = tensors[0].dtype
-    return dt in _DTYPES and all(
+    return dt in TORCH_DTYPES and all(
         t.dtype == dt and t.device.type in ("cpu", BACKEND) and t.is_contiguous()
         for t in tensors)
 

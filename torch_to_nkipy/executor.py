@@ -17,7 +17,9 @@ import numpy as np
 import torch
 
 from nkipy.runtime import DeviceTensor
+from spike._dtypes import to_numpy_dtype
 from spike_torch._C import kernel_calls
+from spike_torch.dtypes import TORCH_DTYPES
 from spiky.padding import (PadGeometry, PaddingMetadata, attach_metadata, copy_padded,
                            copy_unpadded, get_metadata, read_unpadded, write_padded)
 from spiky.profiling import now_ns
@@ -92,8 +94,7 @@ class Executor:
         dk = kernel.device_kernel
         self.out_specs = [(n, tuple(m.shape), m.dtype) for n, m in dk.output_tensors_info.items()
                           if m.alias_of is None]
-        self.in_specs = {n: (tuple(m.shape), np.dtype(m.dtype) if m.dtype != "bfloat16"
-                             else np.dtype(device.bfloat16))
+        self.in_specs = {n: (tuple(m.shape), to_numpy_dtype(m.dtype))
                          for n, m in dk.input_tensors_info.items()}
         import spike
         import spike_torch  # noqa: F401  (the "nkipy" torch device outputs may live on)
@@ -154,7 +155,7 @@ class Executor:
         shape = list(d.shape)
         shape[pd.dim] = pd.mult * pad.actual
         geo = PadGeometry.of(shape, pd.dim, d.shape[pd.dim], d.dtype.itemsize)
-        ddt = device._torch_dtype(d.dtype)
+        ddt = device.torch_dtype(d.dtype)
         r = torch.empty(shape, dtype=ddt, device=out_dev)
         if device.is_nkipy(out_dev):
             copy_unpadded(self.rt, d.tensor_ref, 0, device.to_device(r, self.core).tensor_ref, 0,
@@ -460,9 +461,9 @@ class Executor:
                 s.wait()
 
 
-_FAST_DTYPES = {"float32": torch.float32, "float16": torch.float16, "int32": torch.int32,
-                "int16": torch.int16, "int8": torch.int8, "uint8": torch.uint8,
-                "bool": torch.bool, "int64": torch.int64, "float64": torch.float64}
+#: the dtypes (by name) the fast paths bind: every kernel dtype but bfloat16, which
+#: NumPy has no native type for
+_FAST_DTYPES = {name: t for t, name in TORCH_DTYPES.items() if t != torch.bfloat16}
 
 
 def _host_pad(arr: np.ndarray, dim: int, shape: Sequence[int]) -> np.ndarray:

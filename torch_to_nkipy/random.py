@@ -24,7 +24,8 @@ import torch
 import torch.fx
 
 from spike_torch.lowering import AtenOpRegistry, aten_random, target_name
-from spike_torch.lowering.codegen import _has_unlowerable_dtype, torch_to_numpy
+from spike_torch.dtypes import numpy_dtype, numpy_to_torch, torch_to_numpy
+from spike_torch.lowering.codegen import _has_unlowerable_dtype
 
 #: Random ops stay in CPU partitions, equal to eager (default: $NKIPY_FALLBACK_RANDOM).
 fallback_random: bool = os.environ.get("NKIPY_FALLBACK_RANDOM", "0") not in ("", "0")
@@ -53,10 +54,7 @@ _TARGETS: Dict[str, Callable] = {}
 def _from_numpy(a: Any, device: torch.device) -> Any:
     if isinstance(a, (tuple, list)):
         return tuple(_from_numpy(x, device) for x in a)
-    a = np.asarray(a)
-    if a.dtype.name == "bfloat16":
-        return torch.from_numpy(a.view(np.int16).copy()).view(torch.bfloat16).to(device)
-    return torch.from_numpy(np.ascontiguousarray(a).copy()).to(device)
+    return numpy_to_torch(np.array(a, copy=True)).to(device)
 
 
 def _target(name: str) -> Callable:
@@ -67,22 +65,15 @@ def _target(name: str) -> Callable:
         def run(seed: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
             dev = seed.device
             conv = [torch_to_numpy(a) if isinstance(a, torch.Tensor) else a for a in args]
-            kw = {k: (_np_dtype(v) if isinstance(v, torch.dtype) else v)
+            kw = {k: (numpy_dtype(v) if isinstance(v, torch.dtype) else v)
                   for k, v in kwargs.items() if k not in ("device", "layout", "pin_memory")}
-            conv = [_np_dtype(a) if isinstance(a, torch.dtype) else a for a in conv]
+            conv = [numpy_dtype(a) if isinstance(a, torch.dtype) else a for a in conv]
             return _from_numpy(impl(torch_to_numpy(seed), *conv, **kw), dev)
 
         run.__name__ = run.__qualname__ = name
         run.__module__ = "nkipy_rng"
         _TARGETS[name] = run
     return _TARGETS[name]
-
-
-def _np_dtype(d: torch.dtype) -> np.dtype:
-    from spike_torch.lowering.aten_numpy import dt
-    from spike_torch.lowering.codegen import dtype_name
-
-    return dt(dtype_name(d))
 
 
 def _out_device(node: torch.fx.Node) -> Any:
