@@ -56,7 +56,7 @@ import torch
 
 import spike
 
-from . import _C, _env, _scalar_slots, device_module
+from . import _C, _env, _scalar_slots, device_module, dtypes
 
 logger = logging.getLogger("spike_torch")
 
@@ -68,10 +68,7 @@ DEVICE_TYPE = torch._C._get_privateuse1_backend_name()
 stats = {"device_calls": 0, "cpu_fallback_calls": 0, "compiles": 0}
 
 #: dtypes a kernel computes exactly (int64 and float64 in 64 bits)
-_KERNEL_DTYPES = {torch.float32: "float32", torch.float16: "float16",
-                  torch.bfloat16: "bfloat16", torch.float64: "float64",
-                  torch.int64: "int64", torch.int32: "int32", torch.int16: "int16",
-                  torch.int8: "int8", torch.uint8: "uint8", torch.bool: "bool"}
+_KERNEL_DTYPES = dtypes.TORCH_DTYPES
 
 #: Ops lowered directly although core ATen decomposes them (as the torch.compile
 #: backend does: torch_to_nkipy.backend.KEEP_UNDECOMPOSED).
@@ -166,16 +163,26 @@ _UNMARKED_WRITES: Dict[str, Tuple[Tuple[int, str], ...]] = {
 }
 
 
-#: ops without the pointwise tag whose CPU kernels refuse a written tensor
-#: overlapping an input (their in-place and out= forms)
-_OVERLAP_OPS = frozenset({"copy", "where", "cumsum", "cumprod", "index_select"})
+#: how a call checks its written tensors for overlap (the C++ check_overlap):
+#: 1, partial overlap with an argument; 2, that and overlap with itself (as
+#: PyTorch's TensorIterator does, for pointwise ops); 3, any overlap with
+#: another argument and with itself (index_select's assert_no_overlap)
+OVERLAP_PARTIAL, OVERLAP_POINTWISE, OVERLAP_ANY = 1, 2, 3
+
+#: ops without the pointwise tag whose CPU kernels refuse overlapping written
+#: tensors (their in-place and out= forms). copy_ checks partial overlap only:
+#: the device's own write-backs copy into expanded tensors that ops such as
+#: masked_fill_ may write on the CPU.
+_OVERLAP_OPS = {"copy": OVERLAP_PARTIAL, "where": OVERLAP_POINTWISE,
+                "cumsum": OVERLAP_POINTWISE, "cumprod": OVERLAP_POINTWISE,
+                "floor_divide": OVERLAP_POINTWISE, "index_select": OVERLAP_ANY}
 
 
 class _OpInfo:
     """What the schema of one op overload says, computed once per op."""
 
     __slots__ = ("name", "view", "random", "n_returns", "ret_alias", "mutable", "device_op",
-                 "tensor_args", "slots", "overlap")
+                 "tensor_args", "slots", "overlap", "checked")
 
     def __init__(self, op: Any) -> None:
         schema = op._schema
@@ -213,11 +220,14 @@ class _OpInfo:
             self.ret_alias.append(found)
         #: (position, name) of the arguments whose floats kernels read at run time
         self.slots = _scalar_slots.slot_positions(schema)
-        #: whether a call checks its written tensors for overlap, as PyTorch's
-        #: TensorIterator does for pointwise ops (and a few others)
-        base = schema.name.split("::")[-1]
-        self.overlap = bool(self.mutable) and not base.startswith("_foreach") and (
-            torch.Tag.pointwise in getattr(op, "tags", ()) or base.rstrip("_") in _OVERLAP_OPS)
+        #: how a call checks its written tensors for overlap (0: not at all)
+        base = schema.name.split("::")[-1].rstrip("_")
+        self.overlap = 0
+        if self.mutable and not base.startswith("_foreach"):
+            self.overlap = _OVERLAP_OPS.get(base, OVERLAP_POINTWISE if torch.Tag.pointwise in
+                                            getattr(op, "tags", ()) else 0)
+        #: whether its alpha or value is checked (_scalar_slots.check)
+        self.checked = base in _scalar_slots.CHECKED_OPS
         #: whether a device kernel may serve it at all
         self.device_op = not self.view and not self.random and not any(
             r.alias_info is not None and r.alias_info.is_write and a is None
@@ -319,7 +329,7 @@ def _number_maker(info: _OpInfo, args: Sequence[Any]) -> Callable[[Any, torch.dt
     the dtype type promotion gives it, except a float or int beside half
     tensors in a mul/div, which is float32 (as the CPU kernel takes it; the
     result's dtype is the half type all the same, set by a tensor with
-    dimensions, by the written tensor, or by :func:`_opmath_result`)."""
+    dimensions, by the written tensor, or by :func:`_opmath_call`)."""
     first = args[0] if args else None     # the scalar is the second operand
     opmath = info.name in _OPMATH_OPS and isinstance(first, torch.Tensor)
 
@@ -331,16 +341,24 @@ def _number_maker(info: _OpInfo, args: Sequence[Any]) -> Callable[[Any, torch.dt
     return make
 
 
-def _opmath_result(info: _OpInfo, args: Sequence[Any], res: Any) -> Any:
-    """``res`` of a functional mul/div of a 0-dim half tensor by a Python scalar,
-    traced as float32 by :func:`_number_maker`, in the half type the CPU's
-    result has (computed in float32 and rounded once, as the CPU computes it)."""
+def _opmath_call(info: _OpInfo, op: Any, args: Sequence[Any], kwargs: Dict[str, Any]) -> Any:
+    """``op(*args, **kwargs)``; for a mul/div (functional or out=) of a 0-dim half
+    tensor by a Python scalar, traced as float32 by :func:`_number_maker`, the
+    product in float32 rounded once to the half type, as the CPU computes it,
+    then written to ``out`` (an in-place form rounds into self by itself)."""
     first = args[0] if args else None
-    if info.name.endswith(".Tensor") and not info.name.endswith("_.Tensor") and \
-            info.name in _OPMATH_OPS and isinstance(first, torch.Tensor) and \
-            first.dim() == 0 and first.dtype in (torch.float16, torch.bfloat16):
-        return res.to(first.dtype)
-    return res
+    if info.name not in _OPMATH_OPS or info.name.endswith("_.Tensor") or \
+            not isinstance(first, torch.Tensor) or first.dim() != 0 or \
+            first.dtype not in (torch.float16, torch.bfloat16):
+        return op(*args, **kwargs)
+    functional = getattr(torch.ops.aten, info.name.split("::")[1].split(".")[0]).Tensor
+    res = functional(*args[:2]).to(first.dtype)
+    if "out" not in kwargs:
+        return res
+    out = kwargs["out"]
+    if out.shape != res.shape:
+        out.resize_(res.shape)
+    return out.copy_(res)
 
 
 def _has_numbers(info: _OpInfo, args: Sequence[Any], kwargs: Dict[str, Any]) -> bool:
@@ -390,14 +408,15 @@ def call(op: Any, args: Sequence[Any], kwargs: Dict[str, Any]) -> Any:
         return hook(*args, **kwargs)
     info = _ops.get(op) or _info(op)
     if info.device_op and (_storage is None or not _storage.cpu_allowed(info.name)):
-        # an alpha or value the CPU refuses raises here; per slot, the dtype
-        # its value must fit, which the C++ cache checks on later calls
-        limits = _scalar_slots.check(op._schema, args, kwargs) if info.slots else []
         slots = _scalar_slots.take(info.slots, args, kwargs) \
             if info.slots and _storage is None else []
         key, plan, ts = _lookup(op, info, args, kwargs, slots)
+        # what the CPU refuses raises here, in the CPU's order: overlapping
+        # written tensors, then an alpha or value it cannot take (per slot,
+        # the dtype its value must fit, which the C++ cache checks later)
         if info.overlap:
-            _C.eager_cache.eager_check_overlap(ts, _written(info, args, kwargs))
+            _C.eager_cache.eager_check_overlap(ts, _written(info, args, kwargs), info.overlap)
+        limits = _scalar_slots.check(op._schema, args, kwargs) if info.checked else []
         if plan is None:
             plan = _make_plan(op, info, key, args, kwargs, ts, len(slots))
         if plan is _NO_SLOTS:      # a kernel with these values baked in
@@ -604,9 +623,11 @@ def _cpu(op: Any, info: _OpInfo, args: Sequence[Any], kwargs: Dict[str, Any],
     host_args = [_map(a, to_cpu) for a in args]
     host_kwargs = {k: _map(v, to_cpu) for k, v in kwargs.items()}
     if info.tensor_args and _has_numbers(info, host_args, host_kwargs):
-        host_args, host_kwargs = _unwrap_numbers(
-            info, host_args, host_kwargs, lambda v, dt: torch.tensor(v, dtype=dt))
-    res = op(*host_args, **host_kwargs)
+        host_args, host_kwargs = _unwrap_numbers(info, host_args, host_kwargs,
+                                                 _number_maker(info, host_args))
+        res = _opmath_call(info, op, host_args, host_kwargs)
+    else:
+        res = op(*host_args, **host_kwargs)
 
     # write what the op mutated back into the device tensors
     for pos, name in info.mutable:
@@ -897,17 +918,6 @@ def _check_inputs(ts: List[torch.Tensor]) -> torch.device:
     return device
 
 
-def _torch_dtype(dtype: np.dtype) -> torch.dtype:
-    """The torch dtype of a kernel's NumPy dtype (by its name in _KERNEL_DTYPES)."""
-    return next(t for t, name in _KERNEL_DTYPES.items() if name == np.dtype(dtype).name)
-
-
-def _np_dtype(dtype: torch.dtype) -> np.dtype:
-    from .lowering import aten_numpy
-
-    return aten_numpy.dt(_KERNEL_DTYPES[dtype])
-
-
 _KERNEL_NAME = re.compile(r"[^0-9A-Za-z_]")
 
 
@@ -950,9 +960,9 @@ class _Plan:
             k = {n: _fill(v, it) for n, v in traced_with[1].items()}
             if numbers:   # baked into the kernel, as the cache key has them
                 a, k = _unwrap_numbers(info, a, k, _number_maker(info, a))
-            res = op(*a, **k)
-            if numbers:
-                res = _opmath_result(info, a, res)
+                res = _opmath_call(info, op, a, k)
+            else:
+                res = op(*a, **k)
             rets = list(res) if info.n_returns > 1 else [res] if info.n_returns else []
             out: List[torch.Tensor] = []
             counts.clear()
@@ -1106,7 +1116,7 @@ class _Plan:
         from nkipy.runtime import DeviceKernel
 
         name = "nkipy_eager_" + _KERNEL_NAME.sub("_", self.info.name.replace("::", "_"))
-        arrays = [np.broadcast_to(np.zeros((), _np_dtype(t.dtype)), tuple(t.shape))
+        arrays = [np.broadcast_to(np.zeros((), dtypes.numpy_dtype(t.dtype)), tuple(t.shape))
                   for t in inputs]
         n_out = len(self.out_specs)
 
@@ -1194,7 +1204,8 @@ class _Plan:
         order = [self.in_idx[j] if j < n_in else -1 - (j - n_in) for j in self.in_order]
         return (self.device.index, order,
                 [(list(shape), dtype) for shape, dtype in outs], n, mutations, rets,
-                [(slot, _torch_dtype(dt), None if via is None else _torch_dtype(via))
+                [(slot, dtypes.torch_dtype(dt),
+                  None if via is None else dtypes.torch_dtype(via))
                  for slot, dt, via in self.slot_inputs], self.n_slots,
                 [i >= 0 and self.perms[i] is not None for i in order])
 

@@ -29,6 +29,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
+from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
 from ml_dtypes import bfloat16
 
@@ -97,6 +98,8 @@ _C_NAMES = {torch.float32: "float", torch.float64: "double", torch.float16: "c10
             torch.bfloat16: "c10::BFloat16", torch.int32: "int", torch.int64: "int64_t",
             torch.int8: "int8_t", torch.int16: "int16_t", torch.uint8: "uint8_t"}
 
+_DEFAULT = ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT
+
 #: the scalar arguments PyTorch's CPU kernels convert with an overflow check,
 #: and whether to the computation dtype's opmath type (else to that dtype)
 _CHECKED = {"alpha": False, "value": True}
@@ -120,60 +123,76 @@ def _overflows(v: Any, dtype: torch.dtype) -> bool:
     return not info.min <= v <= info.max
 
 
+#: the ops whose alpha or value :func:`check` checks (their in-place and out=
+#: forms too); sub and rsub subtract, so their alpha is checked negated
+CHECKED_OPS = frozenset({"add", "sub", "rsub", "addcmul", "addcdiv", "_foreach_add",
+                         "_foreach_sub", "_foreach_addcmul", "_foreach_addcdiv"})
+
+
+def _scalar_type_name(dtype: torch.dtype) -> str:
+    """PyTorch's C++ name of a dtype in its messages ("Float", "Long", "Half")."""
+    return str(torch.empty(0, dtype=dtype).type()).rsplit(".", 1)[-1].replace("Tensor", "")
+
+
 def _computation_dtype(named: Dict[str, Any]) -> Optional[torch.dtype]:
     """The dtype an add/sub/addcmul/addcdiv (or the first tensors of a
-    _foreach_ one) computes in, or None without a tensor ``self``."""
+    _foreach_ one) computes in, by PyTorch's promotion rules (a 0-dim tensor
+    does not promote a dimensioned one); None without a tensor operand."""
     def first(v: Any) -> Any:
         return v[0] if isinstance(v, (list, tuple)) and v else v
 
-    self, other = first(named.get("self")), first(named.get("other"))
-    if not isinstance(self, torch.Tensor):
+    operands = [first(named.get(n)) for n in ("self", "other", "tensor1", "tensor2")]
+    operands = [v for v in operands if isinstance(v, (torch.Tensor, bool, int, float))]
+    if not any(isinstance(v, torch.Tensor) for v in operands):
         return None
-    dt = torch.result_type(self, other) if isinstance(other, (torch.Tensor, bool, int, float)) \
-        else self.dtype
-    for name in ("tensor1", "tensor2"):
-        t = first(named.get(name))
-        if isinstance(t, torch.Tensor):
-            dt = torch.promote_types(dt, t.dtype)
-    return dt
+    return elementwise_dtypes(*operands, type_promotion_kind=_DEFAULT)[1]
 
 
 def check(schema: Any, args: Sequence[Any], kwargs: Dict[str, Any]) -> List[Optional[torch.dtype]]:
     """Raises PyTorch's CPU error for an ``alpha`` or ``value`` argument its
-    kernels refuse: a bool alpha beside non-bool tensors, a float alpha beside
-    integral ones, a value past the range of the dtype it is converted to
-    (alpha: the computation dtype; value: its opmath type, float32 for the
-    half types). Returns, per slot in :func:`take`'s order, the dtype a slot's
-    value must fit (None: any value), which the C++ cache checks on each call."""
+    kernels refuse, after the error its kernels raise first (a result that
+    cannot be written to self's dtype): a bool alpha beside non-bool tensors,
+    a float alpha beside integral ones, a value past the range of the dtype
+    it is converted to (alpha, negated for sub and rsub: the computation
+    dtype; value: its opmath type, float32 for the half types). Returns, per
+    slot in :func:`take`'s order, the dtype a slot's value must fit (None: any
+    value), which the C++ cache checks on each call."""
+    base = schema.name.split("::")[-1].rstrip("_")
+    positions = slot_positions(schema)
     named: Dict[str, Any] = {}
     for i, a in enumerate(schema.arguments):
         if a.name in kwargs:
             named[a.name] = kwargs[a.name]
         elif i < len(args):
             named[a.name] = args[i]
-    dt = None
     limits: Dict[str, torch.dtype] = {}
-    for name, opmath in _CHECKED.items():
-        v = named.get(name)
-        if v is None or isinstance(v, torch.Tensor):
-            continue
-        if dt is None:
-            dt = _computation_dtype(named)
-            if dt is None:
-                return [None] * len(take(slot_positions(schema), args, kwargs))
-        if name == "alpha":
-            if isinstance(v, bool) and dt != torch.bool:
-                raise RuntimeError("Boolean alpha only supported for Boolean results.")
-            if isinstance(v, float) and not (dt.is_floating_point or dt.is_complex):
-                raise RuntimeError("For integral input tensors, argument alpha must not be "
-                                   "a floating point number.")
-        limit = torch.float32 if opmath and dt in (torch.float16, torch.bfloat16) else dt
-        if limit in _C_NAMES and isinstance(v, (int, float)) and _overflows(v, limit):
-            raise RuntimeError(f"value cannot be converted to type {_C_NAMES[limit]} "
-                               "without overflow")
-        limits[name] = limit
+    if base in CHECKED_OPS:
+        dt = _computation_dtype(named)
+        self = named.get("self")
+        inplace = schema.name.endswith("_") and isinstance(self, torch.Tensor)
+        if dt is not None and inplace and not torch.can_cast(dt, self.dtype):
+            raise RuntimeError(f"result type {_scalar_type_name(dt)} can't be cast to the "
+                               f"desired output type {_scalar_type_name(self.dtype)}")
+        for name, opmath in _CHECKED.items():
+            v = named.get(name)
+            if dt is None or v is None or isinstance(v, torch.Tensor):
+                continue
+            if name == "alpha":
+                if isinstance(v, bool) and dt != torch.bool:
+                    raise RuntimeError("Boolean alpha only supported for Boolean results.")
+                if isinstance(v, float) and not (dt.is_floating_point or dt.is_complex):
+                    raise RuntimeError("For integral input tensors, argument alpha must not "
+                                       "be a floating point number.")
+            limit = torch.float32 if opmath and dt in (torch.float16, torch.bfloat16) else dt
+            negated = name == "alpha" and base in ("sub", "rsub", "_foreach_sub") and \
+                not isinstance(v, bool)
+            if limit in _C_NAMES and isinstance(v, (int, float)) and \
+                    _overflows(-v if negated else v, limit):
+                raise RuntimeError(f"value cannot be converted to type {_C_NAMES[limit]} "
+                                   "without overflow")
+            limits[name] = limit
     out: List[Optional[torch.dtype]] = []
-    for _, name in slot_positions(schema):
+    for _, name in positions:
         found: List[float] = []
         _walk(named.get(name), found)
         out += [limits.get(name)] * len(found)

@@ -295,7 +295,7 @@ struct Entry {
   // per slot, the dtype its value must fit (an alpha or value PyTorch
   // converts with an overflow check), or Undefined; empty: none checked
   std::vector<c10::ScalarType> slot_limits;
-  bool overlap = false;        // check the written tensors for overlap (check_overlap)
+  int overlap = 0;             // how calls check their written tensors (check_overlap)
   std::vector<OutSpec> outs;   // n_results fresh results, then one per mutation
   size_t n_results = 0;
   std::vector<size_t> mutations;   // ts indices of the arguments written
@@ -389,14 +389,22 @@ void execute(const Entry& e, std::vector<void*>& addresses) {
     throw_python_error();
 }
 
-// PyTorch's refusal (TensorIterator's) of a written tensor with elements that
-// share memory, or that partly overlaps another argument: its result would
-// depend on the order the elements are computed in.
-void check_overlap(const std::vector<at::Tensor>& ts, const std::vector<size_t>& written) {
+// PyTorch's refusals of a written tensor whose result would depend on the
+// order its elements are computed in. mode (spike_torch._generic.OVERLAP_*):
+// 1, one that partly overlaps another argument (copy_); 2, that or one with
+// elements that share memory (TensorIterator's, for pointwise ops); 3, one
+// that overlaps another argument at all, or itself (index_select's).
+void check_overlap(const std::vector<at::Tensor>& ts, const std::vector<size_t>& written,
+                   int mode) {
   for (size_t w : written) {
-    at::assert_no_internal_overlap(ts[w]);
-    for (size_t i = 0; i < ts.size(); i++)
-      if (i != w) at::assert_no_partial_overlap(ts[w], ts[i]);
+    if (mode >= 2) at::assert_no_internal_overlap(ts[w]);
+    for (size_t i = 0; i < ts.size(); i++) {
+      if (i == w) continue;
+      if (mode >= 3)
+        at::assert_no_overlap(ts[w], ts[i]);
+      else
+        at::assert_no_partial_overlap(ts[w], ts[i]);
+    }
   }
 }
 
@@ -549,7 +557,7 @@ void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::St
     }
     if (e) {
       NKIPY_LOG("eager %s: from the C++ cache", op.schema().name().c_str());
-      if (e->overlap) check_overlap(ts, e->mutations);
+      if (e->overlap) check_overlap(ts, e->mutations, e->overlap);
       run(op, *e, ts, slots, stack, n_args);
       return;
     }
@@ -587,7 +595,7 @@ PyObject* eager_register(PyObject*, PyObject* args) {
   PyObject *tensors, *model, *in_idx, *outs, *mutations, *rets, *slot_inputs, *raw, *limits;
   int core, overlap;
   Py_ssize_t n_results, n_slots;
-  if (!PyArg_ParseTuple(args, "sOOiOOnOOOnOOp:eager_register", &name, &tensors, &model, &core,
+  if (!PyArg_ParseTuple(args, "sOOiOOnOOOnOOi:eager_register", &name, &tensors, &model, &core,
                         &in_idx, &outs, &n_results, &mutations, &rets, &slot_inputs, &n_slots,
                         &raw, &limits, &overlap))
     return nullptr;
@@ -644,7 +652,11 @@ PyObject* eager_register(PyObject*, PyObject* args) {
     }
     Py_DECREF(fs);
     e->n_slots = static_cast<size_t>(n_slots);
-    e->overlap = overlap != 0;
+    if (overlap < 0 || overlap > 3) {
+      PyErr_SetString(PyExc_ValueError, "eager_register: overlap is 0 to 3");
+      throw PyErrorSet{};
+    }
+    e->overlap = overlap;
     PyObject* fl = PySequence_Fast(limits, "eager_register: limits");
     if (!fl) throw PyErrorSet{};
     Py_ssize_t n_limits = PySequence_Fast_GET_SIZE(fl);
@@ -807,7 +819,9 @@ PyObject* eager_stats(PyObject*, PyObject*) {
 
 PyObject* eager_check_overlap(PyObject*, PyObject* args) {
   PyObject *tensors, *written;
-  if (!PyArg_ParseTuple(args, "OO:eager_check_overlap", &tensors, &written)) return nullptr;
+  int mode;
+  if (!PyArg_ParseTuple(args, "OOi:eager_check_overlap", &tensors, &written, &mode))
+    return nullptr;
   HANDLE_TH_ERRORS
   std::vector<at::Tensor> ts;
   PyObject* fast = PySequence_Fast(tensors, "eager_check_overlap: tensors");
@@ -828,7 +842,7 @@ PyObject* eager_check_overlap(PyObject*, PyObject* args) {
   } catch (const PyErrorSet&) {
     return nullptr;
   }
-  check_overlap(ts, w);
+  check_overlap(ts, w, mode);
   Py_RETURN_NONE;
   END_HANDLE_TH_ERRORS
 }
@@ -848,11 +862,12 @@ PyMethodDef g_methods[] = {
      "indices into tensors); rets: per schema return ('output', j), ('arg', position) or "
      "('none', 0); limits: per slot, the dtype its value must fit or None (empty: no "
      "checks); a call whose value does not fit raises PyTorch's overflow error; overlap: "
-     "whether each call checks its written tensors as eager_check_overlap does."},
+     "the mode in which each call checks its written tensors (eager_check_overlap; 0: none)."},
     {"eager_check_overlap", eager_check_overlap, METH_VARARGS,
-     "eager_check_overlap(tensors, written)\n\nRaises PyTorch's error where a tensor of "
-     "tensors at an index of written has elements that share memory, or partly overlaps "
-     "another of tensors."},
+     "eager_check_overlap(tensors, written, mode)\n\nRaises PyTorch's error where a tensor "
+     "of tensors at an index of written partly overlaps another of tensors (mode 1), or "
+     "that or has elements that share memory (mode 2), or overlaps another at all or "
+     "itself (mode 3)."},
     {"eager_clear", eager_clear, METH_NOARGS, "eager_clear()\n\nEmpties the C++ call cache."},
     {"eager_lift", eager_lift, METH_VARARGS,
      "eager_lift(op_name, positions)\n\nMakes the floats of these argument positions of "

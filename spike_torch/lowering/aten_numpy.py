@@ -18,6 +18,7 @@ import numpy as np
 
 from nkipy.core import ops
 from nkipy.core.language import bfloat16
+from spike._dtypes import to_numpy_dtype
 from spike.safe_files import check_trusted
 
 from .registry import AtenOpRegistry
@@ -25,10 +26,9 @@ from .registry import AtenOpRegistry
 reg = AtenOpRegistry.register
 
 def dt(name: str) -> np.dtype:
-    """A torch dtype name as a NumPy dtype (bfloat16 from ml_dtypes)."""
-    if name == "bfloat16":
-        return np.dtype(bfloat16)
-    return np.dtype(name)
+    """A dtype name of the runtime (spike_torch.dtypes) as a NumPy dtype (bfloat16
+    from ml_dtypes)."""
+    return to_numpy_dtype(name)
 
 
 def acc_dtype(x: Any) -> np.dtype:
@@ -1048,7 +1048,15 @@ def round_decimals(x, decimals=0):
 
 @reg("aten.copysign.Tensor", "aten.copysign.Scalar")
 def copysign(x, y):
-    return np.where(np.signbit(y), -np.abs(x), np.abs(x))
+    """|x| with y's sign bit, in the float type torch computes it in: an integer
+    x is converted first (float64 beside a float64 y, else float32), so that
+    int8 -128 and uint8 200 keep their magnitudes."""
+    if not hasattr(x, "dtype") or _fkind(x) != "f":
+        wide = hasattr(y, "dtype") and np.dtype(y.dtype) == np.dtype(np.float64)
+        x = cast(x, np.dtype(np.float64 if wide else np.float32))
+    if hasattr(y, "dtype") and _fkind(y) != "f":
+        y = cast(y, np.dtype(x.dtype))
+    return np.copysign(x, y)
 
 
 @reg("aten.hypot.default")

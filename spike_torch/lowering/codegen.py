@@ -20,7 +20,9 @@ from typing import Any, Dict, List, Optional, Sequence
 import numpy as np
 import torch
 import torch.fx
+from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
+from ..dtypes import TORCH_DTYPES, dtype_name, torch_to_numpy
 from .registry import AtenOpRegistry, target_name
 from . import aten_numpy  # noqa: F401  (registers the entries)
 from . import aten_math  # noqa: F401  (registers the entries)
@@ -31,21 +33,10 @@ from . import aten_select  # noqa: F401  (adaptive max pooling, mode, nonzero_st
 from . import aten_random  # noqa: F401  (seeded random ops: Philox4x32-10)
 
 _RESERVED = {"np", "aten", "os", "nkipy_func", "_DIR"}
-_FLOAT_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16",
-                 torch.float64: "float64", torch.int64: "int64", torch.int32: "int32",
-                 torch.int16: "int16", torch.int8: "int8", torch.uint8: "uint8",
-                 torch.bool: "bool"}
 
 
 class UnsupportedOpError(NotImplementedError):
     """An FX node's op has no registry entry."""
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    try:
-        return _FLOAT_DTYPES[dtype]
-    except KeyError:
-        raise TypeError(f"dtype {dtype} is not supported by the nkipy backend") from None
 
 
 @dataclass
@@ -58,6 +49,35 @@ class GeneratedSource:
 
 def _meta_val(node: torch.fx.Node) -> Any:
     return node.meta.get("val", node.meta.get("example_value"))
+
+
+#: ops whose CPU kernels read a 0-dim second operand beside float16/bfloat16
+#: tensors in float32 ("original_scalar_value"), not rounded to the half type
+_OPMATH_SECOND = frozenset({"aten::mul", "aten::mul_", "aten::div", "aten::div_"})
+
+
+def _promoted_operands(node: torch.fx.Node) -> Dict[int, torch.dtype]:
+    """{position: dtype} of the 0-dim float tensor operands of a pointwise op
+    that PyTorch converts to the op's promoted dtype before computing (a 0-dim
+    tensor does not promote a dimensioned one: ``x_f16 - tensor(0.1)`` takes
+    0.1 rounded to float16; NumPy, which the lowerings compute with, would
+    compute in float32 and round once at the end)."""
+    target = node.target
+    if torch.Tag.pointwise not in getattr(target, "tags", ()):
+        return {}
+    metas = [(i, _meta_val(a)) for i, a in enumerate(node.args) if isinstance(a, torch.fx.Node)]
+    tensors = [(i, v) for i, v in metas if isinstance(v, torch.Tensor)]
+    zero_dim = [(i, v) for i, v in tensors if v.dim() == 0 and v.dtype.is_floating_point]
+    if not zero_dim or len(tensors) < 2:
+        return {}
+    promoted = elementwise_dtypes(*[v for _, v in tensors],
+                                  type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)[1]
+    if not promoted.is_floating_point:
+        return {}
+    opmath_second = target._schema.name in _OPMATH_SECOND and \
+        promoted in (torch.float16, torch.bfloat16)
+    return {i: torch.float32 if opmath_second and i == 1 else promoted for i, v in zero_dim
+            if v.dtype != (torch.float32 if opmath_second and i == 1 else promoted)}
 
 
 @dataclass(frozen=True)
@@ -78,7 +98,7 @@ def _has_unlowerable_dtype(node: torch.fx.Node) -> bool:
     vals = [_meta_val(node)] + [_meta_val(a) for a in node.all_input_nodes]
     for v in vals:
         for t in (v if isinstance(v, (list, tuple)) else [v]):
-            if isinstance(t, torch.Tensor) and t.dtype not in _FLOAT_DTYPES:
+            if isinstance(t, torch.Tensor) and t.dtype not in TORCH_DTYPES:
                 return True
     return False
 
@@ -116,19 +136,6 @@ def is_supported_node(node: torch.fx.Node, extern: Optional[Extern] = None) -> b
     qual = target_name(node.target)
     return AtenOpRegistry.is_supported(qual, node) or \
         (extern is not None and extern.lookup(qual) is not None)
-
-
-def torch_to_numpy(t: torch.Tensor) -> np.ndarray:
-    """A CPU contiguous NumPy array of ``t`` (bfloat16 as ml_dtypes' bfloat16)."""
-    t = t.detach()
-    if t.device.type != "cpu":
-        t = t.cpu()
-    t = t.contiguous()
-    if t.dtype == torch.bfloat16:
-        from nkipy.core.language import bfloat16
-
-        return t.view(torch.int16).numpy().view(bfloat16)
-    return t.numpy()
 
 
 class _Gen:
@@ -236,6 +243,8 @@ def generate_source(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
         qual = target_name(node.target)
         fn = AtenOpRegistry.get(qual)
         args = [g.arg(a) for a in node.args]
+        for i, dtype in _promoted_operands(node).items():
+            args[i] = f"aten.cast({args[i]}, {g.dtype_const(dtype)})"
         args += [f"{k}={g.arg(v)}" for k, v in node.kwargs.items()]
         if fn is not None:
             expr = f"aten.{aten_numpy.attr_of(fn)}({', '.join(args)})"
