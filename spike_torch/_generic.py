@@ -56,7 +56,7 @@ import torch
 
 import spike
 
-from . import _C, _env, _scalar_slots, device_module, dtypes
+from . import _C, _env, _foreach, _scalar_slots, device_module, dtypes
 
 logger = logging.getLogger("spike_torch")
 
@@ -321,7 +321,8 @@ def _unwrap_numbers(info: _OpInfo, args: Sequence[Any], kwargs: Dict[str, Any],
 #: float16/bfloat16 tensors in float32 (their "opmath" type), not first rounded
 #: to the half type (add and sub round it, and alpha, to the half type first)
 _OPMATH_OPS = frozenset(f"aten::{op}{sfx}.{overload}" for op in ("mul", "div")
-                        for sfx in ("", "_") for overload in ("Tensor", "out"))
+                        for sfx in ("", "_") for overload in ("Tensor", "out")) | frozenset(
+    {"aten::div.Tensor_mode", "aten::div_.Tensor_mode", "aten::div.out_mode"})
 
 
 def _number_maker(info: _OpInfo, args: Sequence[Any]) -> Callable[[Any, torch.dtype], torch.Tensor]:
@@ -347,12 +348,14 @@ def _opmath_call(info: _OpInfo, op: Any, args: Sequence[Any], kwargs: Dict[str, 
     product in float32 rounded once to the half type, as the CPU computes it,
     then written to ``out`` (an in-place form rounds into self by itself)."""
     first = args[0] if args else None
-    if info.name not in _OPMATH_OPS or info.name.endswith("_.Tensor") or \
+    if info.name not in _OPMATH_OPS or "_." in info.name or \
             not isinstance(first, torch.Tensor) or first.dim() != 0 or \
             first.dtype not in (torch.float16, torch.bfloat16):
         return op(*args, **kwargs)
-    functional = getattr(torch.ops.aten, info.name.split("::")[1].split(".")[0]).Tensor
-    res = functional(*args[:2]).to(first.dtype)
+    packet = getattr(torch.ops.aten, info.name.split("::")[1].split(".")[0])
+    functional = packet.Tensor_mode if "mode" in info.name else packet.Tensor
+    res = functional(*args[:2], **{k: v for k, v in kwargs.items() if k != "out"})
+    res = res.to(first.dtype)
     if "out" not in kwargs:
         return res
     out = kwargs["out"]
@@ -407,6 +410,8 @@ def call(op: Any, args: Sequence[Any], kwargs: Dict[str, Any]) -> Any:
     if hook is not None:
         return hook(*args, **kwargs)
     info = _ops.get(op) or _info(op)
+    if info.name in _FOREACH_SERVED and not _foreach.fused(args):
+        return _foreach.run_in_groups(op, args, kwargs)
     if info.device_op and (_storage is None or not _storage.cpu_allowed(info.name)):
         slots = _scalar_slots.take(info.slots, args, kwargs) \
             if info.slots and _storage is None else []
@@ -683,6 +688,8 @@ def _decompositions() -> Dict[Any, Any]:
         table[torch.ops.aten.native_batch_norm.default] = _batch_norm_update
         table[torch.ops.aten._batch_norm_with_update_functional.default] = \
             _batch_norm_with_update_functional
+        # a foreach op's graph: its per-tensor ops (one kernel for the list)
+        table.update(_foreach.decompositions())
         _decomp_table = table
     return _decomp_table
 
@@ -1492,8 +1499,9 @@ def _serve(name: str) -> None:
     _served_lib.impl(name, lambda *args, **kwargs: call(op, args, kwargs), "PrivateUse2")
 
 
-for _name in SERVED_OPS:
+for _name in SERVED_OPS + _foreach.SERVED:
     _serve(_name)
+_FOREACH_SERVED = frozenset("aten::" + n for n in _foreach.SERVED)
 
 
 def _lift_slots() -> None:

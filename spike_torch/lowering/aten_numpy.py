@@ -235,12 +235,15 @@ def div(x, y):
 
 @reg("aten.div.Tensor_mode", "aten.div.Scalar_mode")
 def div_mode(x, y, rounding_mode=None):
+    """Division rounded as ``rounding_mode`` says; on float16/bfloat16 in float32
+    with a Python scalar divisor taken as float32, rounded once (the CPU's
+    kernels: 7 // 0.1 in float16 is 69, from 0.1 in float32, not 70)."""
     if rounding_mode is None:
-        return np.divide(x, y)
+        return _opmath(np.divide, x, y)
     if rounding_mode == "floor":
-        return np.floor_divide(x, y)
+        return _opmath(np.floor_divide, x, y)
     if _is_float(x, y):
-        return np.trunc(np.divide(x, y))
+        return _opmath(lambda a, b: np.trunc(np.divide(a, b)), x, y)
     return _int_trunc_div(x, y)
 
 

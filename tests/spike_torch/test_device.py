@@ -1,6 +1,7 @@
 """Device registration and management: counts, current device, guard, errors."""
 from __future__ import annotations
 
+import gc
 import threading
 
 import pytest
@@ -158,6 +159,7 @@ def test_torch_accelerator_api(nkipy):
     free, total = torch.accelerator.get_memory_info(0)
     assert 0 < free <= total
     del x
+    gc.collect()    # device tensors in reference cycles earlier tests left behind
     torch.accelerator.empty_cache()
     assert torch.nkipy.memory_reserved() == 0
     torch.accelerator.synchronize()

@@ -312,3 +312,25 @@ def test_a_0dim_tensor_of_another_float_dtype_does_not_widen(name, mode, request
             assert got.dtype == want.dtype
             assert torch.equal(got.double().nan_to_num(7), want.double().nan_to_num(7)), \
                 (name, dx, ds)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+def test_half_division_with_a_rounding_mode(dtype, mode, request):
+    """div(x, 0.1, rounding_mode=...) on half tensors divides by 0.1 in float32,
+    as the CPU does (float16 7 // 0.1 is 69; by 0.1 rounded to half, 70)."""
+    if mode == "compiled":
+        request.getfixturevalue("backend")
+    torch.manual_seed(1)
+    x = torch.cat([torch.tensor([7.0]), torch.randn(15) * 20]).to(dtype)
+    for rounding in ("floor", "trunc"):
+        for v in (0.1, -0.7, 1e-3):
+            def fn(a):
+                return torch.div(a, v, rounding_mode=rounding)
+            want = fn(x)
+            if mode == "compiled":
+                torch._dynamo.reset()
+                got = torch.compile(fn, backend="nkipy", dynamic=False)(x)
+            else:
+                got = fn(x.to(DEV)).cpu()
+            assert torch.equal(got, want), (rounding, v)
