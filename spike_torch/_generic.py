@@ -56,7 +56,7 @@ import torch
 
 import spike
 
-from . import _C, _env, _foreach, _scalar_slots, device_module, dtypes
+from . import _C, _env, _foreach, _numbers, _scalar_slots, device_module, dtypes
 
 logger = logging.getLogger("spike_torch")
 
@@ -289,87 +289,6 @@ def _fill(a: Any, it: Any) -> Any:
     if isinstance(a, (list, tuple)):
         return type(a)(_fill(x, it) for x in a)
     return a
-
-
-def _unwrap_numbers(info: _OpInfo, args: Sequence[Any], kwargs: Dict[str, Any],
-                    make: Callable[[Any, torch.dtype], torch.Tensor]) -> Tuple[list, dict]:
-    """``args``/``kwargs`` with every Python number given for a Tensor argument
-    made a 0-dim tensor by ``make(value, dtype)``.
-
-    A scalar that C++ wrapped into a tensor (``fmod(x, 0.75)`` calls
-    ``fmod.Tensor_out`` with a "wrapped number") reaches a Python fallback as a
-    Python number, which the op itself does not accept. Its dtype is the one
-    type promotion gives it beside the first tensor argument, so the result
-    has the dtype the wrapped number gives (``int_tensor + 0.5`` is float32,
-    not float64)."""
-    args, kwargs = list(args), dict(kwargs)
-    first = next((t for t in _leaves(args) + _leaves(list(kwargs.values()))), None)
-    for pos, name in info.tensor_args:
-        in_kw = name in kwargs
-        v = kwargs[name] if in_kw else args[pos] if pos < len(args) else None
-        if isinstance(v, (bool, int, float, complex)):
-            dtype = torch.result_type(first, v) if first is not None else \
-                torch.tensor(v).dtype
-            if in_kw:
-                kwargs[name] = make(v, dtype)
-            else:
-                args[pos] = make(v, dtype)
-    return args, kwargs
-
-
-#: ops whose CPU kernels take a Python scalar second operand beside
-#: float16/bfloat16 tensors in float32 (their "opmath" type), not first rounded
-#: to the half type (add and sub round it, and alpha, to the half type first)
-_OPMATH_OPS = frozenset(f"aten::{op}{sfx}.{overload}" for op in ("mul", "div")
-                        for sfx in ("", "_") for overload in ("Tensor", "out")) | frozenset(
-    {"aten::div.Tensor_mode", "aten::div_.Tensor_mode", "aten::div.out_mode"})
-
-
-def _number_maker(info: _OpInfo, args: Sequence[Any]) -> Callable[[Any, torch.dtype], torch.Tensor]:
-    """How a call's Python scalar becomes a 0-dim tensor in its traced graph: of
-    the dtype type promotion gives it, except a float or int beside half
-    tensors in a mul/div, which is float32 (as the CPU kernel takes it; the
-    result's dtype is the half type all the same, set by a tensor with
-    dimensions, by the written tensor, or by :func:`_opmath_call`)."""
-    first = args[0] if args else None     # the scalar is the second operand
-    opmath = info.name in _OPMATH_OPS and isinstance(first, torch.Tensor)
-
-    def make(v: Any, dt: torch.dtype) -> torch.Tensor:
-        if opmath and dt in (torch.float16, torch.bfloat16) and not isinstance(v, bool):
-            dt = torch.float32
-        return torch.full((), v, dtype=dt)
-
-    return make
-
-
-def _opmath_call(info: _OpInfo, op: Any, args: Sequence[Any], kwargs: Dict[str, Any]) -> Any:
-    """``op(*args, **kwargs)``; for a mul/div (functional or out=) of a 0-dim half
-    tensor by a Python scalar, traced as float32 by :func:`_number_maker`, the
-    product in float32 rounded once to the half type, as the CPU computes it,
-    then written to ``out`` (an in-place form rounds into self by itself)."""
-    first = args[0] if args else None
-    if info.name not in _OPMATH_OPS or "_." in info.name or \
-            not isinstance(first, torch.Tensor) or first.dim() != 0 or \
-            first.dtype not in (torch.float16, torch.bfloat16):
-        return op(*args, **kwargs)
-    packet = getattr(torch.ops.aten, info.name.split("::")[1].split(".")[0])
-    functional = packet.Tensor_mode if "mode" in info.name else packet.Tensor
-    res = functional(*args[:2], **{k: v for k, v in kwargs.items() if k != "out"})
-    res = res.to(first.dtype)
-    if "out" not in kwargs:
-        return res
-    out = kwargs["out"]
-    if out.shape != res.shape:
-        out.resize_(res.shape)
-    return out.copy_(res)
-
-
-def _has_numbers(info: _OpInfo, args: Sequence[Any], kwargs: Dict[str, Any]) -> bool:
-    for pos, name in info.tensor_args:
-        v = kwargs[name] if name in kwargs else args[pos] if pos < len(args) else None
-        if isinstance(v, (bool, int, float, complex)):
-            return True
-    return False
 
 
 def _written(info: _OpInfo, args: Sequence[Any], kwargs: Dict[str, Any]) -> List[int]:
@@ -627,10 +546,10 @@ def _cpu(op: Any, info: _OpInfo, args: Sequence[Any], kwargs: Dict[str, Any],
 
     host_args = [_map(a, to_cpu) for a in args]
     host_kwargs = {k: _map(v, to_cpu) for k, v in kwargs.items()}
-    if info.tensor_args and _has_numbers(info, host_args, host_kwargs):
-        host_args, host_kwargs = _unwrap_numbers(info, host_args, host_kwargs,
-                                                 _number_maker(info, host_args))
-        res = _opmath_call(info, op, host_args, host_kwargs)
+    if info.tensor_args and _numbers.has_numbers(info, host_args, host_kwargs):
+        host_args, host_kwargs = _numbers.unwrap(info, host_args, host_kwargs,
+                                                 _numbers.maker(info, host_args))
+        res = _numbers.opmath_call(info, op, host_args, host_kwargs)
     else:
         res = op(*host_args, **host_kwargs)
 
@@ -956,7 +875,7 @@ class _Plan:
         trace_kwargs = {k: _map(v, _cpu_device) for k, v in kwargs.items()}
         trace_args = [_map(a, _cpu_device) for a in args]
         counts: List[int] = []
-        numbers = bool(info.tensor_args) and _has_numbers(info, args, kwargs)
+        numbers = bool(info.tensor_args) and _numbers.has_numbers(info, args, kwargs)
         # the slots hold one set of sentinels while tracing, then the other
         sentinels = [_scalar_slots.sentinels(n_slots, w) for w in (1, 0)] if n_slots else []
         traced_with = [trace_args, trace_kwargs]
@@ -966,8 +885,8 @@ class _Plan:
             a = [_fill(x, it) for x in traced_with[0]]
             k = {n: _fill(v, it) for n, v in traced_with[1].items()}
             if numbers:   # baked into the kernel, as the cache key has them
-                a, k = _unwrap_numbers(info, a, k, _number_maker(info, a))
-                res = _opmath_call(info, op, a, k)
+                a, k = _numbers.unwrap(info, a, k, _numbers.maker(info, a))
+                res = _numbers.opmath_call(info, op, a, k)
             else:
                 res = op(*a, **k)
             rets = list(res) if info.n_returns > 1 else [res] if info.n_returns else []
