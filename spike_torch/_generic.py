@@ -340,7 +340,8 @@ def call(op: Any, args: Sequence[Any], kwargs: Dict[str, Any]) -> Any:
         # the dtype its value must fit, which the C++ cache checks later)
         if info.overlap:
             _C.eager_cache.eager_check_overlap(ts, _written(info, args, kwargs), info.overlap)
-        limits = _scalar_slots.check(op._schema, args, kwargs) if info.checked else []
+        limits = _scalar_slots.check(op._schema, info.slots, args, kwargs) \
+            if info.checked else []
         if plan is None:
             plan = _make_plan(op, info, key, args, kwargs, ts, len(slots))
         if plan is _NO_SLOTS:      # a kernel with these values baked in

@@ -47,12 +47,18 @@ def unwrap(info: Any, args: Sequence[Any], kwargs: Dict[str, Any],
     return args, kwargs
 
 
-#: ops whose CPU kernels take a Python scalar second operand beside
-#: float16/bfloat16 tensors in float32 (their "opmath" type), not first rounded
-#: to the half type (add and sub round it, and alpha, to the half type first)
-OPMATH_OPS = frozenset(f"aten::{op}{sfx}.{overload}" for op in ("mul", "div")
-                       for sfx in ("", "_") for overload in ("Tensor", "out")) | frozenset(
-    {"aten::div.Tensor_mode", "aten::div_.Tensor_mode", "aten::div.out_mode"})
+#: ops whose CPU kernels read a scalar or 0-dim second operand beside
+#: float16/bfloat16 tensors in float32 (their "opmath" type,
+#: "original_scalar_value"), not rounded to the half type first (add and sub
+#: round it, and alpha, to the half type first); the code generator's
+#: promotion of 0-dim operands follows the same set
+OPMATH_SECOND = frozenset({"aten::mul", "aten::mul_", "aten::div", "aten::div_"})
+
+
+def _opmath(info: Any) -> bool:
+    """Whether ``info``'s op is one of :data:`OPMATH_SECOND` (any overload: only
+    the Tensor, out= and rounding-mode ones take a number for a Tensor)."""
+    return info.name.split(".")[0] in OPMATH_SECOND
 
 
 def maker(info: Any, args: Sequence[Any]) -> Callable[[Any, torch.dtype], torch.Tensor]:
@@ -62,7 +68,7 @@ def maker(info: Any, args: Sequence[Any]) -> Callable[[Any, torch.dtype], torch.
     result's dtype is the half type all the same, set by a tensor with
     dimensions, by the written tensor, or by :func:`opmath_call`)."""
     first = args[0] if args else None     # the scalar is the second operand
-    opmath = info.name in OPMATH_OPS and isinstance(first, torch.Tensor)
+    opmath = _opmath(info) and isinstance(first, torch.Tensor)
 
     def make(v: Any, dt: torch.dtype) -> torch.Tensor:
         if opmath and dt in (torch.float16, torch.bfloat16) and not isinstance(v, bool):
@@ -78,7 +84,7 @@ def opmath_call(info: Any, op: Any, args: Sequence[Any], kwargs: Dict[str, Any])
     product in float32 rounded once to the half type, as the CPU computes it,
     then written to ``out`` (an in-place form rounds into self by itself)."""
     first = args[0] if args else None
-    if info.name not in OPMATH_OPS or "_." in info.name or \
+    if not _opmath(info) or "_." in info.name or \
             not isinstance(first, torch.Tensor) or first.dim() != 0 or \
             first.dtype not in (torch.float16, torch.bfloat16):
         return op(*args, **kwargs)

@@ -148,17 +148,18 @@ def _computation_dtype(named: Dict[str, Any]) -> Optional[torch.dtype]:
     return elementwise_dtypes(*operands, type_promotion_kind=_DEFAULT)[1]
 
 
-def check(schema: Any, args: Sequence[Any], kwargs: Dict[str, Any]) -> List[Optional[torch.dtype]]:
+def check(schema: Any, positions: Sequence[Tuple[int, str]], args: Sequence[Any],
+          kwargs: Dict[str, Any]) -> List[Optional[torch.dtype]]:
     """Raises PyTorch's CPU error for an ``alpha`` or ``value`` argument its
     kernels refuse, after the error its kernels raise first (a result that
     cannot be written to self's dtype): a bool alpha beside non-bool tensors,
     a float alpha beside integral ones, a value past the range of the dtype
     it is converted to (alpha, negated for sub and rsub: the computation
     dtype; value: its opmath type, float32 for the half types). Returns, per
-    slot in :func:`take`'s order, the dtype a slot's value must fit (None: any
-    value), which the C++ cache checks on each call."""
+    slot in :func:`take`'s order (``positions``: :func:`slot_positions` of
+    ``schema``), the dtype a slot's value must fit (None: any value), which
+    the C++ cache checks on each call."""
     base = schema.name.split("::")[-1].rstrip("_")
-    positions = slot_positions(schema)
     named: Dict[str, Any] = {}
     for i, a in enumerate(schema.arguments):
         if a.name in kwargs:

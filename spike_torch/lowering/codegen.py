@@ -22,6 +22,7 @@ import torch
 import torch.fx
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
+from .._numbers import OPMATH_SECOND
 from ..dtypes import TORCH_DTYPES, dtype_name, torch_to_numpy
 from .registry import AtenOpRegistry, target_name
 from . import aten_numpy  # noqa: F401  (registers the entries)
@@ -51,11 +52,6 @@ def _meta_val(node: torch.fx.Node) -> Any:
     return node.meta.get("val", node.meta.get("example_value"))
 
 
-#: ops whose CPU kernels read a 0-dim second operand beside float16/bfloat16
-#: tensors in float32 ("original_scalar_value"), not rounded to the half type
-_OPMATH_SECOND = frozenset({"aten::mul", "aten::mul_", "aten::div", "aten::div_"})
-
-
 def _promoted_operands(node: torch.fx.Node) -> Dict[int, torch.dtype]:
     """{position: dtype} of the 0-dim float tensor operands of a pointwise op
     that PyTorch converts to the op's promoted dtype before computing (a 0-dim
@@ -74,7 +70,7 @@ def _promoted_operands(node: torch.fx.Node) -> Dict[int, torch.dtype]:
                                   type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)[1]
     if not promoted.is_floating_point:
         return {}
-    opmath_second = target._schema.name in _OPMATH_SECOND and \
+    opmath_second = target._schema.name in OPMATH_SECOND and \
         promoted in (torch.float16, torch.bfloat16)
     return {i: torch.float32 if opmath_second and i == 1 else promoted for i, v in zero_dim
             if v.dtype != (torch.float32 if opmath_second and i == 1 else promoted)}
