@@ -208,6 +208,43 @@ static nkrt_status_t capi_memory_reset_peak(uint64_t generation, uint32_t core) 
   return st;
 }
 
+/* model_execute_at without the GIL. The model's runtime context lock, held
+ * for reading, keeps its handle loaded (spike_model_release and closing take
+ * it for writing); the caller's reference keeps the object. */
+static nkrt_status_t capi_model_run_at(PyObject *model_obj, void *const *addresses,
+                                       uint32_t count) {
+  if (!model_obj || !PyObject_TypeCheck(model_obj, &NrtModelType))
+    return nkrt_status_make(NKRT_INVALID, "model_run_at: the model is not an NrtModel");
+  NrtModelObject *model = (NrtModelObject *)model_obj;
+  SpikeCtx *ctx = model->ctx;
+  nkrt_status_t st;
+  pthread_rwlock_rdlock(&ctx->lock);
+  nkrt_model_t *handle = model->model;
+  if (__atomic_load_n(&ctx->closed, __ATOMIC_ACQUIRE) || !handle ||
+      __atomic_load_n(&model->unload_pending, __ATOMIC_RELAXED)) {
+    st = nkrt_status_make(NKRT_CLOSED, "the model is unloaded, or its runtime closed (after "
+                          "Spike.close() or spike.reset()); load it again");
+  } else {
+    uint32_t expected = nkrt_model_input_count(handle) + nkrt_model_output_count(handle);
+    st = count == expected ? nkrt_execute_at(handle, addresses)
+                           : nkrt_status_make(NKRT_INVALID, "model_run_at: the model takes %u "
+                                              "addresses (its inputs, then its outputs), got %u",
+                                              expected, count);
+  }
+  pthread_rwlock_unlock(&ctx->lock);
+  return st;
+}
+
+static int capi_raise_status(nkrt_status_t status) {
+  if (nkrt_status_code(status) == NKRT_CLOSED) {
+    spike_error("%s", nkrt_status_message(status));
+    nkrt_status_free(status);
+    return -1;
+  }
+  spike_nrt_error(status);
+  return -1;
+}
+
 static nkrt_status_t capi_status_make(nkrt_code_t code, const char *message) {
   return nkrt_status_make(code, "%s", message ? message : "");
 }
@@ -241,6 +278,8 @@ static const spike_capi_t g_capi = {
     .status_make = capi_status_make,
     .model_execute_host = spike_model_execute_host,
     .host_addressable = capi_host_addressable,
+    .model_run_at = capi_model_run_at,
+    .raise_status = capi_raise_status,
 };
 
 PyObject *spike_module_nkrt_capi(PyObject *module, PyObject *unused) {

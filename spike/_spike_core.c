@@ -32,7 +32,7 @@ void spike_ctx_incref(SpikeCtx *ctx) { ctx->refs++; }
 /* Destroys the runtime (GIL held on entry and exit). Idempotent. */
 static void ctx_close(SpikeCtx *ctx) {
   if (ctx->closed) return;
-  ctx->closed = 1; /* from here on nothing new starts */
+  __atomic_store_n(&ctx->closed, 1, __ATOMIC_RELEASE); /* from here on nothing new starts */
   if (g_live_ctx == ctx) g_live_ctx = NULL;
   spike_trace_sessions_detach_all(ctx);
   nkrt_runtime_t *runtime = ctx->runtime;
@@ -305,7 +305,8 @@ static PyObject *spike_unload_model(SpikeObject *self, PyObject *args, PyObject 
   if (!PyArg_ParseTupleAndKeywords(args, kwds, "O:unload_model", kwlist, &arg)) return NULL;
   NrtModelObject *model;
   if (spike_check_open(self) < 0 || spike_model_arg(arg, &model) < 0) return NULL;
-  if (model->busy) model->unload_pending = 1; /* the last execution unloads it */
+  if (model->busy) /* the last execution unloads it */
+    __atomic_store_n(&model->unload_pending, 1, __ATOMIC_RELAXED);
   else spike_model_release(model);
   Py_RETURN_NONE;
 }

@@ -58,18 +58,23 @@ struct TraceSessionObject;
  * the last holder goes away; after that every destructor is a no-op and every
  * use raises SpikeError("... the runtime is closed").
  *
- * Threads. `closed` is only read and written with the GIL held. Calls that
- * release the GIL take the context's read lock first (while still holding the
- * GIL, after checking `closed`) and drop it before taking the GIL back;
- * close() sets `closed` under the GIL, then waits for the write lock without
- * the GIL before destroying the runtime. Nothing holding the write lock ever
- * needs the GIL, so the two locks cannot deadlock. Tensors used without the
- * GIL are retained for the duration; a model being executed is unloaded only
- * once its last execution has returned. */
+ * Threads. `closed` is written with the GIL held. Calls that release the GIL
+ * take the context's read lock first (while still holding the GIL, after
+ * checking `closed`) and drop it before taking the GIL back; the C API's
+ * model_run_at, called without the GIL, takes the read lock and reads
+ * `closed` and the model's handle under it. close() sets `closed` under the
+ * GIL, then waits for the write lock without the GIL before destroying the
+ * runtime; unloading a model takes the write lock with the GIL held. No
+ * holder of the read lock ever waits for the GIL, and nothing holding the
+ * write lock needs the GIL it does not already hold, so the two locks cannot
+ * deadlock. Tensors used without the GIL are retained for the duration; a
+ * model being executed is unloaded only once its last execution has
+ * returned. */
 typedef struct SpikeCtx {
   Py_ssize_t refs;          /* holders; changed with the GIL held */
   nkrt_runtime_t *runtime;  /* NULL once closed */
-  int closed;               /* read and written with the GIL held */
+  int closed;               /* written with the GIL held; read with it, or atomically
+                               under `lock` (the C API's model_run_at) */
   pthread_rwlock_t lock;    /* read: a call running without the GIL; write: close */
   struct TraceSessionObject *sessions; /* live SystemTraceSessions, destroyed at close */
 } SpikeCtx;
@@ -142,7 +147,7 @@ typedef struct {
   int32_t world_size;
   int cc_enabled;
   int busy;              /* executions running without the GIL */
-  int unload_pending;    /* unload requested while busy */
+  int unload_pending;    /* unload requested while busy (read atomically by model_run_at) */
 } NrtModelObject;
 
 typedef struct TraceSessionObject {

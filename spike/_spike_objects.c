@@ -87,9 +87,14 @@ PyObject *spike_tensor_wrap(SpikeCtx *ctx, nkrt_tensor_t *tensor) {
 
 /* Drops a model that has no execution in flight. */
 void spike_model_release(NrtModelObject *obj) {
+  /* waits for runs without the GIL (the C API's model_run_at), which read the
+   * handle under the context's lock; with the GIL held throughout, as GIL
+   * holders read the handle (no holder of the read lock waits for the GIL) */
+  pthread_rwlock_wrlock(&obj->ctx->lock);
   if (obj->model && !obj->ctx->closed) nkrt_model_unload(obj->model);
   obj->model = NULL;
   obj->unload_pending = 0;
+  pthread_rwlock_unlock(&obj->ctx->lock);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -36,7 +36,7 @@ extern "C" {
 #endif
 
 #define SPIKE_CAPI_CAPSULE "spike._spike.nkrt_capi"
-#define SPIKE_CAPI_VERSION 5u
+#define SPIKE_CAPI_VERSION 6u
 
 typedef struct spike_capi {
   uint32_t struct_size; /* sizeof(spike_capi_t) of the exporter */
@@ -110,6 +110,18 @@ typedef struct spike_capi {
   /* Version 5. Whether the live runtime's kernels can address host memory
    * (nkrt_runtime_host_addressable): 1, 0, or 0 when `generation` is stale. */
   int (*host_addressable)(uint64_t generation);
+  /* Version 6. model_execute_at without the GIL (the per-call path of
+   * spike_torch's eager ops): the caller need not hold it, and the kernel
+   * runs with whatever the caller holds. The caller keeps `model` alive (a
+   * reference) and, holding it, may call this from any thread. Returns NULL,
+   * or a status the caller frees or hands to raise_status: NKRT_CLOSED when
+   * the runtime was closed or the model unloaded, NKRT_INVALID_ARGUMENT for
+   * `model` not an NrtModel or a wrong count, else what nkrt_execute_at
+   * returned. Unloading the model waits for these runs. */
+  nkrt_status_t (*model_run_at)(struct _object *model, void *const *addresses, uint32_t count);
+  /* Version 6. Sets the Python exception spike raises for `status` (NrtError,
+   * SpikeError for NKRT_CLOSED) and frees it; returns -1. GIL held. */
+  int (*raise_status)(nkrt_status_t status);
 } spike_capi_t;
 
 #ifdef __cplusplus

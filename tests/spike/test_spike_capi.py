@@ -69,7 +69,7 @@ def test_capsule():
     get.restype = ctypes.c_void_p
     ptr = get(cap, b"spike._spike.nkrt_capi")
     head = (ctypes.c_uint32 * 2).from_address(ptr)
-    assert head[1] == 5  # SPIKE_CAPI_VERSION
+    assert head[1] == 6  # SPIKE_CAPI_VERSION
     assert head[0] >= 8 + 8 * 26  # struct_size covers the version-5 table
 
 
@@ -109,7 +109,10 @@ class _Capi:
                   ("status_make", C.CFUNCTYPE(vp, C.c_int, C.c_char_p)),
                   # version 5
                   ("model_execute_host", C.PYFUNCTYPE(C.c_int, C.py_object, C.POINTER(vp), u32)),
-                  ("host_addressable", C.CFUNCTYPE(C.c_int, u64))]
+                  ("host_addressable", C.CFUNCTYPE(C.c_int, u64)),
+                  # version 6: model_run_at needs no GIL (CFUNCTYPE lets it go)
+                  ("model_run_at", C.CFUNCTYPE(vp, C.py_object, C.POINTER(vp), u32)),
+                  ("raise_status", C.PYFUNCTYPE(C.c_int, vp))]
 
         class Table(C.Structure):
             _fields_ = fields
@@ -124,7 +127,7 @@ class _Capi:
 def test_capi_generations(raw_spike):
     api = _Capi()
     C, t = api.C, api.t
-    assert t.version == 5 and t.struct_size == C.sizeof(type(t))
+    assert t.version == 6 and t.struct_size == C.sizeof(type(t))
     st = t.status_make(5, b"made by a caller")          # version 4: statuses for callbacks
     assert t.status_code(st) == 5 and t.status_message(st) == b"made by a caller"
     assert t.code_name(t.status_code(st)) == b"NRT_TIMEOUT"
@@ -193,3 +196,59 @@ def test_capi_model_execute_at(raw_spike, neff):
     raw_spike.unload_model(m)
     with pytest.raises(SpikeError, match="is unloaded"):
         t.model_execute_at(m, addrs, 3)
+
+
+def test_capi_model_run_at_without_the_gil(raw_spike, neff):
+    """model_run_at runs a model by addresses with the GIL let go (ctypes drops
+    it around the call); it returns a status, which raise_status raises as
+    Spike.execute_at would: NrtError for what nkrt refuses, SpikeError for an
+    unloaded model. Several threads may run the same model at once."""
+    import threading
+
+    import numpy as np
+
+    api = _Capi()
+    C, t = api.C, api.t
+    n = 1024
+    m = raw_spike.load_model(neff("sleep"))
+    buf = raw_spike.allocate_tensor(4 * n + 4, name="buf")
+    outs = [raw_spike.allocate_tensor(4 * n, name=f"out{k}") for k in range(4)]
+    x = np.arange(n, dtype=np.float32)
+    raw_spike.tensor_write(buf, x.tobytes() + bytes(4))
+    results = []
+
+    def run(out):
+        addrs = (C.c_void_p * 3)(buf.va, buf.va + 4 * n, out.va)
+        results.append(t.model_run_at(m, addrs, 3))
+
+    threads = [threading.Thread(target=run, args=(o,)) for o in outs]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert results == [None] * 4
+    for out in outs:
+        assert np.array_equal(np.frombuffer(raw_spike.tensor_read(out), np.float32), x + 1)
+
+    def status_of(model, addrs, count):
+        st = t.model_run_at(model, addrs, count)
+        assert st
+        return t.code_name(t.status_code(st)), t.status_message(st), st
+
+    addrs = (C.c_void_p * 3)(buf.va, buf.va + 4 * n, outs[0].va)
+    code, msg, st = status_of(m, addrs, 2)
+    assert code == b"NRT_INVALID" and b"takes 3 addresses" in msg
+    with pytest.raises(NrtError, match="takes 3 addresses"):
+        t.raise_status(st)
+    code, msg, st = status_of(5, addrs, 3)
+    assert code == b"NRT_INVALID" and b"not an NrtModel" in msg
+    t.status_free(st)
+    bad = (C.c_void_p * 3)(buf.va, buf.va + 4 * n, None)
+    code, msg, st = status_of(m, bad, 3)
+    assert b"missing output tensor 'output0'" in msg
+    t.status_free(st)
+    raw_spike.unload_model(m)
+    code, msg, st = status_of(m, addrs, 3)
+    assert code == b"NRT_CLOSED" and b"unloaded" in msg
+    with pytest.raises(SpikeError, match="unloaded"):
+        t.raise_status(st)
