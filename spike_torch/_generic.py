@@ -181,8 +181,8 @@ _OVERLAP_OPS = {"copy": OVERLAP_PARTIAL, "where": OVERLAP_POINTWISE,
 class _OpInfo:
     """What the schema of one op overload says, computed once per op."""
 
-    __slots__ = ("name", "view", "random", "n_returns", "ret_alias", "mutable", "device_op",
-                 "tensor_args", "slots", "overlap", "checked")
+    __slots__ = ("name", "view", "random", "n_returns", "ret_alias", "mutable", "n_marked",
+                 "device_op", "tensor_args", "slots", "overlap", "checked")
 
     def __init__(self, op: Any) -> None:
         schema = op._schema
@@ -203,6 +203,8 @@ class _OpInfo:
         self.mutable: List[Tuple[int, str]] = [
             (i, a.name) for i, a in enumerate(args)
             if a.alias_info is not None and a.alias_info.is_write]
+        #: how many of those the schema marks (the first ones)
+        self.n_marked = len(self.mutable)
         # Ops whose kernels write arguments their schema does not mark: batch norm
         # in training updates running_mean/running_var in place.
         self.mutable += [m for m in _UNMARKED_WRITES.get(schema.name, ())
@@ -291,10 +293,13 @@ def _fill(a: Any, it: Any) -> Any:
     return a
 
 
-def _written(info: _OpInfo, args: Sequence[Any], kwargs: Dict[str, Any]) -> List[int]:
-    """Indices, among a call's tensors in :func:`_sig` order, of those the op writes."""
-    positions = {p for p, _ in info.mutable}
-    names = {n for _, n in info.mutable}
+def _written(info: _OpInfo, args: Sequence[Any], kwargs: Dict[str, Any],
+             marked: bool = False) -> List[int]:
+    """Indices, among a call's tensors in :func:`_sig` order, of those the op
+    writes (``marked``: those its schema marks written)."""
+    mutable = info.mutable[:info.n_marked] if marked else info.mutable
+    positions = {p for p, _ in mutable}
+    names = {n for _, n in mutable}
     out: List[int] = []
     idx = 0
     for pos, a in enumerate(args):
@@ -308,6 +313,15 @@ def _written(info: _OpInfo, args: Sequence[Any], kwargs: Dict[str, Any]) -> List
             out.extend(range(idx, idx + n))
         idx += n
     return out
+
+
+def _same_as(ts: List[torch.Tensor], written: Sequence[int]) -> Tuple[int, ...]:
+    """Per index w of ``written``, the first other index of ``ts`` holding the very
+    tensor ``ts[w]``, or -1: a written tensor that is also another argument
+    (addcmul_'s ``out=`` self) may be updated in place by the kernel, so which
+    one it is belongs to the key (the C++ cache's ``append_same_tensors``)."""
+    return tuple(next((j for j, t in enumerate(ts) if j != w and t is ts[w]), -1)
+                 for w in written)
 
 
 def _map(a: Any, fn: Callable[[Any], Any]) -> Any:
@@ -370,6 +384,8 @@ def _lookup(op: Any, info: _OpInfo, args: Sequence[Any], kwargs: Dict[str, Any],
     try:
         key = (op, bool(slots), tuple([_sig(a, ts) for a in args]),
                tuple([(k, _sig(v, ts)) for k, v in kwargs.items()]))
+        if info.n_marked:
+            key += (_same_as(ts, _written(info, args, kwargs, marked=True)),)
         return key, _cache.get(key), ts
     except TypeError:          # an unhashable argument
         return None, _CPU, ts
@@ -848,6 +864,19 @@ def _check_inputs(ts: List[torch.Tensor]) -> torch.device:
 _KERNEL_NAME = re.compile(r"[^0-9A-Za-z_]")
 
 
+def _may_fail(graph: Any) -> bool:
+    """Whether a traced kernel can fail when it runs (nkipy's run-time checks:
+    indices in range, no integer division by zero)."""
+    return any(n.op in ("check_index", "fail_if") or n.attrs.get("zero_div") == "raise"
+               for n in graph.nodes)
+
+
+def _shares_memory(t: torch.Tensor, others: Sequence[torch.Tensor], skip: int = -1) -> bool:
+    """Whether ``t``'s storage is that of one of ``others`` (but ``others[skip]``)."""
+    ptr = t.untyped_storage().data_ptr()
+    return any(k != skip and o.untyped_storage().data_ptr() == ptr for k, o in enumerate(others))
+
+
 class _Plan:
     """A loaded kernel for one signature and how a call maps onto it."""
 
@@ -866,6 +895,13 @@ class _Plan:
         #: per tensor: the order of its dims in memory when it is a permutation of
         #: a contiguous block (a transpose), which the kernel reads as it lies
         written = set(_written(info, args, kwargs)) if _storage is None else set()
+        written |= {j for j, t in enumerate(ts) if any(t is ts[w] for w in written)}
+        #: per ts index of a tensor the schema marks written, the other ts
+        #: indices of that very tensor (an out= self): kept as indices, since a
+        #: cached plan must not hold the call's tensors
+        self._same: Dict[int, List[int]] = {
+            w: [j for j, t in enumerate(ts) if j != w and t is ts[w]]
+            for w in _written(info, args, kwargs, marked=True)}
         self.perms = [_perm(t) if _storage is None and t.device.type != "cpu" and
                       i not in written else None for i, t in enumerate(ts)]
         fakes = [t if t.device.type == "cpu" else
@@ -1030,8 +1066,28 @@ class _Plan:
         self.out_specs = [(tuple(o.meta["val"].shape), o.meta["val"].dtype) for o in outs]
         self.n_results = len(results) - (len(self.images) if self.images is not None else 0)
         self.mutations = [i for i, _ in mutations]
+        # a written tensor the kernel also reads, with the value's shape and
+        # dtype, is updated in place: the kernel's output aliases that input
+        # (per mutation, its position among the kernel's inputs, or -1)
+        self.inplace = [self._inplace(i, self.out_specs[self.n_results + k], placeholders)
+                        for k, i in enumerate(self.mutations)]
         examples = [torch.empty(0) for _ in self.in_idx]   # only "a tensor" matters here
         return lowering.generate_source(gm, examples)
+
+    def _inplace(self, i: int, spec: Tuple[Tuple[int, ...], torch.dtype],
+                 placeholders: List[torch.fx.Node]) -> int:
+        """The position among the kernel's inputs of the tensor written as ts
+        index ``i`` when the kernel can update it in place (it reads that very
+        tensor -- as ``i`` itself, or as another argument when the schema marks
+        ``i`` written (out= self) --, of the value's shape and dtype), else -1."""
+        if self.images is not None:
+            return -1
+        for j in [i] + self._same.get(i, []):
+            val = placeholders[j].meta.get("val")
+            if j in self.in_idx and self.perms[j] is None and isinstance(val, torch.Tensor) \
+                    and (tuple(val.shape), val.dtype) == spec:
+                return self.in_idx.index(j)
+        return -1
 
     def _compile(self, gen: Any, inputs: List[torch.Tensor], inputs_all: List[torch.Tensor],
                  slotted: Optional[Tuple[Any, List[List[float]]]] = None) -> None:
@@ -1054,9 +1110,13 @@ class _Plan:
             func = mod.nkipy_func
 
             def kernel(*xs: Any) -> Any:
-                res = func(*xs)
+                res = list(func(*xs))
                 if len(res) != n_out:
                     raise _Refuse(f"the kernel returned {len(res)} values, expected {n_out}")
+                for k, j in enumerate(self.inplace):
+                    if j >= 0:     # written into the input: the output aliases it
+                        xs[j][...] = res[self.n_results + k]
+                        res[self.n_results + k] = xs[j]
                 return tuple(res)
 
             kernel.__signature__ = _signature(g.tensor_inputs)   # inputs named p0, p1, ...
@@ -1065,6 +1125,12 @@ class _Plan:
         with torch_semantics(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             graph = trace(kernel_of(gen), *arrays, name=name)
+            if any(j >= 0 for j in self.inplace) and _may_fail(graph):
+                # a kernel that can fail (an index out of range, an integer
+                # division by zero) must leave its arguments as they were, as
+                # the CPU does: it writes fresh memory, copied after success
+                self.inplace = [-1] * len(self.inplace)
+                graph = trace(kernel_of(gen), *arrays, name=name)
             slot_names: List[str] = []
             if slotted is not None:
                 other_gen, (other_values, values) = slotted
@@ -1085,11 +1151,14 @@ class _Plan:
         outs = list(kern.output_tensors_info.items())
         if len(outs) != n_out:
             raise _Refuse(f"the kernel has {len(outs)} outputs, expected {n_out}")
-        for (oname, meta), (shape, dtype) in zip(outs, self.out_specs):
-            if meta.alias_of is not None or tuple(meta.shape) != shape or \
+        aliases = [None] * self.n_results + [None if j < 0 else gen.tensor_inputs[j]
+                                             for j in self.inplace]
+        for (oname, meta), (shape, dtype), alias in zip(outs, self.out_specs, aliases):
+            if meta.alias_of != alias or tuple(meta.shape) != shape or \
                     str(meta.dtype) != _KERNEL_DTYPES[dtype]:
-                raise _Refuse(f"kernel output {oname} is {meta.dtype}{list(meta.shape)}, "
-                              f"expected {_KERNEL_DTYPES[dtype]}{list(shape)}")
+                raise _Refuse(f"kernel output {oname} is {meta.dtype}{list(meta.shape)} "
+                              f"aliasing {meta.alias_of}, expected {_KERNEL_DTYPES[dtype]}"
+                              f"{list(shape)} aliasing {alias}")
         self.kern = kern
         # the model's inputs in its own order, as positions among ours (slot
         # input j is len(in_idx) + j)
@@ -1113,11 +1182,13 @@ class _Plan:
                 return None
             outs = list(self.logical) + list(self.out_specs[n:])
             mutations = list(self.images)
+            inplace = [-1] * len(mutations)
         else:
             if any(tuple(ts[i].shape) != self.out_specs[n + k][0]
                    for k, i in enumerate(self.mutations)):
                 return None
             outs, mutations = self.out_specs, self.mutations
+            inplace = [-1 if j < 0 else self.in_order.index(j) for j in self.inplace]
         rets, k = [], 0
         for c, alias in zip(self.counts, self.info.ret_alias):
             if alias is not None:
@@ -1134,7 +1205,7 @@ class _Plan:
                 [(slot, dtypes.torch_dtype(dt),
                   None if via is None else dtypes.torch_dtype(via))
                  for slot, dt, via in self.slot_inputs], self.n_slots,
-                [i >= 0 and self.perms[i] is not None for i in order])
+                [i >= 0 and self.perms[i] is not None for i in order], inplace)
 
     # ---- a call -----------------------------------------------------------------
 
@@ -1159,18 +1230,23 @@ class _Plan:
                 for shape, dtype in self.out_specs[:self.n_results]]
         # a mutated tensor the kernel can write directly (an out= tensor of the
         # result's shape and dtype, contiguous, sharing no memory with an input)
-        # is its own output buffer; others get a fresh one and a device copy
+        # is its own output buffer; others get a fresh one and a device copy.
+        # One the kernel updates in place (self.inplace) is written where its
+        # input lies: the tensor itself when contiguous and no other input
+        # shares its memory, else a copy of it, copied back afterwards.
         direct = []
-        in_storages = None
         for k, i in enumerate(self.mutations):
             dst = ts[i]
+            j = self.inplace[k]
+            if j >= 0:
+                if ins[j] is dst and _shares_memory(dst, ins, j):
+                    ins[j] = dst.clone()
+                direct.append(ins[j] is dst)
+                outs.append(ins[j])
+                continue
             shape, dtype = self.out_specs[self.n_results + k]
             ok = dst.dtype == dtype and dst.shape == shape and dst.is_contiguous() and \
-                dst.device == dev
-            if ok:
-                if in_storages is None:
-                    in_storages = {t.untyped_storage().data_ptr() for t in ins}
-                ok = dst.untyped_storage().data_ptr() not in in_storages
+                dst.device == dev and not _shares_memory(dst, ins)
             direct.append(ok)
             outs.append(dst if ok else torch.empty(shape, dtype=dtype, device=dev))
         _C.check_live(ins + [ts[i] for i in self.mutations], f"{DEVICE_TYPE} {self.info.name}")

@@ -13,8 +13,9 @@
 // A key found in the cache runs the
 // loaded kernel directly: inputs by address (another non-contiguous one made
 // contiguous on the device first), fresh outputs from the caching allocator,
-// mutated arguments written in place or copied into on the device. Nothing of
-// that enters Python beyond spike's model_execute_at.
+// mutated arguments updated in place by the kernel, written directly or
+// copied into on the device. Nothing of that enters Python or takes the GIL:
+// the kernel runs through spike's model_run_at.
 //
 // Any other call goes to spike_torch._generic (Python), which spike_torch
 // registers as the fallback of PrivateUse2, a dispatch key no tensor carries:
@@ -233,6 +234,32 @@ bool encode(const c10::IValue& v, std::vector<int64_t>& words, std::vector<at::T
   return true;
 }
 
+// Appends, per index w of `written`, the first index j != w of ts holding the
+// very tensor ts[w], or -1 (by a scan, or a table for long lists: foreach ops).
+void append_same_tensors(const std::vector<at::Tensor>& ts, const std::vector<size_t>& written,
+                         std::vector<int64_t>& words) {
+  if (written.size() * ts.size() <= 4096) {
+    for (size_t w : written) {
+      int64_t same = -1;
+      for (size_t j = 0; j < ts.size() && same < 0; j++)
+        if (j != w && ts[j].unsafeGetTensorImpl() == ts[w].unsafeGetTensorImpl())
+          same = static_cast<int64_t>(j);
+      words.push_back(same);
+    }
+    return;
+  }
+  // per tensor, its first two indices
+  std::unordered_map<const c10::TensorImpl*, std::pair<int64_t, int64_t>> first;
+  for (size_t j = 0; j < ts.size(); j++) {
+    auto it = first.emplace(ts[j].unsafeGetTensorImpl(), std::make_pair(int64_t(j), int64_t(-1)));
+    if (!it.second && it.first->second.second < 0) it.first->second.second = int64_t(j);
+  }
+  for (size_t w : written) {
+    const auto& f = first[ts[w].unsafeGetTensorImpl()];
+    words.push_back(f.first != static_cast<int64_t>(w) ? f.first : f.second);
+  }
+}
+
 // The key of a call on the stack, its tensors and its slot values. False: not
 // cacheable.
 bool key_of(const c10::OperatorHandle& op, const torch::jit::Stack& stack, Key& key,
@@ -247,11 +274,24 @@ bool key_of(const c10::OperatorHandle& op, const torch::jit::Stack& stack, Key& 
     auto it = g_lift.find(&schema);
     if (it != g_lift.end()) lift = &it->second;   // entries are never erased
   }
+  std::vector<size_t> written;   // ts indices of the tensors the schema marks written
   for (size_t i = stack.size() - n, a = 0; i < stack.size(); i++, a++) {
     bool slot = lift && a < lift->size() && (*lift)[a];
+    size_t before = ts.size();
     if (!encode(stack[i], key.words, ts, slot ? &slots : nullptr)) return false;
+    const c10::AliasInfo* alias = schema.arguments()[a].alias_info();
+    if (alias && alias->isWrite())
+      for (size_t t = before; t < ts.size(); t++) written.push_back(t);
   }
   if (ts.empty()) return false;
+  // a written tensor that is also another argument (addcmul_'s out= self) may
+  // be updated in place by the kernel: which one it is belongs to the key
+  // (spike_torch._generic._same_as is the same rule)
+  if (!written.empty()) {
+    key.words.push_back(kList);
+    append_same_tensors(ts, written, key.words);
+    key.words.push_back(kEnd);
+  }
   size_t h = 1469598103934665603ull;
   for (int64_t w : key.words) h = (h ^ static_cast<size_t>(w)) * 1099511628211ull;
   key.hash = h;
@@ -299,6 +339,9 @@ struct Entry {
   std::vector<OutSpec> outs;   // n_results fresh results, then one per mutation
   size_t n_results = 0;
   std::vector<size_t> mutations;   // ts indices of the arguments written
+  // per mutation, the kernel input (the model's order) its output aliases,
+  // the argument updated in place, or -1
+  std::vector<int64_t> inplace;
   std::vector<RetSpec> rets;
   ~Entry() {
     if (model && Py_IsInitialized()) {
@@ -382,11 +425,24 @@ void push_returns(const c10::OperatorHandle& op, const Entry& e,
   for (c10::IValue& v : rets) stack->push_back(std::move(v));
 }
 
+// Runs the kernel without the GIL (spike's model_run_at; a caller that holds
+// it, a torch.ops call, lets it go meanwhile); an error is raised as spike
+// raises it.
 void execute(const Entry& e, std::vector<void*>& addresses) {
-  Gil gil;
-  if (capi().model_execute_at(e.model, addresses.data(),
-                              static_cast<uint32_t>(addresses.size())) < 0)
+  nkrt_status_t st;
+  uint32_t n = static_cast<uint32_t>(addresses.size());
+  if (PyGILState_Check()) {
+    Py_BEGIN_ALLOW_THREADS
+    st = capi().model_run_at(e.model, addresses.data(), n);
+    Py_END_ALLOW_THREADS
+  } else {
+    st = capi().model_run_at(e.model, addresses.data(), n);
+  }
+  if (st) {
+    Gil gil;
+    capi().raise_status(st);
     throw_python_error();
+  }
 }
 
 // PyTorch's refusals of a written tensor whose result would depend on the
@@ -512,17 +568,35 @@ void run(const c10::OperatorHandle& op, const Entry& e, const std::vector<at::Te
   std::vector<at::Tensor> outs(n_out);
   for (size_t j = 0; j < e.n_results; j++)
     outs[j] = at::empty(e.outs[j].sizes, at::TensorOptions().dtype(e.outs[j].dtype).device(device));
+  // whether dst's memory is that of a kernel input other than ins[skip]
+  auto shared = [&](const at::Tensor& dst, size_t skip) {
+    for (size_t i = 0; i < n_in; i++)
+      if (i != skip && ins[i].defined() && ins[i].storage().is_alias_of(dst.storage()))
+        return true;
+    return false;
+  };
   // a mutated argument the kernel can write directly (contiguous, the result's
-  // sizes and dtype, sharing no memory with an input) is its own output
+  // sizes and dtype, sharing no memory with an input) is its own output. One
+  // the kernel updates in place is written where its input lies: the argument
+  // itself when contiguous and no other input shares its memory, else a copy
+  // of it, copied back afterwards.
   std::vector<bool> direct(e.mutations.size(), false);
   for (size_t k = 0; k < e.mutations.size(); k++) {
     const at::Tensor& dst = ts[e.mutations[k]];
     const OutSpec& s = e.outs[e.n_results + k];
     check_live(op, dst);
+    if (e.inplace[k] >= 0) {
+      size_t m = static_cast<size_t>(e.inplace[k]);
+      if (ins[m].unsafeGetTensorImpl() == dst.unsafeGetTensorImpl() && shared(dst, m)) {
+        ins[m] = dst.clone();
+        addresses[m] = ins[m].data_ptr();
+      }
+      direct[k] = ins[m].unsafeGetTensorImpl() == dst.unsafeGetTensorImpl();
+      outs[e.n_results + k] = ins[m];
+      continue;
+    }
     bool ok = dst.is_contiguous() && dst.scalar_type() == s.dtype &&
-              dst.sizes() == c10::IntArrayRef(s.sizes);
-    for (size_t i = 0; ok && i < n_in; i++)
-      ok = !ins[i].defined() || !ins[i].storage().is_alias_of(dst.storage());
+              dst.sizes() == c10::IntArrayRef(s.sizes) && !shared(dst, n_in);
     direct[k] = ok;
     outs[e.n_results + k] =
         ok ? dst : at::empty(s.sizes, at::TensorOptions().dtype(s.dtype).device(device));
@@ -589,15 +663,17 @@ std::vector<size_t> index_list(PyObject* seq, size_t bound, const char* what) {
 }
 
 // eager_register(op_name, tensors, model, core, in_idx, outs, n_results,
-//                mutations, rets, slot_inputs, n_slots, raw, limits, overlap) -> bool
+//                mutations, rets, slot_inputs, n_slots, raw, inplace, limits,
+//                overlap) -> bool
 PyObject* eager_register(PyObject*, PyObject* args) {
   const char* name;
-  PyObject *tensors, *model, *in_idx, *outs, *mutations, *rets, *slot_inputs, *raw, *limits;
+  PyObject *tensors, *model, *in_idx, *outs, *mutations, *rets, *slot_inputs, *raw, *inplace,
+      *limits;
   int core, overlap;
   Py_ssize_t n_results, n_slots;
-  if (!PyArg_ParseTuple(args, "sOOiOOnOOOnOOi:eager_register", &name, &tensors, &model, &core,
+  if (!PyArg_ParseTuple(args, "sOOiOOnOOOnOOOi:eager_register", &name, &tensors, &model, &core,
                         &in_idx, &outs, &n_results, &mutations, &rets, &slot_inputs, &n_slots,
-                        &raw, &limits, &overlap))
+                        &raw, &inplace, &limits, &overlap))
     return nullptr;
   if (t_pending.empty()) Py_RETURN_FALSE;   // not called from the fallback
   const Pending& p = t_pending.back();
@@ -701,6 +777,25 @@ PyObject* eager_register(PyObject*, PyObject* args) {
       e->raw.push_back(r);
     }
     e->mutations = index_list(mutations, p.ts.size(), "eager_register: mutation");
+    // an argument updated in place is the kernel input it is written into
+    e->inplace = int64_list(inplace, "inplace");
+    if (e->inplace.size() != e->mutations.size()) {
+      PyErr_SetString(PyExc_ValueError, "eager_register: one inplace entry per mutation");
+      throw PyErrorSet{};
+    }
+    for (size_t k = 0; k < e->inplace.size(); k++) {
+      int64_t m = e->inplace[k];
+      if (m < -1 || m >= static_cast<int64_t>(e->in_idx.size()) ||
+          (m >= 0 && (e->in_idx[static_cast<size_t>(m)] < 0 ||
+                      p.ts[static_cast<size_t>(e->in_idx[static_cast<size_t>(m)])]
+                              .unsafeGetTensorImpl() !=
+                          p.ts[e->mutations[k]].unsafeGetTensorImpl() ||
+                      e->raw[static_cast<size_t>(m)]))) {
+        PyErr_Format(PyExc_ValueError, "eager_register: inplace entry %lld is not -1 or the "
+                     "kernel input of the tensor written (read contiguous)", static_cast<long long>(m));
+        throw PyErrorSet{};
+      }
+    }
     PyObject* fo = PySequence_Fast(outs, "eager_register: outs");
     if (!fo) throw PyErrorSet{};
     for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(fo); j++) {

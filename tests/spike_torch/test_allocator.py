@@ -1,6 +1,8 @@
 """The caching allocator: reuse, best fit with splitting, empty_cache, stats, OOM."""
 from __future__ import annotations
 
+import gc
+
 import pytest
 import torch
 
@@ -11,6 +13,9 @@ MiB = 1 << 20
 
 @pytest.fixture(autouse=True)
 def clean(nkipy):
+    # the tests count every live allocation: device tensors held by reference
+    # cycles of earlier tests in this process (a failed call's traceback) go first
+    gc.collect()
     nkipy.empty_cache()
     yield
     nkipy.empty_cache()

@@ -124,7 +124,7 @@ def test_register_checks_its_arguments():
     d = torch.randn(2).nkipy()
     # outside a fallback call nothing is filed
     assert reg("aten::exp", [d], None, 0, [0], [([2], torch.float32)], 1, [], [("output", 0)],
-               [], 0, [False], [], False) is False
+               [], 0, [False], [], [], False) is False
     with pytest.raises(TypeError):
         reg("aten::exp", [d])
 

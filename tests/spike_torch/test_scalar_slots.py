@@ -213,7 +213,7 @@ def test_register_refuses_a_kernel_without_the_calls_slots():
         reg("aten::exp", [d], None, 0, [0], [([2], torch.float32)], 1, [], [("output", 0)])
     # outside a fallback call nothing is filed, whatever the slots
     assert reg("aten::exp", [d], None, 0, [0], [([2], torch.float32)], 1, [],
-               [("output", 0)], [], 0, [False], [], False) is False
+               [("output", 0)], [], 0, [False], [], [], False) is False
     with pytest.raises(ValueError, match="eager_lift: no operator"):
         _C.eager_cache.eager_lift("aten::no_such_op.Tensor", [0])
 
@@ -244,7 +244,7 @@ def test_register_refuses_bad_slot_inputs_and_raw_flags():
     reg = _C.eager_cache.eager_register
     d = torch.randn(2).nkipy()
     common = ("aten::exp", [d], None, 0, [0], [([2], torch.float32)], 1, [], [("output", 0)])
-    assert reg(*common, [], 0, [False], [], False) is False  # no call in progress: nothing filed
+    assert reg(*common, [], 0, [False], [], [], False) is False  # no call in progress: nothing filed
     x = torch.randn(3)
     dx = x.nkipy()
     real = _C.eager_cache.eager_register
@@ -252,17 +252,17 @@ def test_register_refuses_bad_slot_inputs_and_raw_flags():
 
     def spy(*args):
         (name, ts, model, core, in_idx, outs, n, muts, rets, slot_inputs, n_slots, raw,
-         limits, overlap) = args
+         inplace, limits, overlap) = args
         head = (name, ts, model, core, in_idx, outs, n, muts, rets)
         for bad, match in (([(0, torch.int32, None)], "a slot input is a float dtype"),
                            ([(5, torch.float32, None)], "slot < n_slots")):
             with pytest.raises(ValueError, match=match):
-                real(*head, bad, n_slots, raw, limits, overlap)
+                real(*head, bad, n_slots, raw, inplace, limits, overlap)
         with pytest.raises(ValueError, match="one raw flag per kernel input"):
-            real(*head, slot_inputs, n_slots, list(raw) + [False], limits, overlap)
+            real(*head, slot_inputs, n_slots, list(raw) + [False], inplace, limits, overlap)
         for bad in ([torch.float32] * (n_slots + 1), ["float"] * n_slots):
             with pytest.raises(ValueError, match="limits are a dtype or None per slot"):
-                real(*head, slot_inputs, n_slots, raw, bad, overlap)
+                real(*head, slot_inputs, n_slots, raw, inplace, bad, overlap)
         seen["checked"] = True
         return real(*args)
 

@@ -285,16 +285,35 @@ class Planning:
                 continue
             producer = g.outputs[j].node
             safe = len(users) == 1 and producer is not None and users[0] is producer and (
-                (producer.op in ("set_slice", "update_slice", "put_along_axis")
-                 and producer.inputs[0] is x and x not in producer.inputs[1:])
-                or (producer.op in ELEMENTWISE and producer.output.shape == x.shape
-                    and all(o is not x or o.shape == x.shape for o in producer.inputs)))
-            if safe:
+                producer.op in ("set_slice", "update_slice", "put_along_axis")
+                and producer.inputs[0] is x and x not in producer.inputs[1:])
+            if safe or self.read_in_step(x, producer):
                 continue
             tmp = Value(x.shape, x.dtype)
             self.gen_copy(tmp, x)
             self.buffers[x.id] = self.buffers[tmp.id]
             self.body.append("")
+
+    def read_in_step(self, x: Value, producer: Node | None) -> bool:
+        """Whether every read of input x happens in the elementwise loop of
+        ``producer`` (the node whose output is written over x), at the index
+        being written: x is read directly (through no view) by the producer
+        or by elementwise nodes of x's shape inlined into it (lerp's ``x +
+        w * (y - x)``), so each element is read before it is overwritten."""
+        if producer is None or producer.op not in ELEMENTWISE or \
+                producer.output.shape != x.shape:
+            return False
+
+        def into_producer(u: Node) -> bool:
+            if u is producer:
+                return True
+            if u.op not in ELEMENTWISE or len(u.outputs) != 1 or u.output.shape != x.shape or \
+                    u.output.id not in self.inline or u.output.id in self.out_ids:
+                return False
+            readers = self.users.get(u.output.id, [])
+            return bool(readers) and all(into_producer(r) for r in readers)
+
+        return all(into_producer(u) for u in self.users.get(x.id, []))
 
     def live_ranges(self) -> dict[str, tuple[int, int]]:
         """First and last top-level kernel statement using each scratch buffer
