@@ -74,7 +74,13 @@ _KERNEL_DTYPES = dtypes.TORCH_DTYPES
 #: backend does: torch_to_nkipy.backend.KEEP_UNDECOMPOSED).
 KEEP_UNDECOMPOSED = ("aten._scaled_dot_product_flash_attention_for_cpu.default",
                      # half operands round each product as the CPU kernel does
-                     "aten.linalg_cross.default")
+                     "aten.linalg_cross.default",
+                     # negative indices are refused, not counted from the end
+                     "aten.index_add.default", "aten.index_copy.default",
+                     # int64 indices only
+                     "aten.take.default",
+                     # a fill value past the dtype is refused, not wrapped
+                     "aten.masked_fill.Scalar")
 
 #: How many kernels one op may compile for one tensor signature (they differ in
 #: their scalar arguments, which kernels bake in) before new scalar values run
@@ -451,6 +457,8 @@ def _nonzero_static(self: torch.Tensor, *, size: int, fill_value: int = -1) -> t
 def _masked_select(self: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """``masked_select``: the broadcast elements where ``mask`` holds, by their
     positions (:func:`_flat_nonzero`)."""
+    if mask.dtype != torch.bool:
+        raise RuntimeError("masked_select: expected BoolTensor for mask")
     a, m = torch.broadcast_tensors(self, mask)
     idx = _flat_nonzero(m.reshape(-1))
     return a.reshape(-1)[idx]

@@ -61,6 +61,14 @@ def _opmath(info: Any) -> bool:
     return info.name.split(".")[0] in OPMATH_SECOND
 
 
+def _outside(v: int, dt: torch.dtype) -> bool:
+    """Whether the int ``v`` lies outside integer dtype ``dt``'s range."""
+    if dt.is_floating_point or dt.is_complex or dt == torch.bool:
+        return False
+    info = torch.iinfo(dt)
+    return not info.min <= v <= info.max
+
+
 def maker(info: Any, args: Sequence[Any]) -> Callable[[Any, torch.dtype], torch.Tensor]:
     """How a call's Python scalar becomes a 0-dim tensor in its traced graph: of
     the dtype type promotion gives it, except a float or int beside half
@@ -73,6 +81,16 @@ def maker(info: Any, args: Sequence[Any]) -> Callable[[Any, torch.dtype], torch.
     def make(v: Any, dt: torch.dtype) -> torch.Tensor:
         if opmath and dt in (torch.float16, torch.bfloat16) and not isinstance(v, bool):
             dt = torch.float32
+        if isinstance(v, bool):
+            # a bool stays one (its dtype promotes nothing), so the op's own
+            # checks see it: "Subtraction ... with a bool tensor is not supported"
+            dt = torch.bool
+        elif isinstance(v, int) and _outside(v, dt):
+            # an int the integer dtype cannot hold keeps its value (int64): an op
+            # computing in floats divides by it (uint8 200 / -3 is -66.7), one
+            # computing in the integer type converts it there as the CPU does
+            # (the code generator's promoted operands)
+            dt = torch.int64
         return torch.full((), v, dtype=dt)
 
     return make

@@ -123,6 +123,14 @@ def _overflows(v: Any, dtype: torch.dtype) -> bool:
     return not info.min <= v <= info.max
 
 
+def check_fits(v: Any, dtype: torch.dtype) -> None:
+    """Raises PyTorch's CPU error for a Python number ``v`` that its kernels
+    convert to ``dtype`` with an overflow check and that overflows it."""
+    if dtype in _C_NAMES and isinstance(v, (int, float)) and _overflows(v, dtype):
+        raise RuntimeError(f"value cannot be converted to type {_C_NAMES[dtype]} "
+                           "without overflow")
+
+
 #: the ops whose alpha or value :func:`check` checks (their in-place and out=
 #: forms too); sub and rsub subtract, so their alpha is checked negated
 CHECKED_OPS = frozenset({"add", "sub", "rsub", "addcmul", "addcdiv", "_foreach_add",
@@ -187,10 +195,7 @@ def check(schema: Any, positions: Sequence[Tuple[int, str]], args: Sequence[Any]
             limit = torch.float32 if opmath and dt in (torch.float16, torch.bfloat16) else dt
             negated = name == "alpha" and base in ("sub", "rsub", "_foreach_sub") and \
                 not isinstance(v, bool)
-            if limit in _C_NAMES and isinstance(v, (int, float)) and \
-                    _overflows(-v if negated else v, limit):
-                raise RuntimeError(f"value cannot be converted to type {_C_NAMES[limit]} "
-                                   "without overflow")
+            check_fits(-v if negated else v, limit)
             limits[name] = limit
     out: List[Optional[torch.dtype]] = []
     for _, name in positions:

@@ -527,7 +527,13 @@ def compile_fx_graph(gm: torch.fx.GraphModule, role: str = "forward",
 #: do not match what the eager backward ops expect; linalg_cross's computes half
 #: operands in float32, the registry's entry rounds as PyTorch's CPU kernel does).
 KEEP_UNDECOMPOSED = ("aten._scaled_dot_product_flash_attention_for_cpu.default",
-                     "aten.linalg_cross.default")
+                     "aten.linalg_cross.default",
+                     # negative indices are refused, not counted from the end
+                     "aten.index_add.default", "aten.index_copy.default",
+                     # int64 indices only
+                     "aten.take.default",
+                     # a fill value past the dtype is refused, not wrapped
+                     "aten.masked_fill.Scalar")
 
 
 def decompositions() -> Dict[Any, Any]:

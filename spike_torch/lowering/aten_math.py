@@ -351,7 +351,9 @@ def searchsorted(sorted_sequence, x, out_int32=False, right=False, side=None, so
         v = np.reshape(x, (1, 1))
     else:
         v = np.expand_dims(x, -1)                         # (..., N, 1)
-    below = (seq <= v) if right else (seq < v)
+    # "not above" rather than "below": a NaN value goes after every boundary
+    # (it is no boundary's lower), as the CPU's binary search places it
+    below = ~(seq > v) if right else ~(seq >= v)
     cnt = np.sum(below.astype(np.int64), axis=-1)
     if x.ndim == 0:
         cnt = np.reshape(cnt, ())
@@ -489,10 +491,16 @@ def masked_scatter(x, mask, source):
         return np.reshape(xf, shape)
     pos = np.cumsum(m.astype(np.int32)) - 1
     src = np.reshape(source, (-1,))
-    if _shape(src)[0] == 0:
-        return np.reshape(xf, shape)
-    taken = np.take(src, np.clip(pos, 0, _shape(src)[0] - 1))
-    return np.reshape(np.where(m, taken, xf), shape)
+    n = _shape(src)[0]
+    # more places selected than source has elements: the CPU's error
+    short = np.reshape(pos[-1] >= n, (1,))
+    if n == 0:
+        return ops.fail_if(np.reshape(xf, shape), short, _SHORT_SOURCE)
+    taken = np.take(src, np.clip(pos, 0, n - 1))
+    return ops.fail_if(np.reshape(np.where(m, taken, xf), shape), short, _SHORT_SOURCE)
+
+
+_SHORT_SOURCE = "masked_scatter: Number of elements of source < number of ones in mask"
 
 
 # ---- distances ----------------------------------------------------------------------

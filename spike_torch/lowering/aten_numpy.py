@@ -21,6 +21,8 @@ from nkipy.core.language import bfloat16
 from spike._dtypes import to_numpy_dtype
 from spike.safe_files import check_trusted
 
+from .._scalar_slots import check_fits
+from ..dtypes import torch_dtype
 from .registry import AtenOpRegistry
 
 reg = AtenOpRegistry.register
@@ -213,13 +215,24 @@ def add(x, y, alpha=1):
     return _scaled(np.add, x, y, alpha)
 
 
+def _no_bool_subtraction(x: Any, y: Any) -> None:
+    """The CPU refuses a subtraction with a bool operand (a Python bool too)."""
+    for v in (x, y):
+        if isinstance(v, bool) or np.dtype(getattr(v, "dtype", np.int64)) == np.bool_:
+            raise RuntimeError("Subtraction, the `-` operator, with a bool tensor is not "
+                               "supported. If you are trying to invert a mask, use the `~` or "
+                               "`logical_not()` operator instead.")
+
+
 @reg("aten.sub.Tensor", "aten.sub.Scalar")
 def sub(x, y, alpha=1):
+    _no_bool_subtraction(x, y)
     return _scaled(np.subtract, x, y, alpha)
 
 
 @reg("aten.rsub.Scalar", "aten.rsub.Tensor")
 def rsub(x, y, alpha=1):
+    _no_bool_subtraction(x, y)
     return np.subtract(y, x if alpha == 1 else x * alpha)
 
 
@@ -262,18 +275,45 @@ def _int_trunc_div(x, y):
     return q + ((r != 0) & (np.sign(r) != np.sign(x))).astype(q.dtype)
 
 
+def _fits(v: Any, like: Any) -> None:
+    """Raises the CPU's error for a Python number ``v`` that a kernel converts
+    to ``like``'s dtype with an overflow check (a fill value, a clamp bound, a
+    half or integer power's exponent) and that overflows it."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and hasattr(like, "dtype"):
+        check_fits(v, torch_dtype(np.dtype(like.dtype)))
+
+
+def _no_bool_operands(name: str, x: Any, y: Any) -> None:
+    """remainder and fmod have no bool kernel on the CPU."""
+    def is_bool(v: Any) -> bool:
+        return isinstance(v, bool) or np.dtype(getattr(v, "dtype", np.int64)) == np.bool_
+
+    if is_bool(x) and is_bool(y):
+        raise NotImplementedError(f'"{name}_cpu" not implemented for \'Bool\'')
+
+
 @reg("aten.remainder.Tensor", "aten.remainder.Scalar")
 def remainder(x, y):
+    _no_bool_operands("remainder", x, y)
     return np.remainder(x, y)
 
 
 @reg("aten.fmod.Tensor", "aten.fmod.Scalar")
 def fmod(x, y):
+    _no_bool_operands("fmod", x, y)
     return np.fmod(x, y)
 
 
 @reg("aten.pow.Tensor_Scalar", "aten.pow.Tensor_Tensor")
 def power(x, y):
+    if not hasattr(y, "dtype"):
+        # the CPU converts the exponent to an integer or half base's dtype
+        if _fkind(x) in "iu" and isinstance(y, int) and not isinstance(y, bool):
+            if y < 0:
+                raise RuntimeError("Integers to negative integer powers are not allowed.")
+            _fits(y, x)
+        elif np.dtype(x.dtype) in _HALF_FLOATS:
+            _fits(y, x)
     if not hasattr(y, "dtype") and y == 2:
         return x * x
     if not hasattr(y, "dtype") and y == 0.5:
@@ -287,7 +327,10 @@ def pow_scalar(x, y):
     # promotion): 2.0 ** -2 is 0.25, not the integer 0
     if isinstance(x, float) and _is_integral(y):
         y = cast(y, np.dtype(np.float32))
-    return np.power(ops.full((), x, y.dtype), y)
+    # an integer base with a bool exponent is an int64 power (2 ** True is 2)
+    base = np.dtype(np.int64) if np.dtype(y.dtype) == np.bool_ and not isinstance(x, float) \
+        else y.dtype
+    return np.power(ops.full((), x, base), y)
 
 
 @reg("aten.minimum.default")
@@ -316,11 +359,29 @@ def atan2(x, y):
     return np.arctan2(x, y)
 
 
+def _int_scalar_in(v: Any, like: Any) -> Any:
+    """A Python int compared with an integer tensor ``like``, converted to its
+    dtype as the CPU converts it (wrapping: -3 beside uint8 is 253), where NumPy
+    would compare the values."""
+    if isinstance(v, int) and not isinstance(v, bool) and _fkind(like) in "iu" and \
+            -2 ** 63 <= v < 2 ** 64:
+        return np.array(v % 2 ** 64, np.uint64).astype(np.dtype(like.dtype)).item()
+    return v
+
+
+def _comparison(fn):
+    def compare(x, y):
+        if hasattr(x, "dtype"):
+            y = _int_scalar_in(y, x)
+        return fn(x, y)
+    return compare
+
+
 for _n, _f in {
     "aten.eq": np.equal, "aten.ne": np.not_equal, "aten.ge": np.greater_equal,
     "aten.gt": np.greater, "aten.le": np.less_equal, "aten.lt": np.less,
 }.items():
-    reg(_n + ".Tensor", _n + ".Scalar")(_f)
+    reg(_n + ".Tensor", _n + ".Scalar")(_comparison(_f))
 
 
 def _bitwise(logical, bitwise):
@@ -341,6 +402,9 @@ reg("aten.logical_xor.default")(np.logical_xor)
 
 @reg("aten.clamp.default", "aten.clamp.Tensor")
 def clamp(x, min=None, max=None):
+    if not (_fkind(x) in "iu" and (isinstance(min, float) or isinstance(max, float))):
+        _fits(min, x)      # (an integer tensor clamped by a float computes in float)
+        _fits(max, x)
     if min is not None:
         x = np.maximum(x, min)
     if max is not None:
@@ -350,12 +414,12 @@ def clamp(x, min=None, max=None):
 
 @reg("aten.clamp_min.default")
 def clamp_min(x, min):
-    return np.maximum(x, min)
+    return clamp(x, min=min)
 
 
 @reg("aten.clamp_max.default")
 def clamp_max(x, max):
-    return np.minimum(x, max)
+    return clamp(x, max=max)
 
 
 @reg("aten.hardtanh.default")
@@ -387,6 +451,7 @@ def where(c, x, y):
 
 @reg("aten.masked_fill.Scalar", "aten.masked_fill.Tensor")
 def masked_fill(x, mask, value):
+    _fits(value, x)
     return np.where(mask, value, x).astype(x.dtype)
 
 
@@ -560,14 +625,26 @@ def sum_all(x, dtype=None):
     return np.sum(x, dtype=dtype)
 
 
+def _mean_input(x: Any, dtype: Any) -> Any:
+    """``x`` in the dtype ``mean(x, dtype=dtype)`` sums it in: an integer or
+    bool tensor asked for a float16/bfloat16 mean is summed in float32 (the
+    CPU's accumulation type; each element rounded to the half type first
+    overflows: int32 100000 is inf in float16), the result rounded after."""
+    if dtype is None:
+        return x
+    if np.dtype(dtype) in _HALF_FLOATS and _fkind(x) != "f":
+        return cast(x, np.dtype(np.float32))
+    return cast(x, dtype)
+
+
 @reg("aten.mean.dim")
 def mean_dim(x, dim, keepdim=False, dtype=None):
-    return np.mean(x if dtype is None else cast(x, dtype), axis=_ax(dim, x.ndim), keepdims=keepdim)
+    return np.mean(_mean_input(x, dtype), axis=_ax(dim, x.ndim), keepdims=keepdim)
 
 
 @reg("aten.mean.default")
 def mean_all(x, dtype=None):
-    return np.mean(x if dtype is None else cast(x, dtype))
+    return np.mean(_mean_input(x, dtype))
 
 
 def _val(a: Any) -> Any:
@@ -979,6 +1056,51 @@ def index_put(x, indices, values, accumulate=False):
     else:
         y[_indices(indices)] = values
     return y
+
+
+def _put_along(x, dim, index, source, accumulate):
+    """index_add/index_copy: ``source``'s slices written (added) into ``x`` at
+    ``index`` along ``dim``, the index checked to lie in [0, size) as the CPU
+    checks it (their decompositions into index_put would count a negative one
+    from the end)."""
+    if x.ndim == 0:       # a 0-d tensor: its one element, index [0]
+        y = _put_along(np.reshape(x, (1,)), 0, np.reshape(index, (-1,)),
+                       np.reshape(source, (-1,)), accumulate)
+        return np.reshape(y, ())
+    dim = dim % x.ndim
+    idx = _in_range(index, _shape(x)[dim], dim)
+    return index_put(x, [None] * dim + [idx], cast(source, x.dtype), accumulate)
+
+
+_LONG_NAMES = {np.dtype(np.int32): "Int", np.dtype(np.int16): "Short", np.dtype(np.int8): "Char",
+               np.dtype(np.uint8): "Byte", np.dtype(np.bool_): "Bool"}
+
+
+@reg("aten.take.default")
+def take(x, index):
+    """The elements of flattened ``x`` at ``index`` (a negative one counted
+    from the end), int64 indices only, as the CPU takes them."""
+    d = np.dtype(index.dtype)
+    if d != np.dtype(np.int64):
+        raise RuntimeError(f"take(): Expected a long tensor for index, but got "
+                           f"{_LONG_NAMES.get(d, d.name)}")
+    flat = np.reshape(x, (-1,))
+    n = _shape(flat)[0]
+    if 0 in _shape(index):
+        return ops.zeros(_shape(index), x.dtype)
+    return np.take(flat, ops.check_index(index, -n, n, 0))
+
+
+@reg("aten.index_add.default")
+def index_add(x, dim, index, source, alpha=1):
+    if alpha != 1:
+        source = source * alpha
+    return _put_along(x, dim, index, source, True)
+
+
+@reg("aten.index_copy.default")
+def index_copy(x, dim, index, source):
+    return _put_along(x, dim, index, source, False)
 
 
 @reg("aten.scatter.value", "aten.scatter.src")

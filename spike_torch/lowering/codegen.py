@@ -52,28 +52,85 @@ def _meta_val(node: torch.fx.Node) -> Any:
     return node.meta.get("val", node.meta.get("example_value"))
 
 
+#: binary ops whose two operands PyTorch converts to the promoted dtype and
+#: computes in it (TensorIterator's common dtype; comparisons compare in it)
+_COMMON_DTYPE_BINARY = frozenset(f"aten::{n}" for n in (
+    "add", "sub", "mul", "div", "remainder", "fmod", "floor_divide", "pow", "maximum",
+    "minimum", "fmax", "fmin", "eq", "ne", "lt", "le", "gt", "ge", "bitwise_and",
+    "bitwise_or", "bitwise_xor", "atan2", "hypot", "copysign", "nextafter"))
+_HALVES = (torch.float16, torch.bfloat16)
+
+
 def _promoted_operands(node: torch.fx.Node) -> Dict[int, torch.dtype]:
-    """{position: dtype} of the 0-dim float tensor operands of a pointwise op
-    that PyTorch converts to the op's promoted dtype before computing (a 0-dim
-    tensor does not promote a dimensioned one: ``x_f16 - tensor(0.1)`` takes
-    0.1 rounded to float16; NumPy, which the lowerings compute with, would
-    compute in float32 and round once at the end)."""
+    """{position: dtype} of the tensor operands of a pointwise op that PyTorch
+    converts to the op's promoted dtype before computing, where NumPy (which
+    the lowerings compute with) would not:
+
+    - a 0-dim float operand: a 0-dim tensor does not promote a dimensioned
+      one, ``x_f16 - tensor(0.1)`` takes 0.1 rounded to float16 (NumPy would
+      compute in float32 and round once at the end);
+    - an integer operand of a binary op beside float16/bfloat16:
+      ``int32 70000 * tensor(0.5, f16)`` is inf, the integer rounded first;
+    - a 0-dim integer operand of a binary op on integers computing in their
+      promoted type: ``uint8 < tensor(-3)`` compares with 253, as the CPU
+      converts -3 to uint8 (NumPy compares the values).
+
+    mul and div (:data:`OPMATH_SECOND`) read a 0-dim second operand beside
+    half tensors in float32."""
     target = node.target
     if torch.Tag.pointwise not in getattr(target, "tags", ()):
         return {}
     metas = [(i, _meta_val(a)) for i, a in enumerate(node.args) if isinstance(a, torch.fx.Node)]
     tensors = [(i, v) for i, v in metas if isinstance(v, torch.Tensor)]
-    zero_dim = [(i, v) for i, v in tensors if v.dim() == 0 and v.dtype.is_floating_point]
-    if not zero_dim or len(tensors) < 2:
+    if len(tensors) < 2 or any(v.dtype.is_complex for _, v in tensors):
         return {}
     promoted = elementwise_dtypes(*[v for _, v in tensors],
                                   type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)[1]
-    if not promoted.is_floating_point:
+    name = target._schema.name
+    binary = name in _COMMON_DTYPE_BINARY and len(tensors) == 2
+    opmath_second = name in OPMATH_SECOND and promoted in _HALVES
+    out = _meta_val(node)
+    computes_promoted = isinstance(out, torch.Tensor) and out.dtype in (promoted, torch.bool)
+    casts: Dict[int, torch.dtype] = {}
+    for i, v in tensors:
+        scalar_second = opmath_second and i == 1 and v.dim() == 0
+        want = torch.float32 if scalar_second else promoted
+        if v.dtype in (want, torch.bool):    # (a bool converts exactly)
+            continue
+        if promoted.is_floating_point:
+            if v.dim() == 0 and v.dtype.is_floating_point:
+                casts[i] = want
+            elif binary and promoted in _HALVES and not v.dtype.is_floating_point:
+                casts[i] = want
+        elif binary and v.dim() == 0 and computes_promoted:
+            casts[i] = promoted
+    return casts
+
+
+def _wrapped_ints(node: torch.fx.Node) -> Dict[int, int]:
+    """{position: value} of the Python int operands of a binary op on an integer
+    tensor that computes in the tensor's dtype, converted to it as the CPU
+    converts them (wrapping: ``int8 + 300`` adds 44, ``uint8 < -3`` compares
+    with 253), where NumPy would compare the values or refuse the int."""
+    schema = getattr(node.target, "_schema", None)
+    # (pow's int exponent is not converted: the CPU refuses one past the dtype)
+    if schema is None or schema.name not in _COMMON_DTYPE_BINARY or \
+            schema.name == "aten::pow" or len(node.args) != 2:
         return {}
-    opmath_second = target._schema.name in OPMATH_SECOND and \
-        promoted in (torch.float16, torch.bfloat16)
-    return {i: torch.float32 if opmath_second and i == 1 else promoted for i, v in zero_dim
-            if v.dtype != (torch.float32 if opmath_second and i == 1 else promoted)}
+    tensor = next((_meta_val(a) for a in node.args if isinstance(a, torch.fx.Node)), None)
+    out = _meta_val(node)
+    if not isinstance(tensor, torch.Tensor) or not isinstance(out, torch.Tensor) or \
+            tensor.dtype.is_floating_point or tensor.dtype.is_complex or \
+            tensor.dtype == torch.bool or out.dtype not in (tensor.dtype, torch.bool):
+        return {}
+    bits = torch.iinfo(tensor.dtype).bits
+    signed = torch.iinfo(tensor.dtype).min < 0
+    wrapped: Dict[int, int] = {}
+    for i, a in enumerate(node.args):
+        if isinstance(a, int) and not isinstance(a, bool):
+            v = a % 2 ** bits
+            wrapped[i] = v - 2 ** bits if signed and v >= 2 ** (bits - 1) else v
+    return wrapped
 
 
 @dataclass(frozen=True)
@@ -239,6 +296,8 @@ def generate_source(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
         qual = target_name(node.target)
         fn = AtenOpRegistry.get(qual)
         args = [g.arg(a) for a in node.args]
+        for i, value in _wrapped_ints(node).items():
+            args[i] = g.arg(value)
         for i, dtype in _promoted_operands(node).items():
             args[i] = f"aten.cast({args[i]}, {g.dtype_const(dtype)})"
         args += [f"{k}={g.arg(v)}" for k, v in node.kwargs.items()]
