@@ -70,18 +70,6 @@ stats = {"device_calls": 0, "cpu_fallback_calls": 0, "compiles": 0}
 #: dtypes a kernel computes exactly (int64 and float64 in 64 bits)
 _KERNEL_DTYPES = dtypes.TORCH_DTYPES
 
-#: Ops lowered directly although core ATen decomposes them (as the torch.compile
-#: backend does: torch_to_nkipy.backend.KEEP_UNDECOMPOSED).
-KEEP_UNDECOMPOSED = ("aten._scaled_dot_product_flash_attention_for_cpu.default",
-                     # half operands round each product as the CPU kernel does
-                     "aten.linalg_cross.default",
-                     # negative indices are refused, not counted from the end
-                     "aten.index_add.default", "aten.index_copy.default",
-                     # int64 indices only
-                     "aten.take.default",
-                     # a fill value past the dtype is refused, not wrapped
-                     "aten.masked_fill.Scalar")
-
 #: How many kernels one op may compile for one tensor signature (they differ in
 #: their scalar arguments, which kernels bake in) before new scalar values run
 #: on the CPU instead of compiling again (a learning rate that changes every
@@ -619,12 +607,9 @@ def _leaves(a: Any) -> List[Any]:
 def _decompositions() -> Dict[Any, Any]:
     global _decomp_table
     if _decomp_table is None:
-        from torch._decomp import core_aten_decompositions
+        from .lowering.registry import core_decompositions
 
-        table = dict(core_aten_decompositions())
-        for o in list(table):
-            if str(o) in KEEP_UNDECOMPOSED:
-                del table[o]
+        table = core_decompositions()
         # batch norm in training writes its running statistics without its schema
         # saying so (_UNMARKED_WRITES): it runs as the registry's functional form,
         # whose new statistics copy_ writes back (functionalization turns that into

@@ -9,12 +9,12 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import torch
 import torch.fx
-from torch._decomp import core_aten_decompositions
 from torch._dynamo.backends.registry import register_backend
 from torch._functorch.aot_autograd import aot_module_simplified
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupport
 
+from spike_torch.lowering.registry import core_decompositions
 from spiky.buckets import infer_buckets, next_pow2, plan_chunks, select_bucket
 from spiky.padding import get_metadata
 from spiky.profiling import ExecutionProfile, ntff_path
@@ -523,26 +523,10 @@ def compile_fx_graph(gm: torch.fx.GraphModule, role: str = "forward",
     return run
 
 
-#: Ops lowered directly although core ATen decomposes them (their decompositions
-#: do not match what the eager backward ops expect; linalg_cross's computes half
-#: operands in float32, the registry's entry rounds as PyTorch's CPU kernel does).
-KEEP_UNDECOMPOSED = ("aten._scaled_dot_product_flash_attention_for_cpu.default",
-                     "aten.linalg_cross.default",
-                     # negative indices are refused, not counted from the end
-                     "aten.index_add.default", "aten.index_copy.default",
-                     # int64 indices only
-                     "aten.take.default",
-                     # a fill value past the dtype is refused, not wrapped
-                     "aten.masked_fill.Scalar")
-
-
 def decompositions() -> Dict[Any, Any]:
-    """Core ATen decompositions, minus the ops in KEEP_UNDECOMPOSED."""
-    table = dict(core_aten_decompositions())
-    for op in list(table):
-        if str(op) in KEEP_UNDECOMPOSED:
-            del table[op]
-    return table
+    """Core ATen decompositions, minus the ops the registry lowers itself
+    (``spike_torch.lowering.registry.KEEP_UNDECOMPOSED``)."""
+    return core_decompositions()
 
 
 def nkipy_backend_fn(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],

@@ -163,7 +163,9 @@ def sign(x):
 
 @reg("aten.relu.default")
 def relu(x):
-    return np.maximum(x, 0)
+    # x where it is not below zero, as the CPU keeps it: relu(-0.0) is -0.0
+    # (a maximum with 0 gives +0.0), relu(nan) is nan
+    return np.where(x < 0, 0, x).astype(x.dtype)
 
 
 def _as_half(x, y, v):

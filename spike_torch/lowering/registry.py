@@ -13,6 +13,31 @@ from typing import Any, Callable, Dict, Iterable, Optional
 
 from nkipy.core.ops import op_context
 
+#: Ops lowered by their registry entries although core ATen decomposes them,
+#: on both paths onto the device (eager ops and the torch.compile backend)
+KEEP_UNDECOMPOSED = (
+    # the eager backward ops expect the attention op itself
+    "aten._scaled_dot_product_flash_attention_for_cpu.default",
+    # half operands round each product as the CPU kernel does (the
+    # decomposition computes them in float32)
+    "aten.linalg_cross.default",
+    # negative indices are refused, not counted from the end
+    "aten.index_add.default", "aten.index_copy.default",
+    # int64 indices only
+    "aten.take.default",
+    # a fill value past the dtype is refused, not wrapped
+    "aten.masked_fill.Scalar")
+
+
+def core_decompositions() -> Dict[Any, Callable]:
+    """PyTorch's core ATen decompositions, minus :data:`KEEP_UNDECOMPOSED`: the
+    table both paths onto the device trace with (a new dict per call)."""
+    from torch._decomp import core_aten_decompositions
+
+    return {op: fn for op, fn in core_aten_decompositions().items()
+            if str(op) not in KEEP_UNDECOMPOSED}
+
+
 _REGISTRY: Dict[str, Callable] = {}
 _SUPPORTS: Dict[str, Callable] = {}
 

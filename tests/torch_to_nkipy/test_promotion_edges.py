@@ -9,7 +9,7 @@ each once silently different):
 - an integer tensor beside a float16/bfloat16 operand is rounded to the half
   type first (``int32 70000 * tensor(0.5, f16)`` is inf);
 - ``int ** bool_tensor`` is an int64 power; ``searchsorted`` puts NaN last;
-- ``mean(int_tensor, dtype=float16)`` sums in float32.
+- ``mean(int_tensor, dtype=float16)`` sums in float32; ``relu(-0.0)`` is -0.0.
 
 Exact comparisons throughout (the CPU's own results, dtype included)."""
 from __future__ import annotations
@@ -82,3 +82,14 @@ def test_compiled_matches_cpu(backend, name, fn, ts):
     want = fn(*ts)
     compiled = torch.compile(fn, backend="nkipy")
     _check(compiled(*[t.to("nkipy") for t in ts]), want)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_relu_keeps_negative_zero(backend, dtype):
+    """relu(-0.0) is -0.0 on the CPU (x where it is not below zero); NaN stays."""
+    x = torch.tensor([-0.0, 0.0, float("nan"), -1.0, 2.0], dtype=dtype)
+    want = torch.relu(x)
+    for fn in (torch.relu, torch.compile(torch.relu, backend="nkipy")):
+        got = fn(x.to("nkipy")).cpu()
+        assert torch.equal(got.signbit(), want.signbit())
+        torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
