@@ -1337,6 +1337,7 @@ class _GraphInfo:
         self.n_returns = n
         self.ret_alias: List[Optional[Tuple[int, str]]] = [None] * n
         self.mutable: List[Tuple[int, str]] = []
+        self.n_marked = 0
         self.tensor_args: List[Tuple[int, str]] = []
 
 

@@ -39,6 +39,7 @@
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/library.h>
+#include <c10/util/SmallVector.h>
 
 #include <algorithm>
 #include <atomic>
@@ -60,8 +61,15 @@ namespace {
 
 // ---- the key of a call -------------------------------------------------------
 
+// The containers of a call keep their elements inline (no heap allocation on
+// the hot path for calls of a few tensors).
+using Words = c10::SmallVector<int64_t, 32>;
+using Tensors = c10::SmallVector<at::Tensor, 6>;
+using Slots = c10::SmallVector<double, 4>;
+using Indices = c10::SmallVector<size_t, 4>;
+
 struct Key {
-  std::vector<int64_t> words;
+  Words words;
   size_t hash = 0;
   bool operator==(const Key& o) const { return hash == o.hash && words == o.words; }
 };
@@ -110,8 +118,7 @@ int64_t double_bits(double d) {
 // Appends the encoding of one argument to `words` and its tensors to `ts` (in
 // the order spike_torch._generic._sig lists them); with `slots`, a slot
 // position's floats go there instead of into the key. False: not cacheable.
-bool encode(const c10::IValue& v, std::vector<int64_t>& words, std::vector<at::Tensor>& ts,
-            std::vector<double>* slots) {
+bool encode(const c10::IValue& v, Words& words, Tensors& ts, Slots* slots) {
   if (slots && v.isDouble()) {
     words.push_back(kSlot);
     slots->push_back(v.toDouble());
@@ -236,8 +243,7 @@ bool encode(const c10::IValue& v, std::vector<int64_t>& words, std::vector<at::T
 
 // Appends, per index w of `written`, the first index j != w of ts holding the
 // very tensor ts[w], or -1 (by a scan, or a table for long lists: foreach ops).
-void append_same_tensors(const std::vector<at::Tensor>& ts, const std::vector<size_t>& written,
-                         std::vector<int64_t>& words) {
+void append_same_tensors(const Tensors& ts, const Indices& written, Words& words) {
   if (written.size() * ts.size() <= 4096) {
     for (size_t w : written) {
       int64_t same = -1;
@@ -263,7 +269,7 @@ void append_same_tensors(const std::vector<at::Tensor>& ts, const std::vector<si
 // The key of a call on the stack, its tensors and its slot values. False: not
 // cacheable.
 bool key_of(const c10::OperatorHandle& op, const torch::jit::Stack& stack, Key& key,
-            std::vector<at::Tensor>& ts, std::vector<double>& slots) {
+            Tensors& ts, Slots& slots) {
   const auto& schema = op.schema();
   size_t n = schema.arguments().size();
   key.words.clear();
@@ -274,7 +280,7 @@ bool key_of(const c10::OperatorHandle& op, const torch::jit::Stack& stack, Key& 
     auto it = g_lift.find(&schema);
     if (it != g_lift.end()) lift = &it->second;   // entries are never erased
   }
-  std::vector<size_t> written;   // ts indices of the tensors the schema marks written
+  Indices written;   // ts indices of the tensors the schema marks written
   for (size_t i = stack.size() - n, a = 0; i < stack.size(); i++, a++) {
     bool slot = lift && a < lift->size() && (*lift)[a];
     size_t before = ts.size();
@@ -361,7 +367,7 @@ std::atomic<int64_t> g_hits{0};
 struct Pending {
   const c10::OperatorHandle* op;
   Key key;
-  std::vector<at::Tensor> ts;
+  Tensors ts;
   size_t n_slots;
 };
 thread_local std::vector<Pending> t_pending;
@@ -405,10 +411,10 @@ void check_live(const c10::OperatorHandle& op, const at::Tensor& t) {
 // gradient when there is no weight) is an undefined tensor where the schema
 // returns a Tensor (autograd refuses None there), else None.
 void push_returns(const c10::OperatorHandle& op, const Entry& e,
-                  const std::vector<at::Tensor>& outs, torch::jit::Stack* stack, size_t n_args) {
+                  const Tensors& outs, torch::jit::Stack* stack, size_t n_args) {
   size_t first = stack->size() - n_args;   // the call's arguments on the stack
   const auto& returns = op.schema().returns();
-  std::vector<c10::IValue> rets;
+  c10::SmallVector<c10::IValue, 4> rets;
   rets.reserve(e.rets.size());
   for (size_t i = 0; i < e.rets.size(); i++) {
     const RetSpec& r = e.rets[i];
@@ -428,7 +434,7 @@ void push_returns(const c10::OperatorHandle& op, const Entry& e,
 // Runs the kernel without the GIL (spike's model_run_at; a caller that holds
 // it, a torch.ops call, lets it go meanwhile); an error is raised as spike
 // raises it.
-void execute(const Entry& e, std::vector<void*>& addresses) {
+void execute(const Entry& e, c10::SmallVectorImpl<void*>& addresses) {
   nkrt_status_t st;
   uint32_t n = static_cast<uint32_t>(addresses.size());
   if (PyGILState_Check()) {
@@ -450,7 +456,7 @@ void execute(const Entry& e, std::vector<void*>& addresses) {
 // 1, one that partly overlaps another argument (copy_); 2, that or one with
 // elements that share memory (TensorIterator's, for pointwise ops); 3, one
 // that overlaps another argument at all, or itself (index_select's).
-void check_overlap(const std::vector<at::Tensor>& ts, const std::vector<size_t>& written,
+void check_overlap(const Tensors& ts, const std::vector<size_t>& written,
                    int mode) {
   for (size_t w : written) {
     if (mode >= 2) at::assert_no_internal_overlap(ts[w]);
@@ -467,17 +473,17 @@ void check_overlap(const std::vector<at::Tensor>& ts, const std::vector<size_t>&
 // A call on tiled storage (the spyre personality, torch_spyre/_kernels.py):
 // the kernel reads its inputs' whole storages and writes fresh results, then
 // a new image of each written tensor's storage, copied over it afterwards.
-void run_tiled(const c10::OperatorHandle& op, const Entry& e, const std::vector<at::Tensor>& ts,
+void run_tiled(const c10::OperatorHandle& op, const Entry& e, const Tensors& ts,
                torch::jit::Stack* stack, size_t n_args) {
   size_t n_in = e.in_idx.size(), n_out = e.outs.size();
   c10::Device device(kNkipy, e.core);
-  std::vector<void*> addresses(n_in + n_out, nullptr);
+  c10::SmallVector<void*, 12> addresses(n_in + n_out, nullptr);
   for (size_t k = 0; k < n_in; k++) {
     const at::Tensor& t = ts[static_cast<size_t>(e.in_idx[k])];   // no slots when tiled
     check_live(op, t);
     addresses[k] = t.storage().mutable_data();
   }
-  std::vector<at::Tensor> outs(n_out);
+  Tensors outs(n_out);
   for (size_t j = 0; j < n_out; j++) {
     outs[j] = at::empty(e.outs[j].sizes, at::TensorOptions().dtype(e.outs[j].dtype).device(device));
     addresses[n_in + j] = outs[j].storage().mutable_data();
@@ -500,7 +506,7 @@ void run_tiled(const c10::OperatorHandle& op, const Entry& e, const std::vector<
 // The device buffer of a call's slot inputs: input j at kSlotBytes * j, the
 // slot's value converted to its dtype (rounded to nearest; to a half type
 // through float, as spike_torch._scalar_slots.convert).
-at::Tensor slot_buffer(const Entry& e, const std::vector<double>& slots, c10::Device device) {
+at::Tensor slot_buffer(const Entry& e, const Slots& slots, c10::Device device) {
   std::vector<uint8_t> host(kSlotBytes * e.slot_inputs.size(), 0);
   for (size_t j = 0; j < e.slot_inputs.size(); j++) {
     double v = slots[e.slot_inputs[j].slot];
@@ -535,16 +541,16 @@ at::Tensor slot_buffer(const Entry& e, const std::vector<double>& slots, c10::De
   return buf;
 }
 
-void run(const c10::OperatorHandle& op, const Entry& e, const std::vector<at::Tensor>& ts,
-         const std::vector<double>& slots, torch::jit::Stack* stack, size_t n_args) {
+void run(const c10::OperatorHandle& op, const Entry& e, const Tensors& ts, const Slots& slots,
+         torch::jit::Stack* stack, size_t n_args) {
   if (tiled_layout()) {
     run_tiled(op, e, ts, stack, n_args);
     return;
   }
   size_t n_in = e.in_idx.size(), n_out = e.outs.size();
   c10::Device device(kNkipy, e.core);
-  std::vector<at::Tensor> ins(n_in);
-  std::vector<void*> addresses(n_in + n_out, nullptr);
+  Tensors ins(n_in);
+  c10::SmallVector<void*, 12> addresses(n_in + n_out, nullptr);
   at::Tensor slot_buf;
   // an alpha or value past its dtype's range raises PyTorch's error
   for (size_t j = 0; j < e.slot_limits.size(); j++) {
@@ -565,7 +571,7 @@ void run(const c10::OperatorHandle& op, const Entry& e, const std::vector<at::Te
     check_live(op, ins[k]);
     addresses[k] = ins[k].data_ptr();
   }
-  std::vector<at::Tensor> outs(n_out);
+  Tensors outs(n_out);
   for (size_t j = 0; j < e.n_results; j++)
     outs[j] = at::empty(e.outs[j].sizes, at::TensorOptions().dtype(e.outs[j].dtype).device(device));
   // whether dst's memory is that of a kernel input other than ins[skip]
@@ -580,7 +586,7 @@ void run(const c10::OperatorHandle& op, const Entry& e, const std::vector<at::Te
   // the kernel updates in place is written where its input lies: the argument
   // itself when contiguous and no other input shares its memory, else a copy
   // of it, copied back afterwards.
-  std::vector<bool> direct(e.mutations.size(), false);
+  c10::SmallVector<bool, 4> direct(e.mutations.size(), false);
   for (size_t k = 0; k < e.mutations.size(); k++) {
     const at::Tensor& dst = ts[e.mutations[k]];
     const OutSpec& s = e.outs[e.n_results + k];
@@ -611,8 +617,8 @@ void run(const c10::OperatorHandle& op, const Entry& e, const std::vector<at::Te
 
 void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
   Key key;
-  std::vector<at::Tensor> ts;
-  std::vector<double> slots;
+  Tensors ts;
+  Slots slots;
   size_t n_args = op.schema().arguments().size();
   bool cacheable = key_of(op, *stack, key, ts, slots);
   if (cacheable) {
@@ -918,7 +924,7 @@ PyObject* eager_check_overlap(PyObject*, PyObject* args) {
   if (!PyArg_ParseTuple(args, "OOi:eager_check_overlap", &tensors, &written, &mode))
     return nullptr;
   HANDLE_TH_ERRORS
-  std::vector<at::Tensor> ts;
+  Tensors ts;
   PyObject* fast = PySequence_Fast(tensors, "eager_check_overlap: tensors");
   if (!fast) return nullptr;
   for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fast); i++) {
