@@ -19,7 +19,7 @@ larger tensors, each PyTorch's per-tensor op.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Tuple
 
 import torch
 
@@ -28,7 +28,8 @@ import torch
 SMALL = 1 << 14
 FUSE_LIMIT = 1 << 18
 
-_LOOP = torch._C.DispatchKeySet(torch._C.DispatchKey.CompositeExplicitAutograd)
+#: the dispatch keys of PyTorch's per-tensor loop of a foreach op
+LOOP = torch._C.DispatchKeySet(torch._C.DispatchKey.CompositeExplicitAutograd)
 
 #: foreach op -> (per-tensor op, {foreach overload: per-tensor overload})
 _ELEMENT_OPS = {
@@ -63,6 +64,39 @@ def fused(args: Any) -> bool:
     return all(n <= SMALL for n in sizes) and sum(sizes) <= FUSE_LIMIT
 
 
+def _extent(t: torch.Tensor) -> Tuple[int, int]:
+    """The bytes [lo, hi) a (non-empty) tensor's elements span."""
+    last = sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
+    return t.data_ptr(), t.data_ptr() + (last + 1) * t.element_size()
+
+
+def overlapping(args: Any) -> bool:
+    """Whether a tensor the foreach call writes (its first list) shares memory
+    with another tensor of the call, but the one at its own position in
+    another list (``_foreach_add_([a, a], ...)``, ``([a, b], [b, a])``,
+    overlapping views): the CPU applies the list's elements one after another,
+    each seeing the writes before it, so such a call runs as that loop."""
+    written = args[0]
+    spans: Dict[int, List[Tuple[int, int, int, int]]] = {}   # storage -> (lo, hi, list, pos)
+    for li, a in enumerate(args):
+        if not isinstance(a, (list, tuple)):
+            continue
+        for pos, t in enumerate(a):
+            if isinstance(t, torch.Tensor) and t.numel():
+                spans.setdefault(t.untyped_storage().data_ptr(), []).append(
+                    (*_extent(t), li, pos))
+    for pos, w in enumerate(written):
+        if not w.numel():
+            continue
+        lo, hi = _extent(w)
+        for olo, ohi, li, opos in spans.get(w.untyped_storage().data_ptr(), ()):
+            if (li, opos) == (0, pos) or (opos == pos and args[li][opos] is w):
+                continue
+            if olo < hi and lo < ohi:
+                return True
+    return False
+
+
 def run_in_groups(op: Any, args: Any, kwargs: Any) -> None:
     """An in-place foreach call :func:`fused` refuses, as calls on runs of
     consecutive small tensors within :data:`FUSE_LIMIT` together (each one
@@ -95,7 +129,7 @@ def run_in_groups(op: Any, args: Any, kwargs: Any) -> None:
         if fused(sub):
             op(*sub, **sub_kwargs)
         else:
-            op.redispatch(_LOOP, *sub, **sub_kwargs)
+            op.redispatch(LOOP, *sub, **sub_kwargs)
 
 
 def _per_tensor(element: Any) -> Callable[..., Any]:

@@ -337,8 +337,11 @@ def call(op: Any, args: Sequence[Any], kwargs: Dict[str, Any]) -> Any:
     if hook is not None:
         return hook(*args, **kwargs)
     info = _ops.get(op) or _info(op)
-    if info.name in _FOREACH_SERVED and not _foreach.fused(args):
-        return _foreach.run_in_groups(op, args, kwargs)
+    if info.name in _FOREACH_SERVED:
+        if _foreach.overlapping(args):     # one element after another, as the CPU
+            return op.redispatch(_foreach.LOOP, *args, **kwargs)
+        if not _foreach.fused(args):
+            return _foreach.run_in_groups(op, args, kwargs)
     if info.device_op and (_storage is None or not _storage.cpu_allowed(info.name)):
         slots = _scalar_slots.take(info.slots, args, kwargs) \
             if info.slots and _storage is None else []
@@ -561,7 +564,7 @@ def _cpu(op: Any, info: _OpInfo, args: Sequence[Any], kwargs: Dict[str, Any],
     host_kwargs = {k: _map(v, to_cpu) for k, v in kwargs.items()}
     if info.tensor_args and _numbers.has_numbers(info, host_args, host_kwargs):
         host_args, host_kwargs = _numbers.unwrap(info, host_args, host_kwargs,
-                                                 _numbers.maker(info, host_args))
+                                                 _numbers.maker(info, host_args, host_kwargs))
         res = _numbers.opmath_call(info, op, host_args, host_kwargs)
     else:
         res = op(*host_args, **host_kwargs)
@@ -915,7 +918,7 @@ class _Plan:
             a = [_fill(x, it) for x in traced_with[0]]
             k = {n: _fill(v, it) for n, v in traced_with[1].items()}
             if numbers:   # baked into the kernel, as the cache key has them
-                a, k = _numbers.unwrap(info, a, k, _numbers.maker(info, a))
+                a, k = _numbers.unwrap(info, a, k, _numbers.maker(info, a, k))
                 res = _numbers.opmath_call(info, op, a, k)
             else:
                 res = op(*a, **k)
@@ -1075,7 +1078,8 @@ class _Plan:
         ``i`` written (out= self) --, of the value's shape and dtype), else -1."""
         if self.images is not None:
             return -1
-        for j in [i] + self._same.get(i, []):
+        # (the first other argument holding it: the one the cache key records)
+        for j in [i] + self._same.get(i, [])[:1]:
             val = placeholders[j].meta.get("val")
             if j in self.in_idx and self.perms[j] is None and isinstance(val, torch.Tensor) \
                     and (tuple(val.shape), val.dtype) == spec:
@@ -1232,8 +1236,11 @@ class _Plan:
             dst = ts[i]
             j = self.inplace[k]
             if j >= 0:
-                if ins[j] is dst and _shares_memory(dst, ins, j):
-                    ins[j] = dst.clone()
+                # the kernel writes its input j: not an argument's memory that is
+                # not dst's alone (another argument sharing it, another tensor)
+                arg = ts[self.in_idx[j]]
+                if ins[j] is arg and (arg is not dst or _shares_memory(dst, ins, j)):
+                    ins[j] = arg.clone()
                 direct.append(ins[j] is dst)
                 outs.append(ins[j])
                 continue

@@ -69,7 +69,24 @@ def _outside(v: int, dt: torch.dtype) -> bool:
     return not info.min <= v <= info.max
 
 
-def maker(info: Any, args: Sequence[Any]) -> Callable[[Any, torch.dtype], torch.Tensor]:
+#: ops whose result for an integer tensor and a Python int is a float (they
+#: compute in floating point): there the int keeps its value
+_FLOAT_RESULT = frozenset({
+    "aten::div", "aten::div_", "aten::true_divide", "aten::true_divide_", "aten::copysign",
+    "aten::copysign_", "aten::xlogy", "aten::xlogy_", "aten::special_xlogy",
+    "aten::special_xlog1py", "aten::atan2", "aten::atan2_", "aten::arctan2", "aten::arctan2_",
+    "aten::float_power", "aten::float_power_"})
+
+
+def _wrap(v: int, dt: torch.dtype) -> int:
+    """``v`` converted to integer dtype ``dt`` as C converts it (modulo 2**bits)."""
+    info = torch.iinfo(dt)
+    span = info.max - info.min + 1
+    return (v - info.min) % span + info.min
+
+
+def maker(info: Any, args: Sequence[Any],
+          kwargs: Optional[Dict[str, Any]] = None) -> Callable[[Any, torch.dtype], torch.Tensor]:
     """How a call's Python scalar becomes a 0-dim tensor in its traced graph: of
     the dtype type promotion gives it, except a float or int beside half
     tensors in a mul/div, which is float32 (as the CPU kernel takes it; the
@@ -77,6 +94,8 @@ def maker(info: Any, args: Sequence[Any]) -> Callable[[Any, torch.dtype], torch.
     dimensions, by the written tensor, or by :func:`opmath_call`)."""
     first = args[0] if args else None     # the scalar is the second operand
     opmath = _opmath(info) and isinstance(first, torch.Tensor)
+    float_result = info.name.split(".")[0] in _FLOAT_RESULT and \
+        (kwargs or {}).get("rounding_mode") is None
 
     def make(v: Any, dt: torch.dtype) -> torch.Tensor:
         if opmath and dt in (torch.float16, torch.bfloat16) and not isinstance(v, bool):
@@ -86,11 +105,13 @@ def maker(info: Any, args: Sequence[Any]) -> Callable[[Any, torch.dtype], torch.
             # checks see it: "Subtraction ... with a bool tensor is not supported"
             dt = torch.bool
         elif isinstance(v, int) and _outside(v, dt):
-            # an int the integer dtype cannot hold keeps its value (int64): an op
-            # computing in floats divides by it (uint8 200 / -3 is -66.7), one
-            # computing in the integer type converts it there as the CPU does
-            # (the code generator's promoted operands)
-            dt = torch.int64
+            # an int the integer dtype cannot hold: an op computing in floats
+            # takes its value (uint8 200 / -3 is -66.7), one computing in the
+            # integer type converts it there as the CPU does (uint8 + -3 adds 253)
+            if float_result:
+                dt = torch.int64
+            else:
+                v = _wrap(v, dt)
         return torch.full((), v, dtype=dt)
 
     return make

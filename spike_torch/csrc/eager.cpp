@@ -342,6 +342,7 @@ struct Entry {
   // converts with an overflow check), or Undefined; empty: none checked
   std::vector<c10::ScalarType> slot_limits;
   int overlap = 0;             // how calls check their written tensors (check_overlap)
+  bool foreach = false;        // a _foreach_ op (see overlaps_another)
   std::vector<OutSpec> outs;   // n_results fresh results, then one per mutation
   size_t n_results = 0;
   std::vector<size_t> mutations;   // ts indices of the arguments written
@@ -470,6 +471,24 @@ void check_overlap(const Tensors& ts, const std::vector<size_t>& written,
   }
 }
 
+// Whether a written tensor shares memory with another tensor of the call (a
+// view overlapping it): a foreach op's elements then see each other's writes
+// on the CPU, which the one kernel does not give (spike_torch._foreach.
+// overlapping; the very same tensor twice is told apart by the key).
+bool overlaps_another(const Tensors& ts, const std::vector<size_t>& written) {
+  for (size_t w : written) {
+    const at::Tensor& a = ts[w];
+    for (size_t i = 0; i < ts.size(); i++) {
+      const at::Tensor& b = ts[i];
+      if (b.unsafeGetTensorImpl() == a.unsafeGetTensorImpl() ||
+          !b.storage().is_alias_of(a.storage()))
+        continue;
+      if (at::get_overlap_status(a, b) != at::MemOverlapStatus::No) return true;
+    }
+  }
+  return false;
+}
+
 // A call on tiled storage (the spyre personality, torch_spyre/_kernels.py):
 // the kernel reads its inputs' whole storages and writes fresh results, then
 // a new image of each written tensor's storage, copied over it afterwards.
@@ -593,8 +612,12 @@ void run(const c10::OperatorHandle& op, const Entry& e, const Tensors& ts, const
     check_live(op, dst);
     if (e.inplace[k] >= 0) {
       size_t m = static_cast<size_t>(e.inplace[k]);
-      if (ins[m].unsafeGetTensorImpl() == dst.unsafeGetTensorImpl() && shared(dst, m)) {
-        ins[m] = dst.clone();
+      const at::Tensor& arg = ts[static_cast<size_t>(e.in_idx[m])];
+      bool own = ins[m].unsafeGetTensorImpl() == arg.unsafeGetTensorImpl();
+      // the kernel writes its input m: not an argument's memory that is not
+      // dst's alone (another argument sharing it, or another tensor at all)
+      if (own && (arg.unsafeGetTensorImpl() != dst.unsafeGetTensorImpl() || shared(dst, m))) {
+        ins[m] = ins[m].clone();
         addresses[m] = ins[m].data_ptr();
       }
       direct[k] = ins[m].unsafeGetTensorImpl() == dst.unsafeGetTensorImpl();
@@ -634,6 +657,9 @@ void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::St
           g_cache.erase(it);
         }
       }
+    }
+    if (e && e->foreach && overlaps_another(ts, e->mutations)) {
+      e.reset();   // one element after another: the Python side runs PyTorch's loop
     }
     if (e) {
       NKIPY_LOG("eager %s: from the C++ cache", op.schema().name().c_str());
@@ -739,6 +765,7 @@ PyObject* eager_register(PyObject*, PyObject* args) {
       throw PyErrorSet{};
     }
     e->overlap = overlap;
+    e->foreach = full.rfind("aten::_foreach_", 0) == 0;
     PyObject* fl = PySequence_Fast(limits, "eager_register: limits");
     if (!fl) throw PyErrorSet{};
     Py_ssize_t n_limits = PySequence_Fast_GET_SIZE(fl);

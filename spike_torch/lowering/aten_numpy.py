@@ -407,6 +407,8 @@ def clamp(x, min=None, max=None):
     if not (_fkind(x) in "iu" and (isinstance(min, float) or isinstance(max, float))):
         _fits(min, x)      # (an integer tensor clamped by a float computes in float)
         _fits(max, x)
+        # an int bound in the tensor's dtype, as the CPU converts it (uint8 -3: 253)
+        min, max = _int_scalar_in(min, x), _int_scalar_in(max, x)
     if min is not None:
         x = np.maximum(x, min)
     if max is not None:

@@ -125,3 +125,31 @@ def test_a_list_past_the_fuse_limit_runs_in_groups():
         torch._foreach_mul_(dev, scalars)
     for a, b in zip(cpu, dev):
         assert torch.equal(b.cpu(), a)
+
+
+@pytest.mark.parametrize("name, fn", [
+    ("same tensor twice", lambda a, b, c: torch._foreach_add_([a, a], [b, c])),
+    ("same tensor twice, scalar", lambda a, b, c: torch._foreach_mul_([a, a], 2.0)),
+    ("swapped lists", lambda a, b, c: torch._foreach_add_([a, b], [b, a])),
+    ("overlapping views", lambda a, b, c: torch._foreach_add_([a[0:2], a[1:3]], 1.0)),
+    ("overlapping views, lists", lambda a, b, c: torch._foreach_mul_([a[0:2], b], [b[0:2], a])),
+])
+def test_elements_sharing_memory_run_one_after_another(name, fn):
+    """The CPU applies a foreach op's elements one after another, each seeing
+    the writes before it: a call whose written tensors share memory with its
+    other tensors runs that way here too (also when the kernel for its
+    signature is cached: views of one storage that do not overlap first)."""
+    def fresh():
+        return torch.arange(6.0), torch.ones(6) * 3, torch.full((6,), 10.0)
+
+    for warm in (False, True):
+        if warm:     # the same signature without overlap, cached in C++
+            a, b, c = (t.to(DEV) for t in fresh())
+            for _ in range(2):
+                torch._foreach_add_([a[0:2], a[2:4]], 1.0)
+                torch._foreach_mul_([a[0:2], b], [c[0:2], c])
+        cpu, dev = fresh(), [t.to(DEV) for t in fresh()]
+        fn(*cpu)
+        fn(*dev)
+        for got, want in zip(dev, cpu):
+            torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0)

@@ -5,7 +5,8 @@ each once silently different):
 - a Python int outside an integer tensor's dtype keeps its value in an op
   computing in floats (``uint8 200 / -3`` is -66.7) and is converted to the
   dtype, wrapping, in one computing in the integer type (``uint8 < -3``
-  compares with 253, ``int8 + 300`` adds 44);
+  compares with 253, ``int8 + 300`` adds 44, also beside a 0-dim tensor,
+  where the int promotes nothing);
 - an integer tensor beside a float16/bfloat16 operand is rounded to the half
   type first (``int32 70000 * tensor(0.5, f16)`` is inf);
 - ``int ** bool_tensor`` is an int64 power; ``searchsorted`` puts NaN last;
@@ -33,6 +34,17 @@ CASES = [
     ("int8 // 300", lambda t: t // 300, [torch.tensor([100, -100], dtype=I8)]),
     ("int8 fmod 300", lambda t: torch.fmod(t, 300), [torch.tensor([100, -100], dtype=I8)]),
     ("int8 & 258", lambda t: t & 258, [torch.tensor([2, 3], dtype=I8)]),
+    ("0-dim uint8 + -3", lambda t: t + -3, [torch.tensor(200, dtype=U8)]),
+    ("0-dim uint8 * 300", lambda t: t * 300, [torch.tensor(200, dtype=U8)]),
+    ("0-dim uint8 - 300", lambda t: t - 300, [torch.tensor(200, dtype=U8)]),
+    ("-3 - 0-dim uint8", lambda t: -3 - t, [torch.tensor(200, dtype=U8)]),
+    ("0-dim uint8 // -3", lambda t: t // -3, [torch.tensor(200, dtype=U8)]),
+    ("0-dim uint8 % -3", lambda t: t % -3, [torch.tensor(200, dtype=U8)]),
+    ("0-dim uint8 / -3", lambda t: t / -3, [torch.tensor(200, dtype=U8)]),
+    ("0-dim int8 * 300", lambda t: t * 300, [torch.tensor(-100, dtype=I8)]),
+    ("0-dim int32 + 2**40", lambda t: t + 2 ** 40, [torch.tensor(7, dtype=I32)]),
+    ("uint8 clamp(min=-3)", lambda t: torch.clamp(t, min=-3), [torch.tensor([0, 200, 255], dtype=U8)]),
+    ("uint8 clamp(max=-3)", lambda t: torch.clamp(t, max=-3), [torch.tensor([0, 200, 255], dtype=U8)]),
     ("uint8 < -3", lambda t: t < -3, [torch.tensor([0, 200, 255], dtype=U8)]),
     ("uint8 == 456", lambda t: t == 456, [torch.tensor([0, 200, 255], dtype=U8)]),
     ("int8 < 300", lambda t: t < 300, [torch.tensor([100, 43, 45], dtype=I8)]),
