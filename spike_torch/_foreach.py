@@ -66,33 +66,28 @@ def fused(args: Any) -> bool:
 
 def _extent(t: torch.Tensor) -> Tuple[int, int]:
     """The bytes [lo, hi) a (non-empty) tensor's elements span."""
+    lo = t.data_ptr()
+    if t.is_contiguous():
+        return lo, lo + t.nbytes
     last = sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
-    return t.data_ptr(), t.data_ptr() + (last + 1) * t.element_size()
+    return lo, lo + (last + 1) * t.element_size()
 
 
 def overlapping(args: Any) -> bool:
     """Whether a tensor the foreach call writes (its first list) shares memory
-    with another tensor of the call, but the one at its own position in
-    another list (``_foreach_add_([a, a], ...)``, ``([a, b], [b, a])``,
-    overlapping views): the CPU applies the list's elements one after another,
-    each seeing the writes before it, so such a call runs as that loop."""
-    written = args[0]
-    spans: Dict[int, List[Tuple[int, int, int, int]]] = {}   # storage -> (lo, hi, list, pos)
-    for li, a in enumerate(args):
-        if not isinstance(a, (list, tuple)):
-            continue
-        for pos, t in enumerate(a):
-            if isinstance(t, torch.Tensor) and t.numel():
-                spans.setdefault(t.untyped_storage().data_ptr(), []).append(
-                    (*_extent(t), li, pos))
-    for pos, w in enumerate(written):
-        if not w.numel():
-            continue
-        lo, hi = _extent(w)
-        for olo, ohi, li, opos in spans.get(w.untyped_storage().data_ptr(), ()):
-            if (li, opos) == (0, pos) or (opos == pos and args[li][opos] is w):
-                continue
-            if olo < hi and lo < ohi:
+    with another tensor of the call, but itself at its own position in another
+    list (``_foreach_add_([a, a], ...)``, ``([a, b], [b, a])``, overlapping
+    views): the CPU applies the list's elements one after another, each seeing
+    the writes before it, so such a call runs as that loop. One sweep over the
+    tensors' byte spans in address order."""
+    spans = sorted((*_extent(t), li, pos, id(t))
+                   for li, a in enumerate(args) if isinstance(a, (list, tuple))
+                   for pos, t in enumerate(a) if isinstance(t, torch.Tensor) and t.numel())
+    for k, (lo, hi, li, pos, tid) in enumerate(spans):
+        for lo2, _, li2, pos2, tid2 in spans[k + 1:]:
+            if lo2 >= hi:
+                break
+            if (li == 0 or li2 == 0) and not (pos == pos2 and tid == tid2):
                 return True
     return False
 

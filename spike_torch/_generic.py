@@ -892,12 +892,11 @@ class _Plan:
         #: a contiguous block (a transpose), which the kernel reads as it lies
         written = set(_written(info, args, kwargs)) if _storage is None else set()
         written |= {j for j, t in enumerate(ts) if any(t is ts[w] for w in written)}
-        #: per ts index of a tensor the schema marks written, the other ts
-        #: indices of that very tensor (an out= self): kept as indices, since a
-        #: cached plan must not hold the call's tensors
-        self._same: Dict[int, List[int]] = {
-            w: [j for j, t in enumerate(ts) if j != w and t is ts[w]]
-            for w in _written(info, args, kwargs, marked=True)}
+        #: per ts index of a tensor the schema marks written, the first other ts
+        #: index of that very tensor (an out= self), or -1: the key's _same_as,
+        #: kept as indices since a cached plan must not hold the call's tensors
+        marked = _written(info, args, kwargs, marked=True)
+        self._same: Dict[int, int] = dict(zip(marked, _same_as(ts, marked)))
         self.perms = [_perm(t) if _storage is None and t.device.type != "cpu" and
                       i not in written else None for i, t in enumerate(ts)]
         fakes = [t if t.device.type == "cpu" else
@@ -1078,9 +1077,8 @@ class _Plan:
         ``i`` written (out= self) --, of the value's shape and dtype), else -1."""
         if self.images is not None:
             return -1
-        # (the first other argument holding it: the one the cache key records)
-        for j in [i] + self._same.get(i, [])[:1]:
-            val = placeholders[j].meta.get("val")
+        for j in (i, self._same.get(i, -1)):    # (-1: no other argument holds it)
+            val = placeholders[j].meta.get("val") if j >= 0 else None
             if j in self.in_idx and self.perms[j] is None and isinstance(val, torch.Tensor) \
                     and (tuple(val.shape), val.dtype) == spec:
                 return self.in_idx.index(j)

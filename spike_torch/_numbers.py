@@ -78,8 +78,9 @@ _FLOAT_RESULT = frozenset({
     "aten::float_power", "aten::float_power_"})
 
 
-def _wrap(v: int, dt: torch.dtype) -> int:
-    """``v`` converted to integer dtype ``dt`` as C converts it (modulo 2**bits)."""
+def wrap_int(v: int, dt: torch.dtype) -> int:
+    """The Python int ``v`` converted to integer dtype ``dt`` as the CPU converts
+    a scalar (modulo 2**bits: -3 in uint8 is 253, 300 in int8 is 44)."""
     info = torch.iinfo(dt)
     span = info.max - info.min + 1
     return (v - info.min) % span + info.min
@@ -111,7 +112,7 @@ def maker(info: Any, args: Sequence[Any],
             if float_result:
                 dt = torch.int64
             else:
-                v = _wrap(v, dt)
+                v = wrap_int(v, dt)
         return torch.full((), v, dtype=dt)
 
     return make

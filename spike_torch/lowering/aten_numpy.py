@@ -21,6 +21,7 @@ from nkipy.core.language import bfloat16
 from spike._dtypes import to_numpy_dtype
 from spike.safe_files import check_trusted
 
+from .._numbers import wrap_int
 from .._scalar_slots import check_fits
 from ..dtypes import torch_dtype
 from .registry import AtenOpRegistry
@@ -367,7 +368,7 @@ def _int_scalar_in(v: Any, like: Any) -> Any:
     would compare the values."""
     if isinstance(v, int) and not isinstance(v, bool) and _fkind(like) in "iu" and \
             -2 ** 63 <= v < 2 ** 64:
-        return np.array(v % 2 ** 64, np.uint64).astype(np.dtype(like.dtype)).item()
+        return wrap_int(v, torch_dtype(np.dtype(like.dtype)))
     return v
 
 

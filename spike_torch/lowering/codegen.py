@@ -22,7 +22,7 @@ import torch
 import torch.fx
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
-from .._numbers import OPMATH_SECOND
+from .._numbers import OPMATH_SECOND, wrap_int
 from ..dtypes import TORCH_DTYPES, dtype_name, torch_to_numpy
 from .registry import AtenOpRegistry, target_name
 from . import aten_numpy  # noqa: F401  (registers the entries)
@@ -123,14 +123,8 @@ def _wrapped_ints(node: torch.fx.Node) -> Dict[int, int]:
             tensor.dtype.is_floating_point or tensor.dtype.is_complex or \
             tensor.dtype == torch.bool or out.dtype not in (tensor.dtype, torch.bool):
         return {}
-    bits = torch.iinfo(tensor.dtype).bits
-    signed = torch.iinfo(tensor.dtype).min < 0
-    wrapped: Dict[int, int] = {}
-    for i, a in enumerate(node.args):
-        if isinstance(a, int) and not isinstance(a, bool):
-            v = a % 2 ** bits
-            wrapped[i] = v - 2 ** bits if signed and v >= 2 ** (bits - 1) else v
-    return wrapped
+    return {i: wrap_int(a, tensor.dtype) for i, a in enumerate(node.args)
+            if isinstance(a, int) and not isinstance(a, bool)}
 
 
 @dataclass(frozen=True)
