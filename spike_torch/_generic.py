@@ -777,12 +777,19 @@ def _cpu_accepts_dtypes(op: Any, args: Sequence[Any], kwargs: Dict[str, Any],
     error for the real arguments."""
     if all(t.is_floating_point() for t in ts):
         return
+    outs = {a.name for a in op._schema.arguments if a.is_out}
 
     def probe(as_float: bool) -> Optional[str]:
         it = iter(ts)
+        small = [_small_like(a, it, as_float) for a in args]
+        small_kw = {k: _small_like(v, it, as_float) for k, v in kwargs.items()}
+        # out= tensors without elements, which the op resizes silently (a
+        # one-element out made cat.out warn of its resize on the user's call)
+        for k in outs.intersection(small_kw):
+            small_kw[k] = _map(small_kw[k], lambda t: t.new_empty((0,)) if
+                               isinstance(t, torch.Tensor) else t)
         try:
-            op(*[_small_like(a, it, as_float) for a in args],
-               **{k: _small_like(v, it, as_float) for k, v in kwargs.items()})
+            op(*small, **small_kw)
         except (RuntimeError, NotImplementedError, TypeError, ValueError) as exc:
             # the message only: the exception's traceback holds the frames that
             # hold the call's device tensors, which would live until a gc pass

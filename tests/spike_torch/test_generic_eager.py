@@ -561,3 +561,25 @@ def test_dims_out_of_range_raise_as_on_the_cpu(nkipy, name, dim):
     with pytest.raises(type(cpu.value), match=str(cpu.value)[:24].replace("(", r"\(")
                        .replace("[", r"\[")):
         fn(a.to("nkipy"))
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.bool])
+def test_first_integer_call_of_an_out_op_prints_no_warning(dtype):
+    """The dtype probe (``_cpu_accepts_dtypes``) runs the op on small CPU
+    tensors before the first kernel of a signature is built; its out= tensor
+    has no elements, so ``cat.out`` resizes it silently. A one-element out made
+    every first ``torch.cat`` of int64 tensors print PyTorch's "An output with
+    one or more elements was resized" (make demo's generate() showed it)."""
+    from spike_torch import _generic
+
+    _generic.clear_cache()
+    a = torch.ones(1, 1, dtype=dtype, device="nkipy")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = torch.cat([a, a], dim=-1)
+    assert [str(w.message) for w in caught] == []
+    assert torch.equal(got.cpu(), torch.ones(1, 2, dtype=dtype))
+    # and the probe still sees what the CPU refuses for these dtypes, out= or not
+    if dtype == torch.bool:
+        with pytest.raises(NotImplementedError, match="not implemented for 'Bool'"):
+            torch.abs(a, out=torch.empty(0, dtype=dtype, device="nkipy"))
