@@ -36,3 +36,24 @@ class DeviceTensor(SpikeTensor):
         if array.dtype.name == "bfloat16":
             return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
         return torch.from_numpy(array)
+
+    # the original spiky DeviceTensor's names for the same facts
+
+    @property
+    def nrt_ptr(self) -> int:
+        """The tensor's device address (``NrtTensor.va``)."""
+        return self.tensor_ref.va
+
+    @property
+    def device(self) -> int:
+        """The core the tensor lives on."""
+        return self.tensor_ref.core_id
+
+    @property
+    def size_bytes(self) -> int:
+        """The tensor's size in bytes."""
+        return self.tensor_ref.size
+
+    def read_to_bytes(self) -> bytes:
+        """The tensor's contents, copied to the host, as bytes."""
+        return self.numpy().tobytes()
