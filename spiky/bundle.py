@@ -98,6 +98,7 @@ class Bundle:
         self.core_id = core_id
         self._models: Dict[int, SpikeModel] = {}
         self._sets: Dict[int, List[_Buffers]] = {}
+        self._out_dims: Optional[List[Tuple[int, ...]]] = None
         self._turn = 0
         self.lock = threading.Lock()
 
@@ -133,6 +134,40 @@ class Bundle:
                     f"bundle {self.bundle_id}: input {i} ('{names[i]}') of the model of bucket "
                     f"{bucket} has shape {list(shape)}: dimension {d} is not of the bucket's "
                     f"size {bucket}")
+
+    def output_dims(self, bucket: int) -> List[Tuple[int, ...]]:
+        """Per output, the dimensions that carry the dynamic size: those with
+        each bucket's size in that bucket's model (two models compared). A
+        one-bucket bundle has nothing to compare: there it is the primary
+        input's dimension, where the output has the bucket's size (the
+        original's rule)."""
+        if self._out_dims is None:
+            m = self.model(bucket)
+            outs = list(m.output_tensors_info.values())
+            others = [b for b in self.buckets if b != bucket]
+            if not self.dynamic_specs:
+                dims: List[Tuple[int, ...]] = [() for _ in outs]
+            elif not others:
+                d = next(iter(self.dynamic_specs.values()))
+                dims = []
+                for meta in outs:
+                    n = len(meta.shape)
+                    dims.append((d % n,) if n and -n <= d < n and meta.shape[d] == bucket
+                                else ())
+            else:
+                o = others[0]
+                other = list(self.model(o).output_tensors_info.values())
+                dims = []
+                for k, (a, b) in enumerate(zip(outs, other)):
+                    if len(a.shape) != len(b.shape):
+                        raise ValueError(
+                            f"bundle {self.bundle_id}: output {k} has rank {len(a.shape)} in "
+                            f"the model of bucket {bucket} and {len(b.shape)} in that of "
+                            f"bucket {o}")
+                    dims.append(tuple(j for j, (x, y) in enumerate(zip(a.shape, b.shape))
+                                      if x == bucket and y == o))
+            self._out_dims = dims
+        return self._out_dims
 
     def select(self, actual_len: int) -> int:
         """The smallest bucket ``>= actual_len``, else the largest."""
@@ -194,10 +229,17 @@ class Bundle:
             d = self.dynamic_specs.get(i)
             if d is not None:
                 d %= len(shape)
-                if tuple(a.shape)[d] != actual:
+                want = shape[:d] + (actual,) + shape[d + 1:]
+                if tuple(a.shape) != want:
+                    if len(a.shape) == len(shape) and a.shape[d] != actual:
+                        raise ValueError(
+                            f"bundle {self.bundle_id}: input {i} ('{name}') has {a.shape[d]} "
+                            f"entries along its dynamic dimension {d}, but the call's actual "
+                            f"size is {actual}")
                     raise ValueError(
-                        f"bundle {self.bundle_id}: input {i} ('{name}') has {a.shape[d]} entries "
-                        f"along its dynamic dimension {d}, but the call's actual size is {actual}")
+                        f"bundle {self.bundle_id}: input {i} ('{name}') has shape "
+                        f"{list(a.shape)}, the model of bucket {bucket} takes {list(want)} "
+                        f"(dimension {d} at the call's actual size)")
             pad = d is not None and actual != bucket
             if isinstance(a, SpikeTensor):
                 if a.dtype != dtype:
@@ -239,6 +281,9 @@ class Bundle:
             unpad_outputs: bool, actual_len: int, save_trace: bool,
             ntff_name: str) -> List[Any]:
         t0 = time.perf_counter()
+        inputs = _as_inputs(inputs)
+        if next_inputs is not None:
+            next_inputs = _as_inputs(next_inputs)
         with self.lock:
             m = self.model(bucket)
             n_in = len(m.input_tensors_info)
@@ -273,7 +318,7 @@ class Bundle:
                 m(ins, outs, save_trace=save_trace,
                   ntff_name=(ntff_name or None) if save_trace else None)
             t2 = time.perf_counter()
-            if next_inputs:
+            if next_inputs:        # (a list: _as_inputs)
                 other = sets[k ^ 1]
                 other.wait()
                 nxt = self._actual(next_inputs, 0) if self.dynamic_specs else 0
@@ -286,8 +331,8 @@ class Bundle:
                     except ValueError as exc:    # raised again by the call that uses them
                         log.debug("bundle %d: next_inputs not prefetched: %s",
                                   self.bundle_id, exc)
-            results = self._results(m, ins, outs, bucket, actual, keep_outputs_on_device,
-                                    unpad_outputs)
+            results = self._results(m, inputs, ins, outs, bucket, actual,
+                                    keep_outputs_on_device, unpad_outputs)
         t3 = time.perf_counter()
         pad_ratio = bucket / actual if self.dynamic_specs and actual else 1.0
         record_execution(bucket if self.dynamic_specs else None, pad_ratio, (t3 - t0) * 1e3,
@@ -305,36 +350,71 @@ class Bundle:
                             if meta.alias_of is None}
         return bufs.outputs
 
-    def _results(self, m: SpikeModel, ins: Dict[str, SpikeTensor],
+    def _results(self, m: SpikeModel, given: Sequence[Any], ins: Dict[str, SpikeTensor],
                  outs: Dict[str, DeviceTensor], bucket: int, actual: int, keep: bool,
                  unpad: bool) -> List[Any]:
-        """Every output in the model's order (an aliased output as its updated
-        input), unpadded along the primary dimension where it has the bucket's
-        size, as NumPy arrays or device tensors."""
+        """Every output in the model's order, unpadded where it carries the
+        dynamic size (:meth:`output_dims`), as NumPy arrays or device tensors
+        the caller owns. An output aliasing an input is that input updated: the
+        caller's own device tensor, written back into when the kernel updated a
+        padded copy of it; a copy of the bundle's buffer for an array input."""
         rt = get_spike_singleton()
-        d = next(iter(self.dynamic_specs.values()), None)
+        names = list(m.input_tensors_info)
+        dims = self.output_dims(bucket) if actual != bucket else None
         results: List[Any] = []
-        for name, meta in m.output_tensors_info.items():
-            t = outs[name] if meta.alias_of is None else ins[meta.alias_of]
-            shape = tuple(meta.shape)
-            dim = None if d is None else d % len(shape) if shape else None
-            if unpad and dim is not None and actual != bucket and shape[dim] == bucket:
-                real = list(shape)
-                real[dim] = actual
-                geo = PadGeometry.of(real, dim, bucket, t.dtype.itemsize)
-                if keep:
-                    r = DeviceTensor.empty(real, t.dtype, name=name, core_id=self.core_id)
-                    copy_unpadded(rt, t.tensor_ref, 0, r.tensor_ref, 0, geo)
-                else:
-                    r = np.empty(real, t.dtype)
-                    read_unpadded(rt, t.tensor_ref, 0, r, geo)
-                results.append(r)
-            elif keep:
-                results.append(t if isinstance(t, DeviceTensor) else
-                               DeviceTensor(t.tensor_ref, t.shape, t.dtype, t.name))
-            else:
-                results.append(t.numpy())
+        for k, (name, meta) in enumerate(m.output_tensors_info.items()):
+            if meta.alias_of is None:
+                results.append(self._unpadded(rt, outs[name], dims[k] if dims and unpad else (),
+                                              actual, keep, fresh=True))
+                continue
+            i = names.index(meta.alias_of)
+            src, t = given[i], ins[meta.alias_of]
+            if isinstance(src, SpikeTensor):
+                if t is not src:      # the kernel updated a padded copy: its real rows back
+                    d = self.dynamic_specs[i] % len(t.shape)
+                    geo = PadGeometry.of(src.shape, d, bucket, t.dtype.itemsize)
+                    copy_unpadded(rt, t.tensor_ref, 0, src.tensor_ref, 0, geo)
+                results.append(src if keep else src.numpy())
+                continue
+            d = self.dynamic_specs.get(i)
+            pd = (d % len(t.shape),) if d is not None and actual != bucket and unpad else ()
+            results.append(self._unpadded(rt, t, pd, actual, keep, fresh=False))
         return results
+
+    def _unpadded(self, rt: Any, t: SpikeTensor, dims: Tuple[int, ...], actual: int,
+                  keep: bool, fresh: bool) -> Any:
+        """``t`` cut to ``actual`` along ``dims``: a device tensor (``t`` itself
+        when ``fresh``, else a copy) or a NumPy array."""
+        if not dims:
+            if not keep:
+                return t.numpy()
+            if fresh:
+                return t if isinstance(t, DeviceTensor) else \
+                    DeviceTensor(t.tensor_ref, t.shape, t.dtype, t.name)
+            r = DeviceTensor.empty(t.shape, t.dtype, name=t.name, core_id=self.core_id)
+            rt.tensor_copy(t.tensor_ref, 0, r.tensor_ref, 0, t.tensor_ref.size)
+            return r
+        real = [actual if j in dims else n for j, n in enumerate(t.shape)]
+        if len(dims) > 1:     # several padded dimensions: cut on the host
+            cut = np.ascontiguousarray(t.numpy()[tuple(slice(0, n) for n in real)])
+            return DeviceTensor.from_numpy(cut, name=t.name, core_id=self.core_id) if keep \
+                else cut
+        geo = PadGeometry.of(real, dims[0], t.shape[dims[0]], t.dtype.itemsize)
+        if keep:
+            r = DeviceTensor.empty(real, t.dtype, name=t.name, core_id=self.core_id)
+            copy_unpadded(rt, t.tensor_ref, 0, r.tensor_ref, 0, geo)
+            return r
+        r = np.empty(real, t.dtype)
+        read_unpadded(rt, t.tensor_ref, 0, r, geo)
+        return r
+
+
+def _as_inputs(inputs: Sequence[Any]) -> List[Any]:
+    """The call's inputs: device tensors as they are, anything else as an array."""
+    if isinstance(inputs, (np.ndarray, SpikeTensor)):
+        raise TypeError(f"inputs must be a sequence of arrays or device tensors (one per "
+                        f"model input), not a single {type(inputs).__name__}")
+    return [a if isinstance(a, SpikeTensor) else np.asarray(a) for a in inputs]
 
 
 def _host_pad(arr: np.ndarray, dim: int, shape: Sequence[int]) -> np.ndarray:

@@ -130,7 +130,8 @@ class NKIPyCallable:
             if n < s.min_size or (s.max_size is not None and n > s.max_size
                                   and not self.config.jit_enabled):
                 raise ValueError(f"{s}: size {n} is outside [{s.min_size}, {s.max_size}]")
-            torch._dynamo.maybe_mark_dynamic(args[s.arg_idx], s.dim_idx)
+            # Dynamo reads only non-negative indices (a -1 would be ignored)
+            torch._dynamo.maybe_mark_dynamic(args[s.arg_idx], s.dim_idx % args[s.arg_idx].dim())
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self._compiled is None:
@@ -147,8 +148,10 @@ class NKIPyCallable:
         flush()
 
     def close(self) -> None:
-        """Waits for pending work and drops the compiled function (the next
-        call compiles again, from the kernel cache)."""
+        """Waits for pending work and drops this callable's compiled function
+        (the next call compiles again, from the kernel cache). Dynamo's own
+        cache entries, kept per code object and shared with other compiled
+        callers of the same code, stay until ``torch._dynamo.reset()``."""
         self.flush()
         self._compiled = None
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -222,6 +223,97 @@ def test_bundle_errors_name_the_problem(neffs, tmp_path):
         spiky.unregister_bundle(bad)
 
 
+def _bundle_of(tmp_path, fn, make_args, buckets, specs):
+    neffs = {}
+    for b in buckets:
+        g = trace(fn, *make_args(b), name=f"{fn.__name__}{b}")
+        neffs[b] = compile_to_neff(g, str(tmp_path), neff_name=f"{fn.__name__}{b}.neff")
+    return spiky.register_bundle(neffs, specs)
+
+
+def test_outputs_are_unpadded_where_they_carry_the_dynamic_size(tmp_path):
+    """Which output dimensions are dynamic comes from comparing two buckets'
+    models, not from a size that happens to equal the bucket: a static (8, 8)
+    output in bucket 8, a transposed output, a static dimension equal to the
+    bucket, and a (b, b) output padded in both dimensions."""
+    rng = np.random.default_rng(3)
+
+    def g(x, w):
+        return w + 1.0, x.T * 2.0, w.sum(axis=1), x @ x.T
+
+    bid = _bundle_of(tmp_path, g, lambda b: [np.zeros((b, 8), np.float32),
+                                             np.zeros((8, 8), np.float32)], (4, 8), {0: 0})
+    try:
+        x = rng.standard_normal((5, 8)).astype(np.float32)
+        w = rng.standard_normal((8, 8)).astype(np.float32)
+        want = g(x, w)
+        for keep in (False, True):
+            got = _np(spiky.execute_bundle(bid, 8, [x, w], keep_outputs_on_device=keep))
+            assert [o.shape for o in got] == [(8, 8), (8, 5), (8,), (5, 5)]
+            for o, ref in zip(got, want):
+                np.testing.assert_allclose(o, ref, rtol=1e-5, atol=1e-5)
+        assert spiky.get_bundle(bid).output_dims(8) == [(), (1,), (), (0, 1)]
+    finally:
+        spiky.unregister_bundle(bid)
+
+
+def test_in_place_kernels_update_their_inputs(tmp_path):
+    """An output aliasing an input: a DeviceTensor input is updated itself (also
+    when the kernel ran on a padded copy of it); for an array input each call
+    returns its own copy, which later calls do not overwrite."""
+
+    def acc_add(x, acc):
+        acc[...] = acc + x
+        return x * 2.0, acc
+
+    bid = _bundle_of(tmp_path, acc_add, lambda b: [np.zeros((b, 4), np.float32),
+                                                   np.zeros((b, 4), np.float32)],
+                     (4, 8), {0: 0, 1: 0})
+    try:
+        for n in (4, 3):                                  # unpadded, then padded
+            acc = DeviceTensor.from_numpy(np.full((n, 4), 10, np.float32))
+            out = spiky.execute_bundle(bid, 4, [np.ones((n, 4), np.float32), acc])
+            assert out[1] is acc and np.array_equal(acc.numpy(), np.full((n, 4), 11, np.float32))
+            np.testing.assert_array_equal(out[0].numpy(), np.full((n, 4), 2, np.float32))
+        for api in (spiky.execute_bundle, spiky.execute_pipelined):
+            r = [api(bid, 4, [np.full((4, 4), i, np.float32), np.full((4, 4), 10 * i, np.float32)])
+                 for i in (1, 2, 3)]
+            spiky.flush_pipeline(bid)
+            assert [float(x[1].numpy()[0, 0]) for x in r] == [11.0, 22.0, 33.0]
+    finally:
+        spiky.unregister_bundle(bid)
+
+
+def test_padded_inputs_of_the_wrong_shape_are_refused(bundle):
+    """Only the dynamic dimension may differ from the model's shape; the other
+    dimensions of a padded input are checked too (they were not, and the kernel
+    read zeros and the previous call's bytes)."""
+    w = np.ones((32, 16), np.float32)
+    for x in (np.ones((3, 16), np.float32), np.ones(3, np.float32),
+              DeviceTensor.from_numpy(np.ones((3, 16), np.float32))):
+        shape = list(x.shape)
+        with pytest.raises(ValueError, match=re.escape(
+                f"input 0 ('x') has shape {shape}, the model of bucket 4 takes [3, 32] "
+                f"(dimension 0 at the call's actual size)")):
+            spiky.execute_bundle(bundle, 4, [x, w])
+
+
+def test_inputs_may_be_any_array_like(bundle):
+    """A tuple of inputs, a nested list as an input: converted as NumPy does
+    (a list of Python floats is float64, which a float32 model refuses by
+    name, never converting silently)."""
+    x = np.ones((3, 32), np.float32)
+    w = np.ones((32, 16), np.float32)
+    _check(spiky.execute_bundle(bundle, 4, (x, w)), x, w)
+    with pytest.raises(ValueError, match=r"input 1 \('w'\) is float64, the model takes "
+                                         r"float32"):
+        spiky.execute_bundle(bundle, 4, [x, w.tolist()])
+    with pytest.raises(TypeError, match="inputs must be a sequence of arrays or device tensors "
+                                        r"\(one per model input\), not a single ndarray"):
+        spiky.execute_pipelined(bundle, 4, [np.ones((3, 32), np.float32), np.ones((32, 16),
+                                np.float32)], next_inputs=np.ones((3, 32), np.float32))
+
+
 # ---- the doors over the backend's engine -----------------------------------------------
 
 def test_dynamic_spec_checks_and_bundle_form():
@@ -275,6 +367,17 @@ def test_nkipy_callable_runs_buckets_through_the_backend(backend):
     s = spiky.get_stats()
     assert s.total_compile_count == 3 and set(s.bucket_hits) == {4, 8, 16}
     c.close()
+
+
+def test_a_negative_dynamic_dimension_is_bucketed_from_the_first_call(backend):
+    """DynamicSpec(0, -1): Dynamo only reads non-negative indices, so -1 is
+    marked as the dimension it names (it had compiled the first call's exact
+    shape, then buckets)."""
+    c = NKIPyCallable(lambda a: a * 2, CallableConfig(buckets=(4, 8),
+                                                     dynamic_specs=(DynamicSpec(0, -1),)))
+    for n in (3, 6, 8):
+        torch.testing.assert_close(c(torch.ones(2, n)), torch.full((2, n), 2.0))
+    assert spiky.get_stats().bucket_hits == {4: 1, 8: 2}
 
 
 def test_nkipy_callable_checks_its_dynamic_inputs(backend):
