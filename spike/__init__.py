@@ -31,6 +31,7 @@ from ._spike import (  # noqa: E402  (after the environment set-up above)
 )
 from ._types import BenchmarkResult  # noqa: E402
 from .spike_model import SpikeModel  # noqa: E402
+from .spike_profiler import SpikeProfiler  # noqa: E402
 from .spike_async import SpikeAsync, SpikeAsyncFuture, SpikeAsyncTask, SpikeStream  # noqa: E402
 from .spike_singleton import configure, get_spike_singleton, reset  # noqa: E402
 from .spike_tensor import SpikeTensor  # noqa: E402
@@ -38,6 +39,7 @@ from .spike_tensor import SpikeTensor  # noqa: E402
 __all__ = [
     "SpikeModel",
     "SpikeTensor",
+    "SpikeProfiler",
     "SpikeAsync",
     "SpikeAsyncFuture",
     "SpikeAsyncTask",

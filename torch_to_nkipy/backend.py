@@ -27,7 +27,7 @@ from .config import is_nkipy_backend_initialized, require_nkipy_backend_config
 from .dynamic import dynamic_signature
 from .executor import PadCall, run_sliced
 from .kernel import DEFAULT_OPTIONS
-from .options import ExecOptions, resolve_options
+from .options import ExecOptions, resolve_options, validate_options
 from .random import seed_random_ops, with_seeds
 from .lowering import is_supported_node
 from .lowering import target_name
@@ -367,6 +367,40 @@ def _split_on_markers(gm: torch.fx.GraphModule, role: str,
     """One partition per region ending at a ``mark_subgraph_identity``; each
     compiled separately (identical regions generate identical source and share
     one kernel)."""
+    return _split_and_wrap(gm, lambda sub, name: _CompiledSubmodule(
+        sub, f"{role}.{name}", opts, allow_partition=True))
+
+
+def gm_split_and_wrap(gm: torch.fx.GraphModule,
+                      wrapper: Optional[Callable[[torch.fx.GraphModule, Any], Any]] = None,
+                      options: Optional[Dict[str, Any]] = None) -> torch.fx.GraphModule:
+    """``gm`` cut after each ``mark_subgraph_identity`` into partitions, each
+    wrapped (the original's name; the backend does this itself for graphs with
+    markers).
+
+    Args:
+        gm: an ATen-level FX graph (what the backend's compilers receive).
+        wrapper: called as ``wrapper(partition, options)`` for each partition,
+            returning the callable (a module) that runs it; None compiles each
+            with the nkipy backend (identical partitions share one kernel).
+        options: the ``torch.compile(backend="nkipy", options=...)`` dict.
+
+    Returns:
+        A GraphModule calling the wrapped partitions in order.
+    """
+    opts_dict = validate_options(options)
+    if wrapper is None:
+        opts = resolve_options(opts_dict, require_nkipy_backend_config())
+        return _split_and_wrap(gm, lambda sub, name: _CompiledSubmodule(
+            sub, f"forward.{name}", opts, allow_partition=True))
+    if not callable(wrapper):
+        raise TypeError(f"wrapper must be callable (partition, options) -> module, not "
+                        f"{type(wrapper).__name__}")
+    return _split_and_wrap(gm, lambda sub, name: wrapper(sub, opts_dict))
+
+
+def _split_and_wrap(gm: torch.fx.GraphModule,
+                    wrap: Callable[[torch.fx.GraphModule, str], Any]) -> torch.fx.GraphModule:
     from torch.fx.passes.split_module import split_module
 
     part = [0]
@@ -380,8 +414,7 @@ def _split_on_markers(gm: torch.fx.GraphModule, role: str,
     split = split_module(gm, None, lambda n: assignment[n], keep_original_order=True)
     for name, sub in list(split.named_children()):
         if name.startswith("submod_") and isinstance(sub, torch.fx.GraphModule):
-            setattr(split, name, _CompiledSubmodule(sub, f"{role}.{name}", opts,
-                                                    allow_partition=True))
+            setattr(split, name, wrap(sub, name))
     split.recompile()
     return split
 

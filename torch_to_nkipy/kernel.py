@@ -89,6 +89,16 @@ def _exec_source(source: str, path: str, name: str) -> Any:
     return getattr(mod, name)
 
 
+def save_string_to_file(content: str, path: str) -> str:
+    """Writes ``content`` to ``path`` (the original's helper for generated
+    sources): atomically, readable by the current user only, never through a
+    symbolic link; returns the path. :func:`load_func_from_file` reads such a
+    file back."""
+    if not isinstance(content, str):
+        raise TypeError(f"save_string_to_file writes a str, not {type(content).__name__}")
+    return write_private(os.fspath(path), content)
+
+
 def load_func_from_file(path: str, name: str = "nkipy_func") -> Any:
     """Runs a generated source file and returns ``name`` (``nkipy_func``) from it.
 

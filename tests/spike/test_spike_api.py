@@ -18,7 +18,7 @@ def test_all_exports():
         "NrtIndexError",
         "SpikeError", "SpikeRuntimeError", "SystemTraceSession", "BenchmarkResult",
         "ModelTensorInfo", "NrtModel", "NrtTensor", "TensorMetadata", "ExecutionEvent",
-        "SpikeAsync", "SpikeAsyncFuture", "SpikeAsyncTask", "SpikeStream"}
+        "SpikeAsync", "SpikeAsyncFuture", "SpikeAsyncTask", "SpikeStream", "SpikeProfiler"}
     for name in spike.__all__:
         assert getattr(spike, name) is not None
     import spike._spike as low
