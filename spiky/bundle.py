@@ -34,6 +34,7 @@ from spike import SpikeModel, SpikeTensor, get_spike_singleton
 from spike._dtypes import to_numpy_dtype
 
 from .buckets import check_buckets
+from .buffers import BufferSet
 from .padding import PadGeometry, copy_padded, copy_unpadded, read_unpadded, write_padded
 from .stats import record_execution
 
@@ -48,30 +49,6 @@ _device = [0]
 def set_device(core_id: int) -> None:
     """The core that bundles registered from now on load their models on."""
     _device[0] = int(core_id)
-
-
-class _Buffers:
-    """One set of device buffers for a bucket's inputs (reused every call) and,
-    for outputs read back to the host, its outputs; the execution that last
-    used it, and what a prefetch wrote into it."""
-
-    def __init__(self) -> None:
-        self.inputs: Dict[str, DeviceTensor] = {}
-        self.outputs: Optional[Dict[str, DeviceTensor]] = None
-        self.event: Any = None
-        self.prefetched: Optional[Tuple[int, int]] = None   # (bucket, actual)
-
-    def buffer(self, name: str, shape: Tuple[int, ...], dtype: Any, core: int) -> DeviceTensor:
-        buf = self.inputs.get(name)
-        if buf is None or buf.shape != shape or buf.dtype != dtype:
-            buf = DeviceTensor.empty(shape, dtype, name=name, core_id=core)
-            self.inputs[name] = buf
-        return buf
-
-    def wait(self) -> None:
-        ev, self.event = self.event, None
-        if ev is not None:
-            ev.wait()
 
 
 class Bundle:
@@ -97,7 +74,7 @@ class Bundle:
         self.cc_enabled, self.rank_id, self.world_size = cc_enabled, rank_id, world_size
         self.core_id = core_id
         self._models: Dict[int, SpikeModel] = {}
-        self._sets: Dict[int, List[_Buffers]] = {}
+        self._sets: Dict[int, List[BufferSet]] = {}
         self._out_dims: Optional[List[Tuple[int, ...]]] = None
         self._turn = 0
         self.lock = threading.Lock()
@@ -212,7 +189,7 @@ class Bundle:
         return int(inputs[i].shape[d])
 
     def _write_inputs(self, m: SpikeModel, bucket: int, actual: int, inputs: Sequence[Any],
-                      bufs: _Buffers, pad_on_device: bool,
+                      bufs: BufferSet, pad_on_device: bool,
                       only_changes: bool) -> Dict[str, SpikeTensor]:
         """The call's device inputs by name: arrays written into ``bufs`` (padded
         to the bucket along their dynamic dimension), device tensors passed
@@ -261,7 +238,7 @@ class Bundle:
                 raise ValueError(f"bundle {self.bundle_id}: input {i} ('{name}') is "
                                  f"{arr.dtype.name}, the model takes {dtype.name}")
             arr = np.ascontiguousarray(arr)
-            buf = bufs.buffer(name, shape, dtype, self.core_id)
+            buf = bufs.buffer(name, shape, dtype)
             if not pad:
                 if arr.shape != shape:
                     raise ValueError(f"bundle {self.bundle_id}: input {i} ('{name}') has shape "
@@ -296,7 +273,8 @@ class Bundle:
                 raise ValueError(f"bundle {self.bundle_id}: actual size {actual} exceeds the "
                                  f"bucket {bucket} (select_bucket({self.bundle_id}, {actual}) "
                                  f"gives {self.select(actual)})")
-            sets = self._sets.setdefault(bucket, [_Buffers(), _Buffers()])
+            sets = self._sets.setdefault(bucket, [BufferSet(self.core_id),
+                                                  BufferSet(self.core_id)])
             asynchronous = pipelined and keep_outputs_on_device and not save_trace
             # the set a prefetch filled for exactly this call, else the next in turn
             hit = [k for k, s in enumerate(sets) if s.prefetched == (bucket, actual)]
@@ -339,7 +317,7 @@ class Bundle:
                          (t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2) * 1e3)
         return results
 
-    def _outputs(self, m: SpikeModel, bufs: _Buffers, keep: bool) -> Dict[str, DeviceTensor]:
+    def _outputs(self, m: SpikeModel, bufs: BufferSet, keep: bool) -> Dict[str, DeviceTensor]:
         if keep:    # handed to the caller: fresh every call
             return {n: DeviceTensor.empty(meta.shape, meta.dtype, name=n, core_id=self.core_id)
                     for n, meta in m.output_tensors_info.items() if meta.alias_of is None}

@@ -20,6 +20,7 @@ from nkipy.runtime import DeviceTensor
 from spike._dtypes import to_numpy_dtype
 from spike_torch._C import kernel_calls
 from spike_torch.dtypes import TORCH_DTYPES
+from spiky.buffers import BufferSet
 from spiky.padding import (PadGeometry, PaddingMetadata, attach_metadata, copy_padded,
                            copy_unpadded, get_metadata, read_unpadded, write_padded)
 from spiky.profiling import now_ns
@@ -45,30 +46,6 @@ class PadCall:
     symint_outputs: Dict[int, int]
 
 
-class _BufferSet:
-    """Device buffers for a kernel called with CPU tensors: inputs are written
-    into the same device tensors every call (no allocation per call). With
-    pipelining, two sets alternate and each remembers the execution using it."""
-
-    def __init__(self, core_id: int) -> None:
-        self.core_id = core_id
-        self.inputs: Dict[str, DeviceTensor] = {}
-        self.outputs: Optional[Dict[str, DeviceTensor]] = None
-        self.event: Any = None
-
-    def buffer(self, name: str, shape: Tuple[int, ...], dtype: Any) -> DeviceTensor:
-        buf = self.inputs.get(name)
-        if buf is None or buf.shape != tuple(shape) or buf.dtype != dtype:
-            buf = DeviceTensor.from_numpy(np.empty(shape, dtype), name=name, core_id=self.core_id)
-            self.inputs[name] = buf
-        return buf
-
-    def wait(self) -> None:
-        ev, self.event = self.event, None
-        if ev is not None:
-            ev.wait()
-
-
 class Executor:
     """Runs one kernel on torch tensors: inputs in (copied, padded or passed
     through), the kernel, outputs out (read back, unpadded, or left on the
@@ -88,7 +65,7 @@ class Executor:
     def __init__(self, kernel: "NKIPyKernel") -> None:
         self.k = kernel
         self.core = kernel.device_kernel.core_id
-        self.sets = [_BufferSet(self.core), _BufferSet(self.core)]
+        self.sets = [BufferSet(self.core), BufferSet(self.core)]
         self.turn = 0
         self.lock = threading.Lock()
         dk = kernel.device_kernel
@@ -109,7 +86,7 @@ class Executor:
     # -- inputs --------------------------------------------------------------
 
     def _input(self, p: str, a: torch.Tensor, pd: Any, pad: Optional[PadCall],
-               opts: ExecOptions, bufs: _BufferSet) -> Tuple[DeviceTensor, Any]:
+               opts: ExecOptions, bufs: BufferSet) -> Tuple[DeviceTensor, Any]:
         """The device tensor for parameter ``p`` and, when padded, its geometry."""
         if pd is not None and opts.input_layout == "padded":
             meta = get_metadata(a)
