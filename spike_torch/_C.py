@@ -127,6 +127,13 @@ _eager_module.restype = ctypes.py_object
 #: ``eager_stats``; see spike_torch/csrc/eager.cpp).
 eager_cache = _eager_module()
 
+_memory_module = ctypes.PyDLL(LIBRARY_PATH).spike_torch_memory_py_module
+_memory_module.argtypes = []
+_memory_module.restype = ctypes.py_object
+#: The caching allocator's memory history and snapshots (``record_history``,
+#: ``snapshot``; see spike_torch/csrc/memory_snapshot.cpp).
+memory_history = _memory_module()
+
 def set_personality(name: str, tiled: bool) -> None:
     """Gives the device library its personality (once per process): the device's
     name and its storage, strided (nkipy) or 128-byte stick tiles (spyre).

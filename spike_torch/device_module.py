@@ -4,7 +4,7 @@ from __future__ import annotations
 import functools
 import logging
 import sys
-from typing import Any, Callable, Dict, List, Optional, TypeVar, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar, Union
 
 import torch
 
@@ -302,6 +302,126 @@ def reset_peak_memory_stats(dev: DeviceLike = None) -> None:
 
 def reset_accumulated_memory_stats(dev: DeviceLike = None) -> None:
     _C.lib.spike_torch_reset_accumulated(_check_index(_device_index(dev)))
+
+
+def mem_get_info(dev: DeviceLike = None) -> Tuple[int, int]:
+    """``(free, total)`` bytes of a device's memory, as ``torch.cuda.mem_get_info``:
+    the runtime's capacity and what no allocation of any user holds."""
+    return torch.accelerator.get_memory_info(_check_index(_device_index(dev)))
+
+
+_HISTORY_ENABLED = (None, "state", "all")
+_HISTORY_CONTEXT = (None, "state", "alloc", "all")
+_HISTORY_STACKS = ("python", "all")
+
+
+def _record_memory_history(enabled: Optional[str] = "all", context: Optional[str] = "all",
+                           stacks: str = "all", max_entries: int = sys.maxsize,
+                           device: DeviceLike = None) -> None:
+    """Starts (or, with ``enabled=None``, stops) recording the caching
+    allocator's history, as ``torch.cuda.memory._record_memory_history``.
+
+    Args:
+        enabled: ``"all"``: a trace of every allocation, free and segment
+            (device) allocation, for :func:`_snapshot`'s ``device_traces``
+            (started afresh); ``"state"``: only the stack of each live block;
+            None: record nothing from now on (what was recorded stays).
+        context: whose stacks are kept: ``"alloc"`` or ``"state"``: of
+            allocations; ``"all"``: of frees too; None: none.
+        stacks: ``"python"`` frames, or ``"all"``: C++ frames too.
+        max_entries: the trace keeps the newest this many events per device.
+        device: accepted for torch.cuda's signature: every device records.
+    """
+    if enabled not in _HISTORY_ENABLED:
+        raise ValueError(f"enabled must be one of {_HISTORY_ENABLED}, not {enabled!r}")
+    if context not in _HISTORY_CONTEXT:
+        raise ValueError(f"context must be one of {_HISTORY_CONTEXT}, not {context!r}")
+    if stacks not in _HISTORY_STACKS:
+        raise ValueError(f"stacks must be one of {_HISTORY_STACKS}, not {stacks!r}")
+    if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
+        raise ValueError(f"max_entries must be an int >= 1, not {max_entries!r}")
+    if device is not None:
+        _check_index(_device_index(device))
+    on = enabled is not None
+    _C.memory_history.record_history(enabled == "all", on and context is not None,
+                                     on and context == "all", stacks == "all",
+                                     min(max_entries, 2**63 - 1))
+
+
+def _snapshot(dev: DeviceLike = None) -> Dict[str, Any]:
+    """The allocator's state in torch.cuda's snapshot format: ``segments`` (each
+    with its ``blocks``, their states and allocation stacks) and
+    ``device_traces`` (the events recorded since ``_record_memory_history``);
+    PyTorch's memory visualizer (https://pytorch.org/memory_viz) and
+    ``torch.cuda._memory_viz`` read it."""
+    snap = _C.memory_history.snapshot()
+    snap["device_traces"] = snap["device_traces"][:max(device_count(), 1)]
+    snap["allocator_settings"] = {"expandable_segments": False,
+                                  "max_split_size": -1, "garbage_collection_threshold": 0.0}
+    return snap
+
+
+def memory_snapshot(dev: DeviceLike = None) -> List[Dict[str, Any]]:
+    """Every segment of the caching allocator with its blocks (all devices), as
+    ``torch.cuda.memory_snapshot``."""
+    return _snapshot()["segments"]
+
+
+def _dump_snapshot(filename: str = "dump_snapshot.pickle") -> None:
+    """Writes :func:`_snapshot` as a pickle (for https://pytorch.org/memory_viz
+    or ``python -m torch.cuda._memory_viz trace_plot FILE``); the file is
+    created private and never through a symbolic link."""
+    import pickle
+
+    from spike.safe_files import write_private
+
+    write_private(filename, pickle.dumps(_snapshot()))
+
+
+def memory_summary(dev: DeviceLike = None, abbreviated: bool = False) -> str:
+    """A table of the caching allocator's statistics for a device, in the shape
+    of ``torch.cuda.memory_summary``: current, peak, allocated and freed amounts
+    of allocated, active, requested and reserved memory, allocations, active
+    allocations, segments and non-releasable (split) blocks; then the counts of
+    runtime allocations, frees and out-of-memory retries."""
+    index = _check_index(_device_index(dev))
+    st = memory_stats(index)
+
+    def size(n: int) -> str:
+        if abs(n) < 1024:
+            return f"{n} B"
+        v = float(n)
+        for unit in ("KiB", "MiB", "GiB", "TiB"):
+            v /= 1024
+            if abs(v) < 1024 or unit == "TiB":
+                break
+        return f"{v:.1f} {unit}"
+
+    rows = [("Allocated memory", "allocated_bytes", size),
+            ("Active memory", "active_bytes", size),
+            ("Requested memory", "requested_bytes", size),
+            ("Reserved memory", "reserved_bytes", size),
+            ("Allocations", "allocation", str), ("Active allocs", "active", str),
+            ("Device reserved segments", "segment", str)]
+    line = "=" * 75
+    out = [line, f" nkipy memory summary, device ID {index:<3d} | "
+           f"{get_device_name(index)}", "-" * 75,
+           f" {'Metric':<25}| {'Cur Usage':>10} | {'Peak Usage':>10} | "
+           f"{'Tot Alloc':>10} | {'Tot Freed':>10}", "-" * 75]
+    for label, key, fmt in rows:
+        vals = [fmt(st[f"{key}.all.{k}"]) for k in ("current", "peak", "allocated", "freed")]
+        out.append(f" {label:<25}| {vals[0]:>10} | {vals[1]:>10} | {vals[2]:>10} | "
+                   f"{vals[3]:>10}")
+    if not abbreviated:
+        out += ["-" * 75,
+                f" {'Non-releasable memory':<25}| {size(st['inactive_split_bytes.all.current']):>10}",
+                f" {'Non-releasable allocs':<25}| {st['inactive_split.all.current']:>10}",
+                f" {'Runtime allocations':<25}| {st['num_device_alloc']:>10}",
+                f" {'Runtime frees':<25}| {st['num_device_free']:>10}",
+                f" {'Allocation retries':<25}| {st['num_alloc_retries']:>10}",
+                f" {'Out-of-memory errors':<25}| {st['num_ooms']:>10}"]
+    out.append(line)
+    return "\n".join(out) + "\n"
 
 
 def get_device_name(dev: DeviceLike = None) -> str:

@@ -7,10 +7,13 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/util/Exception.h>
+#include <torch/csrc/profiler/combined_traceback.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <iterator>
 #include <mutex>
 #include <set>
@@ -36,6 +39,12 @@ struct BlockLess {
   bool operator()(const Block* a, const Block* b) const {
     if (a->size != b->size) return a->size < b->size;
     return reinterpret_cast<uintptr_t>(a->ptr) < reinterpret_cast<uintptr_t>(b->ptr);
+  }
+};
+
+struct SegmentLess {
+  bool operator()(const Segment* a, const Segment* b) const {
+    return reinterpret_cast<uintptr_t>(a->base) < reinterpret_cast<uintptr_t>(b->base);
   }
 };
 
@@ -122,7 +131,7 @@ class NkipyAllocator final : public c10::DeviceAllocator {
     c10::DeviceIndex dev = t_current_device;
     c10::Device device(kNkipy, dev);
     if (n == 0) return c10::DataPtr(nullptr, nullptr, &block_deleter, device);
-    Block* b = malloc_block(dev, n);
+    Block* b = malloc_block(dev, n, stacks_ ? gather_frames() : nullptr);
     return c10::DataPtr(b->ptr, b, &block_deleter, device);
   }
 
@@ -131,13 +140,22 @@ class NkipyAllocator final : public c10::DeviceAllocator {
   void copy_data(void* dest, const void* src, std::size_t count) const override;
 
   void free_block(Block* b) {
+    // (frames are gathered before the lock: gathering may take the GIL)
+    std::shared_ptr<torch::CapturedTraceback> frames = free_stacks_ ? gather_frames() : nullptr;
     std::lock_guard<std::mutex> lock(mu_);
     Segment* seg = b->seg;
     b->layout.reset();
+    b->frames.reset();
     if (seg->generation != generation_) {  // runtime closed since: memory already gone
       b->allocated = false;
       maybe_delete_stale(seg);
       return;
+    }
+    if (trace_on_) {
+      auto addr = reinterpret_cast<uint64_t>(b->ptr);
+      auto size = static_cast<int64_t>(b->size);
+      trace_locked(seg->device, "free_requested", addr, size, frames);
+      trace_locked(seg->device, "free_completed", addr, size, frames);  // one queue: at once
     }
     DeviceStats& s = stats_[seg->device];
     s.allocated_bytes.sub(b->size);
@@ -310,6 +328,36 @@ class NkipyAllocator final : public c10::DeviceAllocator {
     s.allocation_count = s.reuse_count = s.cache_hit_count = s.cache_miss_count = 0;
   }
 
+  void record_history(bool trace, bool stacks, bool free_stacks, bool cpp, size_t max_entries) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (trace && !trace_on_)
+      for (auto& t : trace_) t.clear();
+    trace_on_ = trace;
+    stacks_ = stacks;
+    free_stacks_ = stacks && free_stacks;
+    cpp_stacks_ = cpp;
+    max_entries_ = std::max<size_t>(1, max_entries);
+    for (auto& t : trace_)
+      while (t.size() > max_entries_) t.pop_front();
+  }
+
+  void snapshot(std::vector<SegmentSnapshot>* segments,
+                std::vector<std::vector<MemoryTraceEntry>>* traces) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (g_api) sync_generation_locked();
+    for (int d = 0; d < kMaxDevices; d++) {
+      for (Segment* seg : segments_[d]) {
+        SegmentSnapshot ss{d, reinterpret_cast<uint64_t>(seg->base),
+                           static_cast<int64_t>(seg->size), seg->small, seg->frames, {}};
+        for (Block* b = seg->first; b; b = b->next)
+          ss.blocks.push_back({reinterpret_cast<uint64_t>(b->ptr), static_cast<int64_t>(b->size),
+                               static_cast<int64_t>(b->requested), b->allocated, b->frames});
+        segments->push_back(std::move(ss));
+      }
+      traces->emplace_back(trace_[d].begin(), trace_[d].end());
+    }
+  }
+
   // Forgets all state of a closed runtime (called by spike_torch.reset()).
   void drop_runtime() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -322,6 +370,20 @@ class NkipyAllocator final : public c10::DeviceAllocator {
   }
 
  private:
+  std::shared_ptr<torch::CapturedTraceback> gather_frames() const {
+    return torch::CapturedTraceback::gather(/*python=*/true, /*script=*/false, cpp_stacks_);
+  }
+
+  void trace_locked(int device, const char* action, uint64_t addr, int64_t size,
+                    std::shared_ptr<torch::CapturedTraceback> frames, int64_t device_free = 0) {
+    auto& t = trace_[device];
+    if (t.size() >= max_entries_) t.pop_front();
+    int64_t now = std::chrono::duration_cast<std::chrono::microseconds>(
+                      std::chrono::system_clock::now().time_since_epoch())
+                      .count();
+    t.push_back({action, addr, size, now, device_free, std::move(frames)});
+  }
+
   std::set<Block*, BlockLess>& pool_for(Segment* seg) {
     return seg->small ? small_[seg->device] : large_[seg->device];
   }
@@ -341,6 +403,7 @@ class NkipyAllocator final : public c10::DeviceAllocator {
           for (Block* b : blocks) maybe_delete_stale(b->seg);
         }
         stats_[d] = DeviceStats();
+        segments_[d].clear();
       }
     }
     generation_ = live;
@@ -377,6 +440,10 @@ class NkipyAllocator final : public c10::DeviceAllocator {
   void release_segment_locked(Block* b) {
     Segment* seg = b->seg;
     pool_for(seg).erase(b);
+    segments_[seg->device].erase(seg);
+    if (trace_on_)
+      trace_locked(seg->device, "segment_free", reinterpret_cast<uint64_t>(seg->base),
+                   static_cast<int64_t>(seg->size), nullptr);
     api().tensor_release(seg->generation, seg->tensor);
     DeviceStats& s = stats_[seg->device];
     s.reserved_bytes.sub(seg->size);
@@ -394,7 +461,8 @@ class NkipyAllocator final : public c10::DeviceAllocator {
     return (size + kLargeRound - 1) / kLargeRound * kLargeRound;
   }
 
-  Block* malloc_block(c10::DeviceIndex dev, size_t n) {
+  Block* malloc_block(c10::DeviceIndex dev, size_t n,
+                      std::shared_ptr<torch::CapturedTraceback> frames) {
     check_device_index(dev);
     TORCH_CHECK(dev < kMaxDevices, "nkipy supports at most ", kMaxDevices, " devices");
     nkrt_runtime_t* runtime = nullptr;
@@ -452,6 +520,9 @@ class NkipyAllocator final : public c10::DeviceAllocator {
           ms.struct_size = sizeof(ms);
           nkrt_status_t st2 = api().memory_stats(generation_, static_cast<uint32_t>(dev), &ms);
           if (st2) api().status_free(st2);
+          if (trace_on_)
+            trace_locked(dev, "oom", 0, static_cast<int64_t>(n), frames,
+                         static_cast<int64_t>(ms.largest_free_block));
           TORCH_CHECK_WITH(OutOfMemoryError, false, "nkipy out of memory: tried to allocate ",
                            n, " bytes (segment of ", seg_size, " bytes) on nkipy:",
                            static_cast<int>(dev), ". Device capacity ", ms.capacity_bytes,
@@ -467,6 +538,11 @@ class NkipyAllocator final : public c10::DeviceAllocator {
                                  generation_, static_cast<int>(dev), small, nullptr};
       b = new Block{seg, 0, seg_size, 0, seg->base, false, nullptr, nullptr};
       seg->first = b;
+      seg->frames = frames;
+      segments_[dev].insert(seg);
+      if (trace_on_)
+        trace_locked(dev, "segment_alloc", reinterpret_cast<uint64_t>(seg->base),
+                     static_cast<int64_t>(seg_size), frames);
       s.reserved_bytes.add(seg_size);
       s.segment.add(1);
       s.num_device_alloc++;
@@ -486,6 +562,10 @@ class NkipyAllocator final : public c10::DeviceAllocator {
     b->allocated = true;
     b->requested = n;
     b->layout.reset();
+    b->frames = frames;
+    if (trace_on_)
+      trace_locked(dev, "alloc", reinterpret_cast<uint64_t>(b->ptr), static_cast<int64_t>(b->size),
+                   std::move(frames));
     s.allocated_bytes.add(b->size);
     s.active_bytes.add(b->size);
     s.requested_bytes.add(n);
@@ -506,6 +586,15 @@ class NkipyAllocator final : public c10::DeviceAllocator {
   std::set<Block*, BlockLess> small_[kMaxDevices];
   std::set<Block*, BlockLess> large_[kMaxDevices];
   DeviceStats stats_[kMaxDevices];
+  // live segments, by base address (memory snapshots)
+  std::set<Segment*, SegmentLess> segments_[kMaxDevices];
+  // memory history (torch.nkipy._record_memory_history): read without the lock
+  // where a stale value only costs or skips one stack
+  std::atomic<bool> stacks_{false}, free_stacks_{false};
+  std::atomic<bool> cpp_stacks_{false};
+  bool trace_on_ = false;
+  size_t max_entries_ = SIZE_MAX;
+  std::deque<MemoryTraceEntry> trace_[kMaxDevices];
 };
 
 void NkipyAllocator::copy_data(void* dest, const void* src, std::size_t count) const {
@@ -528,6 +617,16 @@ void block_deleter(void* ctx) {
 }
 
 c10::Allocator* device_allocator() { return g_allocator; }
+
+void allocator_record_history(bool trace, bool stacks, bool free_stacks, bool cpp,
+                              size_t max_entries) {
+  g_allocator->record_history(trace, stacks, free_stacks, cpp, max_entries);
+}
+
+void allocator_snapshot(std::vector<SegmentSnapshot>* segments,
+                        std::vector<std::vector<MemoryTraceEntry>>* traces) {
+  g_allocator->snapshot(segments, traces);
+}
 
 REGISTER_ALLOCATOR(kNkipy, g_allocator);
 

@@ -20,6 +20,10 @@
 
 #include "spike_capi.h"
 
+namespace torch {
+struct CapturedTraceback;  // torch/csrc/profiler/combined_traceback.h
+}
+
 namespace spike_torch {
 
 constexpr c10::DeviceType kNkipy = c10::DeviceType::PrivateUse1;
@@ -118,6 +122,8 @@ struct Block {
   // tiled personality: how the tensor the block holds is laid out (reset on
   // every allocation and free)
   std::shared_ptr<const StickLayout> layout{};
+  // where it was allocated, while memory history is recorded
+  std::shared_ptr<torch::CapturedTraceback> frames{};
 };
 
 struct Segment {
@@ -128,7 +134,50 @@ struct Segment {
   int device;
   bool small;
   Block* first;
+  std::shared_ptr<torch::CapturedTraceback> frames{};  // the allocation that made it
 };
+
+// ---------------------------------------------------------------------------
+// Memory history and snapshots (allocator.cpp; memory_snapshot.cpp turns them
+// into torch.cuda's snapshot format for Python)
+// ---------------------------------------------------------------------------
+
+// One allocator event while history is recorded (torch.cuda's trace entry).
+struct MemoryTraceEntry {
+  const char* action;  // alloc, free_requested, free_completed, segment_alloc, segment_free, oom
+  uint64_t addr;
+  int64_t size;
+  int64_t time_us;
+  int64_t device_free;  // oom only: the device's largest free block
+  std::shared_ptr<torch::CapturedTraceback> frames;
+};
+
+struct BlockSnapshot {
+  uint64_t addr;
+  int64_t size, requested;
+  bool allocated;
+  std::shared_ptr<torch::CapturedTraceback> frames;
+};
+
+struct SegmentSnapshot {
+  int device;
+  uint64_t addr;
+  int64_t size;
+  bool small;
+  std::shared_ptr<torch::CapturedTraceback> frames;
+  std::vector<BlockSnapshot> blocks;
+};
+
+// What the allocator records from now on: nothing (trace false, stacks
+// false), the stack of each live block (stacks), and/or a trace of events
+// (trace, at most max_entries per device, oldest dropped); stacks also of
+// frees (free_stacks); C++ frames too (cpp). Turning the trace on clears it.
+void allocator_record_history(bool trace, bool stacks, bool free_stacks, bool cpp,
+                              size_t max_entries);
+// Every live segment with its blocks (ascending address per device), and the
+// recorded trace of each device (kMaxDevices lists).
+void allocator_snapshot(std::vector<SegmentSnapshot>* segments,
+                        std::vector<std::vector<MemoryTraceEntry>>* traces);
 
 // The deleter of every DataPtr the allocator hands out (its context is the Block).
 void block_deleter(void* ctx);
