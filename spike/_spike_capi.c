@@ -191,6 +191,30 @@ static nkrt_status_t capi_tensor_memset(uint64_t generation, nkrt_tensor_t *tens
   return st;
 }
 
+static nkrt_status_t capi_trace_start(uint64_t generation, int32_t core,
+                                      nkrt_trace_session_t **out_session) {
+  nkrt_runtime_t *runtime = capi_enter(generation);
+  if (!runtime) return capi_closed_status();
+  nkrt_status_t st = nkrt_trace_start(runtime, core, out_session);
+  capi_leave();
+  return st;
+}
+
+static nkrt_status_t capi_trace_events(uint64_t generation, nkrt_trace_session_t *session,
+                                       int drain, nkrt_trace_event_t **out_events,
+                                       size_t *out_count) {
+  if (!capi_enter(generation)) return capi_closed_status();
+  nkrt_status_t st = nkrt_trace_events(session, drain != 0, out_events, out_count);
+  capi_leave();
+  return st;
+}
+
+static void capi_trace_destroy(uint64_t generation, nkrt_trace_session_t *session) {
+  if (!session || !capi_enter(generation)) return;
+  nkrt_trace_destroy(session);
+  capi_leave();
+}
+
 static nkrt_status_t capi_memory_stats(uint64_t generation, uint32_t core,
                                        nkrt_memory_stats_t *out_stats) {
   nkrt_runtime_t *runtime = capi_enter(generation);
@@ -280,6 +304,10 @@ static const spike_capi_t g_capi = {
     .host_addressable = capi_host_addressable,
     .model_run_at = capi_model_run_at,
     .raise_status = capi_raise_status,
+    .trace_start = capi_trace_start,
+    .trace_events = capi_trace_events,
+    .trace_destroy = capi_trace_destroy,
+    .free_memory = nkrt_free,
 };
 
 PyObject *spike_module_nkrt_capi(PyObject *module, PyObject *unused) {

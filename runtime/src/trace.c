@@ -12,15 +12,7 @@
 #include "runtime.h"
 #include "trace.h"
 
-typedef struct trace_event {
-  uint64_t tracking_id;
-  uint64_t timestamp_ns;
-  uint64_t bytes;
-  uint32_t kind;
-  uint32_t phase; /* 0 start, 1 stop */
-  uint32_t core;
-  char name[64];
-} trace_event_t;
+typedef nkrt_trace_event_t trace_event_t;
 
 struct nkrt_trace_session {
   nkrt_runtime_t *runtime;
@@ -133,6 +125,30 @@ uint64_t nkrt_trace_event_count(const nkrt_trace_session_t *s) {
   uint64_t n = s->count;
   pthread_mutex_unlock(&s->runtime->trace_mu);
   return n;
+}
+
+nkrt_status_t nkrt_trace_events(nkrt_trace_session_t *s, bool drain,
+                                nkrt_trace_event_t **out_events, size_t *out_count) {
+  if (!out_events || !out_count)
+    return nkrt_status_make(NKRT_INVALID, "out_events or out_count is NULL");
+  *out_events = NULL;
+  *out_count = 0;
+  if (!s) return nkrt_status_make(NKRT_INVALID_HANDLE, "trace session is NULL");
+  nkrt_runtime_t *rt = s->runtime;
+  pthread_mutex_lock(&rt->trace_mu);
+  uint64_t n = s->count;
+  nkrt_trace_event_t *copy = n ? malloc(n * sizeof(*copy)) : NULL;
+  if (n && !copy) {
+    pthread_mutex_unlock(&rt->trace_mu);
+    return nkrt_status_make(NKRT_RESOURCE, "out of host memory copying %" PRIu64 " trace events",
+                            n);
+  }
+  if (n) memcpy(copy, s->events, n * sizeof(*copy));
+  if (drain) s->count = 0;
+  pthread_mutex_unlock(&rt->trace_mu);
+  *out_events = copy;
+  *out_count = (size_t)n;
+  return NULL;
 }
 
 /* A growable string. */

@@ -670,9 +670,25 @@ TEST(trace_sessions) {
   CHECK(strstr(json, "\"event_type\":\"tensor_read\",\"phase\":\"stop\"") != NULL);
   CHECK(strstr(json, "\"name\":\"spin\"") != NULL && strstr(json, "\"nc_timestamp_ns\":") != NULL);
   nkrt_free(json);
+  nkrt_trace_event_t *ev = NULL;
+  size_t nev = 0;
+  CHECK_OK(nkrt_trace_events(core1, false, &ev, &nev));
+  CHECK(nev == 4 && ev != NULL);
+  if (ev && nev == 4) {
+    CHECK(ev[0].kind == NKRT_TRACE_EXEC && ev[0].phase == 0 && ev[0].core == 1);
+    CHECK(ev[1].kind == NKRT_TRACE_EXEC && ev[1].phase == 1 &&
+          ev[1].tracking_id == ev[0].tracking_id && ev[1].timestamp_ns >= ev[0].timestamp_ns);
+    CHECK(strcmp(ev[0].name, "spin") == 0);
+    CHECK(ev[2].kind == NKRT_TRACE_READ && ev[2].bytes == sizeof(buf));
+  }
+  nkrt_free(ev);
+  CHECK_ERR(nkrt_trace_events(core1, false, NULL, &nev), NKRT_INVALID, "out_events or out_count");
+  CHECK_ERR(nkrt_trace_events(NULL, false, &ev, &nev), NKRT_INVALID_HANDLE, "trace session is NULL");
   CHECK_OK(nkrt_trace_events_json(core1, true, &json, NULL));
   nkrt_free(json);
   CHECK(nkrt_trace_event_count(core1) == 0);
+  CHECK_OK(nkrt_trace_events(core1, true, &ev, &nev));
+  CHECK(nev == 0 && ev == NULL);
   char path[] = "/tmp/nkrt_trace_XXXXXX";
   int fd = mkstemp(path);
   close(fd);

@@ -30,13 +30,14 @@
 #include "nkrt/runtime.h"
 #include "nkrt/status.h"
 #include "nkrt/tensor.h"
+#include "nkrt/trace.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 #define SPIKE_CAPI_CAPSULE "spike._spike.nkrt_capi"
-#define SPIKE_CAPI_VERSION 6u
+#define SPIKE_CAPI_VERSION 7u
 
 typedef struct spike_capi {
   uint32_t struct_size; /* sizeof(spike_capi_t) of the exporter */
@@ -122,6 +123,20 @@ typedef struct spike_capi {
   /* Version 6. Sets the Python exception spike raises for `status` (NrtError,
    * SpikeError for NKRT_CLOSED) and frees it; returns -1. GIL held. */
   int (*raise_status)(nkrt_status_t status);
+  /* Version 7. Trace sessions of the live runtime (nkrt/trace.h), for
+   * profilers outside spike (spike_torch's torch.profiler activity): started
+   * on `core` (-1: every core); recorded events copied out, and with `drain`
+   * removed (nkrt_trace_events; free the array with free_memory). A session
+   * belongs to its runtime: once that generation is stale, trace_events
+   * fails with NKRT_CLOSED and trace_destroy does nothing (closing the
+   * runtime freed it). */
+  nkrt_status_t (*trace_start)(uint64_t generation, int32_t core,
+                               nkrt_trace_session_t **out_session);
+  nkrt_status_t (*trace_events)(uint64_t generation, nkrt_trace_session_t *session, int drain,
+                                nkrt_trace_event_t **out_events, size_t *out_count);
+  void (*trace_destroy)(uint64_t generation, nkrt_trace_session_t *session);
+  /* Version 7. nkrt_free: memory the runtime allocated for the caller. */
+  void (*free_memory)(void *ptr);
 } spike_capi_t;
 
 #ifdef __cplusplus

@@ -69,12 +69,12 @@ def test_capsule():
     get.restype = ctypes.c_void_p
     ptr = get(cap, b"spike._spike.nkrt_capi")
     head = (ctypes.c_uint32 * 2).from_address(ptr)
-    assert head[1] == 6  # SPIKE_CAPI_VERSION
+    assert head[1] == 7  # SPIKE_CAPI_VERSION
     assert head[0] >= 8 + 8 * 26  # struct_size covers the version-5 table
 
 
 class _Capi:
-    """ctypes view of spike_capi_t (spike/include/spike_capi.h), version 5."""
+    """ctypes view of spike_capi_t (spike/include/spike_capi.h), version 7."""
 
     def __init__(self):
         import ctypes as C
@@ -112,7 +112,13 @@ class _Capi:
                   ("host_addressable", C.CFUNCTYPE(C.c_int, u64)),
                   # version 6: model_run_at needs no GIL (CFUNCTYPE lets it go)
                   ("model_run_at", C.CFUNCTYPE(vp, C.py_object, C.POINTER(vp), u32)),
-                  ("raise_status", C.PYFUNCTYPE(C.c_int, vp))]
+                  ("raise_status", C.PYFUNCTYPE(C.c_int, vp)),
+                  # version 7: trace sessions
+                  ("trace_start", C.CFUNCTYPE(vp, u64, C.c_int32, C.POINTER(vp))),
+                  ("trace_events", C.CFUNCTYPE(vp, u64, vp, C.c_int, C.POINTER(vp),
+                                               C.POINTER(C.c_size_t))),
+                  ("trace_destroy", C.CFUNCTYPE(None, u64, vp)),
+                  ("free_memory", C.CFUNCTYPE(None, vp))]
 
         class Table(C.Structure):
             _fields_ = fields
@@ -127,7 +133,7 @@ class _Capi:
 def test_capi_generations(raw_spike):
     api = _Capi()
     C, t = api.C, api.t
-    assert t.version == 6 and t.struct_size == C.sizeof(type(t))
+    assert t.version == 7 and t.struct_size == C.sizeof(type(t))
     st = t.status_make(5, b"made by a caller")          # version 4: statuses for callbacks
     assert t.status_code(st) == 5 and t.status_message(st) == b"made by a caller"
     assert t.code_name(t.status_code(st)) == b"NRT_TIMEOUT"
@@ -252,3 +258,46 @@ def test_capi_model_run_at_without_the_gil(raw_spike, neff):
     assert code == b"NRT_CLOSED" and b"unloaded" in msg
     with pytest.raises(SpikeError, match="unloaded"):
         t.raise_status(st)
+
+
+def test_capi_trace_sessions(raw_spike, neff):
+    """Version 7: a trace session of the live runtime, its events copied out as
+    nkrt_trace_event_t (kind, phase, core, name, monotonic ns), drained; once
+    the runtime closed, events are refused and destroy does nothing."""
+    import numpy as np
+
+    api = _Capi()
+    C, t = api.C, api.t
+
+    class Event(C.Structure):
+        _fields_ = [("tracking_id", C.c_uint64), ("timestamp_ns", C.c_uint64),
+                    ("bytes", C.c_uint64), ("kind", C.c_uint32), ("phase", C.c_uint32),
+                    ("core", C.c_uint32), ("name", C.c_char * 64)]
+
+    rt, gen = C.c_void_p(), C.c_uint64()
+    assert t.acquire_runtime(C.byref(rt), C.byref(gen)) is None
+    session = C.c_void_p()
+    st = t.trace_start(gen, -3, C.byref(session))
+    assert st and b"use -1 for all cores" in t.status_message(st)
+    t.status_free(st)
+    assert t.trace_start(gen, -1, C.byref(session)) is None
+    m = raw_spike.load_model(neff("add"))
+    a = raw_spike.allocate_tensor(64 * 33 * 4, name="a")
+    out = raw_spike.allocate_tensor(64 * 33 * 4, name="out")
+    raw_spike.tensor_write(a, np.ones(64 * 33, np.float32).tobytes())
+    raw_spike.execute(m, {"a": a, "b": a}, {"output0": out})
+    ev, n = C.c_void_p(), C.c_size_t()
+    assert t.trace_events(gen, session, 1, C.byref(ev), C.byref(n)) is None
+    events = (Event * n.value).from_address(ev.value)
+    kinds = [(e.kind, e.phase, e.name) for e in events]
+    assert kinds == [(2, 0, b"a"), (2, 1, b"a"), (1, 0, b"add"), (1, 1, b"add")]
+    assert events[1].bytes == 64 * 33 * 4 and events[3].timestamp_ns >= events[2].timestamp_ns
+    assert events[2].tracking_id == events[3].tracking_id
+    t.free_memory(ev)
+    assert t.trace_events(gen, session, 1, C.byref(ev), C.byref(n)) is None
+    assert n.value == 0 and not ev.value                  # drained
+    raw_spike.close()
+    st = t.trace_events(gen, session, 0, C.byref(ev), C.byref(n))
+    assert st and t.code_name(t.status_code(st)) == b"NRT_CLOSED"
+    t.status_free(st)
+    t.trace_destroy(gen, session)                          # stale: a no-op

@@ -36,6 +36,17 @@ typedef enum nkrt_trace_kind {
 
 typedef struct nkrt_trace_session nkrt_trace_session_t;
 
+/* One recorded event, as nkrt_trace_events returns it. */
+typedef struct nkrt_trace_event {
+  uint64_t tracking_id;  /* shared by an operation's start and stop events */
+  uint64_t timestamp_ns; /* CLOCK_MONOTONIC */
+  uint64_t bytes;        /* copies: bytes moved; executions: 0 */
+  uint32_t kind;         /* nkrt_trace_kind_t */
+  uint32_t phase;        /* 0 start, 1 stop */
+  uint32_t core;
+  char name[64];         /* model or tensor name, truncated, NUL-terminated */
+} nkrt_trace_event_t;
+
 /* core: a logical core, or -1 for all cores. |out_session| is owned by the
  * caller and must be destroyed with nkrt_trace_destroy, before the runtime
  * is destroyed. */
@@ -51,6 +62,13 @@ uint64_t nkrt_trace_event_count(const nkrt_trace_session_t *session);
 NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_trace_events_json(nkrt_trace_session_t *session, bool drain, char **out_json,
                                      size_t *out_length);
+/* The recorded events, in recording order, as an array; with drain, they are
+ * removed. |out_events| (NULL when there are none) must be freed by the
+ * caller with nkrt_free. For profilers that merge the runtime's events into
+ * their own timeline (spike_torch's torch.profiler activity). */
+NKRT_MUST_USE_RESULT
+nkrt_status_t nkrt_trace_events(nkrt_trace_session_t *session, bool drain,
+                                nkrt_trace_event_t **out_events, size_t *out_count);
 /* Writes the recorded events as Chrome Trace Event JSON to `path`. */
 NKRT_MUST_USE_RESULT
 nkrt_status_t nkrt_trace_write_chrome(nkrt_trace_session_t *session, const char *path);
