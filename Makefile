@@ -51,7 +51,7 @@ CXX ?= g++
 SPIKE_TORCH_SO := spike_torch/_nkipy_device.so
 SPIKE_TORCH_SRC := $(addprefix spike_torch/csrc/,nkipy_device.cpp allocator.cpp storage_io.cpp \
   tensor_ops.cpp stick_layout.cpp eager.cpp autocast.cpp guard.cpp hooks.cpp kernel_call.cpp \
-  memory_snapshot.cpp profiler.cpp comm_gloo.cpp)
+  memory_snapshot.cpp profiler.cpp pinned_memory.cpp comm_gloo.cpp)
 
 $(SPIKE_TORCH_SO): $(SPIKE_TORCH_SRC) spike_torch/csrc/device_io.h spike_torch/csrc/nkipy_device.h spike_torch/csrc/py_args.h spike/include/spike_capi.h $(RT_HDR) $(VENV)/.deps
 	$(CXX) -std=c++20 -O2 -fPIC -shared -fvisibility=hidden -D_GLIBCXX_USE_CXX11_ABI=$(TORCH_ABI) \

@@ -1,7 +1,10 @@
 """Benchmarks of the PyTorch device "nkipy" against CPU eager, in one process.
 
 * ``.to("nkipy")`` and ``.cpu()`` of 64 MiB against a CPU ``clone`` of the
-  same tensor (target: at least 0.8 of it),
+  same tensor (target: at least 0.8 of it), and from pinned memory with
+  ``non_blocking=True`` (then ``synchronize()``) and from pageable memory into an
+  existing device tensor against the same clone; a 64 MiB non_blocking copy
+  beside four 512^3 matmuls against a blocking one (no targets: figures),
 * ``torch.empty(1024, device="nkipy")`` served from the caching allocator
   against CPU ``torch.empty`` (target: within 2x),
 * eager ops on small tensors (16 and 4096 float32 elements: add, mul by a
@@ -93,7 +96,26 @@ def run(quick: bool = False) -> list[dict]:
     add(".to('nkipy') of 64 MiB", clone, median_time(lambda: x.to("nkipy"), n), 0.8,
         "CPU clone")
     add(".cpu() of 64 MiB", clone, median_time(lambda: d.cpu(), n), 0.8, "CPU clone")
-    del d
+    # pinned host memory: a non_blocking copy is queued on the core (one runtime
+    # worker copies it) and synchronize() waits for it; the pageable copy is
+    # synchronous, split over threads
+    pin = x.pin_memory()
+    add("pinned non_blocking copy of 64 MiB + synchronize", clone,
+        median_time(lambda: (d.copy_(pin, non_blocking=True), torch.nkipy.synchronize()), n),
+        None, "CPU clone")
+    add("pageable copy_ into nkipy of 64 MiB", clone, median_time(lambda: d.copy_(x), n),
+        None, "CPU clone")
+    w = torch.randn(512, 512, device="nkipy")
+
+    def overlap(non_blocking):
+        d.copy_(pin, non_blocking=non_blocking)
+        for _ in range(4):
+            w @ w
+        torch.nkipy.synchronize()
+    add("64 MiB copy beside 4 matmuls 512^3: non_blocking vs blocking",
+        median_time(lambda: overlap(False), n), median_time(lambda: overlap(True), n), None,
+        "blocking copy", "whether the queued copy overlaps device work on this host")
+    del d, pin
     k = 200 if quick else 5000
     add("torch.empty(1024) from the cache", median_time(lambda: torch.empty(1024), k),
         median_time(lambda: torch.empty(1024, device="nkipy"), k), 0.5, "CPU torch.empty",

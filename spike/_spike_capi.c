@@ -215,6 +215,36 @@ static void capi_trace_destroy(uint64_t generation, nkrt_trace_session_t *sessio
   capi_leave();
 }
 
+static nkrt_status_t capi_tensor_write_async(uint64_t generation, nkrt_tensor_t *tensor,
+                                             const void *src, uint64_t offset, uint64_t size,
+                                             nkrt_event_t **out_event) {
+  if (!capi_enter(generation)) return capi_closed_status();
+  nkrt_status_t st = nkrt_tensor_write_async(tensor, src, offset, size, out_event);
+  capi_leave();
+  return st;
+}
+
+static nkrt_status_t capi_event_wait(uint64_t generation, nkrt_event_t *event,
+                                     int64_t timeout_ns) {
+  if (!capi_enter(generation)) return NULL; /* closing waited for the queues */
+  nkrt_status_t st = nkrt_event_wait(event, timeout_ns);
+  capi_leave();
+  return st;
+}
+
+static int capi_event_is_done(uint64_t generation, const nkrt_event_t *event) {
+  if (!capi_enter(generation)) return 1;
+  int done = nkrt_event_is_done(event);
+  capi_leave();
+  return done;
+}
+
+static void capi_event_release(uint64_t generation, nkrt_event_t *event) {
+  if (!event || !capi_enter(generation)) return;
+  nkrt_event_release(event);
+  capi_leave();
+}
+
 static nkrt_status_t capi_memory_stats(uint64_t generation, uint32_t core,
                                        nkrt_memory_stats_t *out_stats) {
   nkrt_runtime_t *runtime = capi_enter(generation);
@@ -308,6 +338,10 @@ static const spike_capi_t g_capi = {
     .trace_events = capi_trace_events,
     .trace_destroy = capi_trace_destroy,
     .free_memory = nkrt_free,
+    .tensor_write_async = capi_tensor_write_async,
+    .event_wait = capi_event_wait,
+    .event_is_done = capi_event_is_done,
+    .event_release = capi_event_release,
 };
 
 PyObject *spike_module_nkrt_capi(PyObject *module, PyObject *unused) {

@@ -58,6 +58,12 @@ lib.spike_torch_drop_runtime.argtypes = []
 lib.spike_torch_drop_runtime.restype = None
 lib.spike_torch_debug_log.argtypes = [ctypes.c_char_p]
 lib.spike_torch_debug_log.restype = None
+lib.spike_torch_pinned_synchronize.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+lib.spike_torch_pinned_synchronize.restype = ctypes.c_int
+lib.spike_torch_pinned_empty_cache.argtypes = []
+lib.spike_torch_pinned_empty_cache.restype = None
+lib.spike_torch_pinned_stats.argtypes = [ctypes.POINTER(ctypes.c_int64)]
+lib.spike_torch_pinned_stats.restype = None
 lib.spike_torch_storage_live.argtypes = [ctypes.c_void_p]
 lib.spike_torch_storage_live.restype = ctypes.c_int
 lib.spike_torch_set_personality.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
@@ -199,3 +205,19 @@ POOL_STAT_KEYS = ("used_bytes", "cached_bytes", "total_bytes", "allocation_count
 def pool_stats(device: int) -> dict:
     """Memory-pool figures of one device (all devices summed if ``device`` < 0)."""
     return _read_stats(lib.spike_torch_pool_stats, POOL_STAT_KEYS, device)
+
+
+def pinned_synchronize() -> None:
+    """Waits for every non_blocking copy from pinned memory (RuntimeError with
+    the runtime's message when one failed)."""
+    err = ctypes.create_string_buffer(1024)
+    if lib.spike_torch_pinned_synchronize(err, len(err)) != 0:
+        raise RuntimeError(err.value.decode(errors="replace"))
+
+
+def pinned_stats() -> dict:
+    """Pinned host memory: bytes in live blocks, bytes cached, blocks freed
+    while a copy still read them."""
+    out = (ctypes.c_int64 * 3)()
+    lib.spike_torch_pinned_stats(out)
+    return {"live_bytes": out[0], "cached_bytes": out[1], "pending_blocks": out[2]}

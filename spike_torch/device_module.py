@@ -264,9 +264,11 @@ def stream(stream: Optional[torch.Stream]) -> StreamContext:
 
 
 def synchronize(dev: DeviceLike = None) -> None:
-    """Waits for the device's work. Copies are synchronous and eager kernels
-    complete before they return, so there is nothing to wait for."""
+    """Waits for the device's work: kernels and copies complete before they
+    return, but for ``non_blocking`` copies from pinned memory, which this
+    waits for (raising the error of one that failed)."""
     _check_index(_device_index(dev))
+    _C.pinned_synchronize()
 
 
 def empty_cache() -> None:

@@ -27,6 +27,7 @@
 #include <stdint.h>
 
 #include "nkrt/comm.h"
+#include "nkrt/exec.h"
 #include "nkrt/runtime.h"
 #include "nkrt/status.h"
 #include "nkrt/tensor.h"
@@ -137,6 +138,17 @@ typedef struct spike_capi {
   void (*trace_destroy)(uint64_t generation, nkrt_trace_session_t *session);
   /* Version 7. nkrt_free: memory the runtime allocated for the caller. */
   void (*free_memory)(void *ptr);
+  /* Version 7. nkrt_tensor_write_async: the copy is queued on the tensor's
+   * core and ordered with the work that touches its bytes; `src` must stay
+   * valid and unchanged until the event is done (spike_torch's pinned host
+   * memory keeps its block until then). Wait for and release the event with
+   * event_wait / event_release (both no-ops once `generation` is stale: the
+   * runtime's close finished and freed every event). */
+  nkrt_status_t (*tensor_write_async)(uint64_t generation, nkrt_tensor_t *tensor, const void *src,
+                                      uint64_t offset, uint64_t size, nkrt_event_t **out_event);
+  nkrt_status_t (*event_wait)(uint64_t generation, nkrt_event_t *event, int64_t timeout_ns);
+  int (*event_is_done)(uint64_t generation, const nkrt_event_t *event);
+  void (*event_release)(uint64_t generation, nkrt_event_t *event);
 } spike_capi_t;
 
 #ifdef __cplusplus

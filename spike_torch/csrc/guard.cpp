@@ -79,11 +79,15 @@ struct NkipyGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     e->when = std::chrono::steady_clock::now();
   }
   void block(void*, const c10::Stream&) const override {}
-  bool queryEvent(void*) const override { return true; }
-  bool queryStream(const c10::Stream&) const override { return true; }
-  void synchronizeStream(const c10::Stream&) const override {}
-  void synchronizeEvent(void*) const override {}
-  void synchronizeDevice(const c10::DeviceIndex) const override {}
+  // Kernels and copies complete before they return, but for non_blocking
+  // copies from pinned memory (pinned_memory.cpp): waiting on or querying a
+  // stream, an event or the device covers those (all of them: a superset of
+  // the work recorded before, as the one queue per core orders it anyway).
+  bool queryEvent(void*) const override { return pinned_idle(); }
+  bool queryStream(const c10::Stream&) const override { return pinned_idle(); }
+  void synchronizeStream(const c10::Stream&) const override { pinned_wait_all(); }
+  void synchronizeEvent(void*) const override { pinned_wait_all(); }
+  void synchronizeDevice(const c10::DeviceIndex) const override { pinned_wait_all(); }
   void recordDataPtrOnStream(const c10::DataPtr&, const c10::Stream&) const override {}
   double elapsedTime(void* start, void* end, const c10::DeviceIndex) const override {
     auto* a = static_cast<Event*>(start);

@@ -82,8 +82,8 @@ struct NkipyHooks final : public at::PrivateUse1HooksInterface {
     check_status(api().tensor_lookup(gen, data, &t, &off), "nkipy getDeviceFromPtr");
     return c10::Device(kNkipy, static_cast<c10::DeviceIndex>(api().tensor_core(t)));
   }
-  bool isPinnedPtr(const void*) const override { return false; }
-  at::Allocator* getPinnedMemoryAllocator() const override { return at::getCPUAllocator(); }
+  bool isPinnedPtr(const void* data) const override { return is_pinned_ptr(data); }
+  at::Allocator* getPinnedMemoryAllocator() const override { return pinned_allocator(); }
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
     grow_storage(storage, newsize);
   }

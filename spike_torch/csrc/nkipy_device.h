@@ -138,6 +138,24 @@ struct Segment {
 };
 
 // ---------------------------------------------------------------------------
+// Pinned host memory (pinned_memory.cpp)
+// ---------------------------------------------------------------------------
+
+// The host allocator of Tensor.pin_memory() (hooks.cpp hands it to PyTorch).
+c10::Allocator* pinned_allocator();
+// Whether `p` lies in a live pinned block.
+bool is_pinned_ptr(const void* p);
+// The pinned block holding `p` keeps the queued copy `ev` (of `generation`)
+// that reads it, and stays out of the cache until it is done; false when `p`
+// is not pinned memory (then the caller still owns `ev`).
+bool pinned_record_copy(const void* p, uint64_t generation, nkrt_event_t* ev);
+// Waits for every queued copy from pinned memory (raises the first error):
+// what synchronizing a stream, an event or the device waits for.
+void pinned_wait_all();
+// Whether no copy from pinned memory is in flight (stream and event queries).
+bool pinned_idle();
+
+// ---------------------------------------------------------------------------
 // Memory history and snapshots (allocator.cpp; memory_snapshot.cpp turns them
 // into torch.cuda's snapshot format for Python)
 // ---------------------------------------------------------------------------

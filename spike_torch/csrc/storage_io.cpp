@@ -138,8 +138,9 @@ void write_span(const at::Tensor& dst, const at::Tensor& span_buf) {
 
 namespace {
 
-// dst (nkipy) <- host (CPU, any dtype, broadcastable).
-void host_to_device(const at::Tensor& dst, const at::Tensor& host) {
+// dst (nkipy) <- host (CPU, any dtype, broadcastable). With non_blocking, a
+// contiguous copy from pinned memory is queued on the core and not waited for.
+void host_to_device(const at::Tensor& dst, const at::Tensor& host, bool non_blocking = false) {
   if (dst.numel() == 0) return;
   if (dst.is_contiguous()) {
     at::Tensor h = host;
@@ -151,6 +152,19 @@ void host_to_device(const at::Tensor& dst, const at::Tensor& host) {
     int64_t lo = dst.storage_offset();
     size_t item = dst.element_size();
     DevLoc loc = locate_storage(dst.storage());
+    if (non_blocking && h.is_same(host) && is_pinned_ptr(h.data_ptr())) {
+      nkrt_event_t* ev = nullptr;
+      check_status(api().tensor_write_async(loc.generation, loc.tensor, h.data_ptr(),
+                                            loc.offset + static_cast<uint64_t>(lo) * item,
+                                            dst.numel() * item, &ev),
+                   "nkipy non_blocking host-to-device copy");
+      if (!pinned_record_copy(h.data_ptr(), loc.generation, ev)) {  // freed meanwhile
+        nkrt_status_t st = api().event_wait(loc.generation, ev, -1);
+        api().event_release(loc.generation, ev);
+        check_status(st, "nkipy non_blocking host-to-device copy");
+      }
+      return;
+    }
     dev_write(loc, static_cast<uint64_t>(lo) * item, h.data_ptr(), dst.numel() * item,
               "nkipy host-to-device copy");
     return;
@@ -174,7 +188,6 @@ void host_to_device(const at::Tensor& dst, const at::Tensor& host) {
 }  // namespace
 
 at::Tensor nkipy_copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
-  (void)non_blocking;
   TORCH_CHECK(self.defined() && dst.defined(), "copy_: undefined tensor");
   if (dst.numel() == 0) return dst;
   bool src_dev = is_nkipy(self), dst_dev = is_nkipy(dst);
@@ -194,7 +207,7 @@ at::Tensor nkipy_copy_from(const at::Tensor& self, const at::Tensor& dst, bool n
     return dst;
   }
   if (!src_dev && dst_dev) {
-    host_to_device(dst, self);
+    host_to_device(dst, self, non_blocking);
     return dst;
   }
   // device to device (same or another core); a destination that partly

@@ -118,7 +118,11 @@ class _Capi:
                   ("trace_events", C.CFUNCTYPE(vp, u64, vp, C.c_int, C.POINTER(vp),
                                                C.POINTER(C.c_size_t))),
                   ("trace_destroy", C.CFUNCTYPE(None, u64, vp)),
-                  ("free_memory", C.CFUNCTYPE(None, vp))]
+                  ("free_memory", C.CFUNCTYPE(None, vp)),
+                  ("tensor_write_async", C.CFUNCTYPE(vp, u64, vp, vp, u64, u64, C.POINTER(vp))),
+                  ("event_wait", C.CFUNCTYPE(vp, u64, vp, C.c_int64)),
+                  ("event_is_done", C.CFUNCTYPE(C.c_int, u64, vp)),
+                  ("event_release", C.CFUNCTYPE(None, u64, vp))]
 
         class Table(C.Structure):
             _fields_ = fields
@@ -301,3 +305,31 @@ def test_capi_trace_sessions(raw_spike, neff):
     assert st and t.code_name(t.status_code(st)) == b"NRT_CLOSED"
     t.status_free(st)
     t.trace_destroy(gen, session)                          # stale: a no-op
+
+
+def test_capi_async_write_and_events(raw_spike):
+    """Version 7: a queued host-to-device write and its event; once the runtime
+    closed, waiting succeeds at once, done is true and release does nothing."""
+    api = _Capi()
+    C, t = api.C, api.t
+    rt, gen = C.c_void_p(), C.c_uint64()
+    assert t.acquire_runtime(C.byref(rt), C.byref(gen)) is None
+    tensor = C.c_void_p()
+    assert t.tensor_allocate(gen, 0, 4096, b"async", C.byref(tensor)) is None
+    src = (C.c_uint8 * 4096)(*([7] * 4096))
+    ev = C.c_void_p()
+    assert t.tensor_write_async(gen, tensor, src, 0, 4096, C.byref(ev)) is None and ev.value
+    assert t.event_wait(gen, ev, -1) is None and t.event_is_done(gen, ev) == 1
+    out = (C.c_uint8 * 4)()
+    assert t.tensor_read(gen, tensor, out, 100, 4) is None and list(out) == [7] * 4
+    t.event_release(gen, ev)
+    st = t.tensor_write_async(gen, tensor, src, 4000, 200, C.byref(ev))
+    assert st and b"exceeds" in t.status_message(st)
+    t.status_free(st)
+    assert t.tensor_write_async(gen, tensor, src, 0, 16, C.byref(ev)) is None
+    raw_spike.close()
+    assert t.event_wait(gen, ev, -1) is None and t.event_is_done(gen, ev) == 1
+    t.event_release(gen, ev)                                # stale: a no-op
+    st = t.tensor_write_async(gen, tensor, src, 0, 16, C.byref(ev))
+    assert st and t.code_name(t.status_code(st)) == b"NRT_CLOSED"
+    t.status_free(st)
