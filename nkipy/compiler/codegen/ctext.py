@@ -255,10 +255,10 @@ def _float8_cast_c(n: Node, a: str) -> tuple[str, np.dtype]:
     if name not in FLOAT8:
         return a, s
     torch_mode = n.attrs.get("float8") == "torch"
-    if torch_mode and name == "float8_e5m2":
+    if not torch_mode or dtype_name(n.output.dtype) == "bfloat16":
+        a = f"nk_f8_nan_np({a})"    # (c10's float -> bfloat16 makes NaN 0x7FC0 too)
+    elif name == "float8_e5m2":
         a = f"nk_f8_nan_quiet({a})"
-    elif not torch_mode:
-        a = f"nk_f8_nan_np({a})"
     return a, np.dtype("float32")
 
 
