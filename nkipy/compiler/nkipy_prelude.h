@@ -99,6 +99,13 @@ static inline float nk_f8_nan_np(float f) {
   if ((v.u & 0x7fffffffu) > 0x7f800000u) v.u = (v.u & 0x80000000u) | 0x7fc00000u;
   return v.f;
 }
+/* c10's float -> bfloat16 makes every NaN 0x7FC0, positive. */
+static inline float nk_f8_nan_pos(float f) {
+  union { uint32_t u; float f; } v;
+  v.f = f;
+  if ((v.u & 0x7fffffffu) > 0x7f800000u) v.u = 0x7fc00000u;
+  return v.f;
+}
 static inline float nk_f8_nan_quiet(float f) {
   union { uint32_t u; float f; } v;
   v.f = f;

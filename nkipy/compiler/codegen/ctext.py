@@ -255,8 +255,10 @@ def _float8_cast_c(n: Node, a: str) -> tuple[str, np.dtype]:
     if name not in FLOAT8:
         return a, s
     torch_mode = n.attrs.get("float8") == "torch"
-    if not torch_mode or dtype_name(n.output.dtype) == "bfloat16":
-        a = f"nk_f8_nan_np({a})"    # (c10's float -> bfloat16 makes NaN 0x7FC0 too)
+    if not torch_mode:
+        a = f"nk_f8_nan_np({a})"
+    elif dtype_name(n.output.dtype) == "bfloat16":
+        a = f"nk_f8_nan_pos({a})"   # c10's float -> bfloat16: every NaN is 0x7FC0
     elif name == "float8_e5m2":
         a = f"nk_f8_nan_quiet({a})"
     return a, np.dtype("float32")

@@ -72,7 +72,7 @@ def test_float8_data_movement_and_conversions_compile(backend, caplog, f8):
                 x.double().to(f8), y[:, 1].unsqueeze(0).clone())
 
     x = (torch.randn(16, 8) * 200).clamp(-2e4, 2e4)
-    x[0, :4] = torch.tensor([float("inf"), float("nan"), -1e9, 464.0])
+    x[0, :5] = torch.tensor([float("inf"), float("nan"), -1e9, 464.0, -float("nan")])
     m = torch.rand(16, 8) > 0.5
     want = fn(x, m)
     caplog.set_level(logging.WARNING, logger="torch_to_nkipy")

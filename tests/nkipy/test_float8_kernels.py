@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from nkipy.core.dtypes import torch_semantics
+from nkipy.core.interp import run_graph
 from nkipy.core.trace import trace
 from op_cases import run_kernel
 
@@ -167,3 +168,19 @@ def test_torch_semantics_casts_are_pytorchs(cache) -> None:
         np.testing.assert_array_equal(_bits(down), ref)
         ref_up = torch.from_numpy(CODES.copy()).view(tdt).float().numpy()
         np.testing.assert_array_equal(_bits(up), _bits(ref_up))
+        # the reference interpreter converts the same way
+        with torch_semantics():
+            g_down = trace(lambda y: y.astype(f8), y)
+            g_up = trace(lambda x: x.astype(np.float32), CODES.view(f8))
+        np.testing.assert_array_equal(_bits(run_graph(g_down, y)[0]), ref)
+        np.testing.assert_array_equal(_bits(run_graph(g_up, CODES.view(f8))[0]), _bits(ref_up))
+    # between the formats and to bfloat16, as torch
+    x = CODES.view(FORMATS[1])
+    with torch_semantics():
+        _, (to_fn, to_bf) = run_kernel(lambda x: (x.astype(FORMATS[0]),
+                                                  x.astype(ml_dtypes.bfloat16)), x,
+                                       cache_dir=cache)
+    t = torch.from_numpy(CODES.copy()).view(torch.float8_e5m2)
+    np.testing.assert_array_equal(_bits(to_fn), t.to(torch.float8_e4m3fn).view(torch.uint8))
+    np.testing.assert_array_equal(_bits(to_bf), t.to(torch.bfloat16).view(torch.int16).numpy()
+                                  .view(np.uint16))
