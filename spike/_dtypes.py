@@ -1,7 +1,8 @@
 """Mapping between the runtime's dtype names and NumPy dtypes.
 
-``bfloat16`` needs the optional ``ml_dtypes`` package; it is imported only
-when a bfloat16 tensor is met.
+``bfloat16`` and the 8-bit floats (``float8_e4m3fn``, ``float8_e5m2``,
+``float8_e4m3``) need the optional ``ml_dtypes`` package; it is imported only
+when such a tensor is met.
 """
 from __future__ import annotations
 
@@ -26,17 +27,24 @@ DTYPE_NAMES = (
     "uint64",
     "bool",
     "float64",
+    "float8_e4m3fn",
+    "float8_e5m2",
+    "float8_e4m3",
 )
 
 
-def _bfloat16() -> np.dtype:
+#: runtime dtype names that are ml_dtypes' types in NumPy
+_ML_DTYPES = frozenset({"bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e4m3"})
+
+
+def _ml_dtype(name: str) -> np.dtype:
     try:
         import ml_dtypes  # noqa: PLC0415  (optional dependency, imported lazily)
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise TypeError(
-            "dtype 'bfloat16' needs the ml_dtypes package (pip install ml_dtypes)"
+            f"dtype {name!r} needs the ml_dtypes package (pip install ml_dtypes)"
         ) from exc
-    return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(getattr(ml_dtypes, name))
 
 
 def to_numpy_dtype(dtype: Any) -> np.dtype:
@@ -44,8 +52,8 @@ def to_numpy_dtype(dtype: Any) -> np.dtype:
 
     Raises TypeError for a dtype the runtime does not support.
     """
-    if isinstance(dtype, str) and dtype == "bfloat16":
-        return _bfloat16()
+    if isinstance(dtype, str) and dtype in _ML_DTYPES:
+        return _ml_dtype(dtype)
     try:
         result = np.dtype(dtype)
     except TypeError as exc:

@@ -3,7 +3,11 @@ kernel language's and the generated NumPy source's) and the runtime's dtype
 codes (``nkrt_dtype_t``), for eager kernels, compiled graphs and collectives.
 
 The runtime's names and NumPy dtypes are :mod:`spike._dtypes`'s; this module
-adds the torch column. bfloat16 is ``ml_dtypes.bfloat16`` in NumPy.
+adds the torch column. bfloat16 and the 8-bit floats (float8_e4m3fn,
+float8_e5m2) are ml_dtypes' types in NumPy. Kernels only store, convert and move
+8-bit floats (``FLOAT8``; the lowering keeps them to the ops in
+``spike_torch.lowering.codegen.FLOAT8_ATEN``), as PyTorch's CPU computes nothing
+else on them either.
 """
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ import torch
 
 from spike._dtypes import DTYPE_NAMES, to_numpy_dtype
 
-__all__ = ["TORCH_DTYPES", "dtype_name", "numpy_dtype", "torch_dtype", "runtime_code",
+__all__ = ["TORCH_DTYPES", "FLOAT8", "dtype_name", "numpy_dtype", "torch_dtype", "runtime_code",
            "torch_to_numpy", "numpy_to_torch"]
 
 #: torch dtype -> the runtime's name of it, for every dtype a kernel computes
@@ -22,12 +26,19 @@ __all__ = ["TORCH_DTYPES", "dtype_name", "numpy_dtype", "torch_dtype", "runtime_
 TORCH_DTYPES: Dict[torch.dtype, str] = {
     torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16",
     torch.float64: "float64", torch.int64: "int64", torch.int32: "int32",
-    torch.int16: "int16", torch.int8: "int8", torch.uint8: "uint8", torch.bool: "bool"}
+    torch.int16: "int16", torch.int8: "int8", torch.uint8: "uint8", torch.bool: "bool",
+    torch.float8_e4m3fn: "float8_e4m3fn", torch.float8_e5m2: "float8_e5m2"}
+
+#: the 8-bit floats: stored, converted and moved by kernels, never computed on
+FLOAT8 = frozenset({torch.float8_e4m3fn, torch.float8_e5m2})
 
 _NUMPY = {t: to_numpy_dtype(name) for t, name in TORCH_DTYPES.items()}
 _BY_NUMPY = {**{d: t for t, d in _NUMPY.items()}, **{n: t for t, n in TORCH_DTYPES.items()}}
-#: dtypes whose CPU tensors NumPy views as they are (not bfloat16)
-_DIRECT = frozenset(TORCH_DTYPES) - {torch.bfloat16}
+#: dtypes whose CPU tensors NumPy views as they are (not bfloat16, not float8)
+_DIRECT = frozenset(TORCH_DTYPES) - {torch.bfloat16} - FLOAT8
+#: dtypes NumPy sees through an integer view of the same size
+_VIA_BITS = {torch.bfloat16: torch.int16, torch.float8_e4m3fn: torch.uint8,
+             torch.float8_e5m2: torch.uint8}
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -75,8 +86,9 @@ def torch_to_numpy(t: torch.Tensor) -> np.ndarray:
     if t.device.type != "cpu":
         t = t.cpu()
     t = t.contiguous()
-    if t.dtype == torch.bfloat16:
-        return t.view(torch.int16).numpy().view(_NUMPY[torch.bfloat16])
+    bits = _VIA_BITS.get(t.dtype)
+    if bits is not None:
+        return t.view(bits).numpy().view(_NUMPY[t.dtype])
     return t.numpy()
 
 
@@ -85,8 +97,10 @@ def numpy_to_torch(a: Any, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
     a = np.asarray(a)
     if not a.flags.c_contiguous:
         a = a.copy()
-    if a.dtype == _NUMPY[torch.bfloat16]:
-        t = torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    via = _BY_NUMPY.get(a.dtype)
+    if via in _VIA_BITS:
+        bits = _VIA_BITS[via]
+        t = torch.from_numpy(a.view(_NUMPY[bits])).view(via)
     else:
         t = torch.from_numpy(a)
     return t if dtype is None or t.dtype == dtype else t.to(dtype)

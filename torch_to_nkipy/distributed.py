@@ -34,7 +34,7 @@ from typing import Any, Callable, List, Optional
 import torch
 import torch.distributed as dist
 
-from spike_torch.dtypes import TORCH_DTYPES, runtime_code
+from spike_torch.dtypes import FLOAT8, TORCH_DTYPES, runtime_code
 
 BACKEND = "nkipy"
 
@@ -234,9 +234,10 @@ class _Communicator:
 
 def _direct(*tensors: torch.Tensor) -> bool:
     """Tensors the communicator can work on in place: contiguous, on the CPU or
-    an nkipy device, one dtype it knows."""
+    an nkipy device, one dtype it knows (not an 8-bit float: gloo's host copies
+    answer for those, as for a CPU tensor)."""
     dt = tensors[0].dtype
-    return dt in TORCH_DTYPES and all(
+    return dt in TORCH_DTYPES and dt not in FLOAT8 and all(
         t.dtype == dt and t.device.type in ("cpu", BACKEND) and t.is_contiguous()
         for t in tensors)
 

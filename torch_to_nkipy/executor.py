@@ -19,7 +19,7 @@ import torch
 from nkipy.runtime import DeviceTensor
 from spike._dtypes import to_numpy_dtype
 from spike_torch._C import kernel_calls
-from spike_torch.dtypes import TORCH_DTYPES
+from spike_torch.dtypes import FLOAT8, TORCH_DTYPES
 from spiky.buffers import BufferSet
 from spiky.padding import (PadGeometry, PaddingMetadata, attach_metadata, copy_padded,
                            copy_unpadded, get_metadata, read_unpadded, write_padded)
@@ -438,9 +438,10 @@ class Executor:
                 s.wait()
 
 
-#: the dtypes (by name) the fast paths bind: every kernel dtype but bfloat16, which
-#: NumPy has no native type for
-_FAST_DTYPES = {name: t for t, name in TORCH_DTYPES.items() if t != torch.bfloat16}
+#: the dtypes (by name) the fast paths bind: every kernel dtype but bfloat16 and the
+#: 8-bit floats, which NumPy has no native type for
+_FAST_DTYPES = {name: t for t, name in TORCH_DTYPES.items()
+                if t != torch.bfloat16 and t not in FLOAT8}
 
 
 def _host_pad(arr: np.ndarray, dim: int, shape: Sequence[int]) -> np.ndarray:

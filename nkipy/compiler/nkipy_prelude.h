@@ -22,6 +22,103 @@ static inline nk_bf16 nk_f2bf(float f) {
   return (nk_bf16)(nan ? ((u >> 16) | 0x40u) : r);
 }
 
+/* 8-bit floats (docs/nkipy.md#float8), stored as uint8_t and computed in
+ * float. Three formats, each a (exponent bits, mantissa bits, "fn") triple:
+ * E4M3FN (4, 3, fn: no infinities, NaN only S.1111.111, max 448), E5M2 (5, 2:
+ * IEEE-like) and NKI's E4M3 (4, 3: IEEE-like, max 240). All integer
+ * arithmetic (no dependence on the FP rounding mode or fast-math); the
+ * format arguments are constants, so each call folds to straight-line code.
+ *
+ * nk_f8_load: byte -> float, exact; a NaN keeps its payload (mantissa
+ * shifted to the top of float's, no quiet bit added) so that data moved
+ * through float compute (copies, where, concatenation) is stored back with
+ * the same bits by nk_f8_store.
+ *
+ * nk_f8_round: float -> byte, round to nearest even once. Overflow (a
+ * finite value that rounds past the largest finite code, and +-inf) gives
+ * the largest finite code when `sat`, else infinity (NaN for fn formats);
+ * NaN gives `nan` (the canonical code, sign kept). ml_dtypes (NumPy) is
+ * sat = 0 and NaN 0x7F / 0x7E / 0x7C; PyTorch's CPU casts are sat = 1 for
+ * E4M3FN (inf and overflow -> +-448), sat = 0 for E5M2, NaN 0x7F for both. */
+static inline float nk_f8_load(uint32_t b, int eb, int mb, int fn) {
+  uint32_t sign = (b & 0x80u) << 24, emask = (1u << eb) - 1u, mmask = (1u << mb) - 1u;
+  uint32_t e = (b >> mb) & emask, m = b & mmask, bias = (1u << (eb - 1)) - 1u;
+  union { uint32_t u; float f; } v;
+  if (e == emask && (!fn || m == mmask)) {
+    v.u = sign | 0x7f800000u | (m << (23 - mb));       /* inf (m == 0) or NaN */
+  } else if (e == 0) {                                  /* zero or subnormal: exact */
+    v.f = (float)m;                                     /* m * 2^(1 - bias - mb) */
+    v.u = m ? v.u - ((bias - 1u + (uint32_t)mb) << 23) : 0u;
+    v.u |= sign;
+  } else {
+    v.u = sign | ((e + 127u - bias) << 23) | (m << (23 - mb));
+  }
+  return v.f;
+}
+static inline uint8_t nk_f8_round(float f, int eb, int mb, int fn, int sat, uint32_t nan) {
+  union { uint32_t u; float f; } v;
+  v.f = f;
+  uint32_t sign = (v.u >> 24) & 0x80u, a = v.u & 0x7fffffffu;
+  uint32_t bias = (1u << (eb - 1)) - 1u, mmask = (1u << mb) - 1u;
+  uint32_t maxfin = fn ? (1u << (eb + mb)) - 2u : (((1u << eb) - 2u) << mb) | mmask;
+  uint32_t inf = fn ? (1u << (eb + mb)) - 1u : ((1u << eb) - 1u) << mb;
+  if (a > 0x7f800000u) return (uint8_t)(sign | nan);
+  uint32_t code;
+  uint32_t ea = a >> 23;                                /* biased float exponent */
+  if (ea >= 0xffu) {
+    code = maxfin + 1u;                                 /* infinity: overflow */
+  } else if (ea + bias < 128u) {                        /* below the smallest normal */
+    uint32_t sig = (a & 0x7fffffu) | (ea ? 0x800000u : 0u);
+    uint32_t s = 151u - bias - (uint32_t)mb - (ea ? ea : 1u);   /* >= 24 - mb > 0 */
+    code = s >= 32u ? 0u : (sig + (1u << (s - 1u)) - 1u + ((sig >> s) & 1u)) >> s;
+  } else {
+    uint32_t sh = 23u - (uint32_t)mb, r = a - ((127u - bias) << 23);
+    code = (r + (1u << (sh - 1u)) - 1u + ((r >> sh) & 1u)) >> sh;
+  }
+  if (code > maxfin) code = sat ? maxfin : inf;
+  return (uint8_t)(sign | code);
+}
+/* Storing a value that is already of the format (a load, or a nk_f8_round
+ * result loaded): its bits, a NaN's payload included. */
+static inline uint8_t nk_f8_store(float f, int eb, int mb, int fn) {
+  union { uint32_t u; float f; } v;
+  v.f = f;
+  uint32_t a = v.u & 0x7fffffffu, mmask = (1u << mb) - 1u;
+  if (a > 0x7f800000u) {
+    uint32_t m = fn ? mmask : ((a >> (23 - mb)) & mmask);
+    return (uint8_t)(((v.u >> 24) & 0x80u) | (((1u << eb) - 1u) << mb) | (m ? m : 1u << (mb - 1)));
+  }
+  return nk_f8_round(f, eb, mb, fn, 0, 0);
+}
+/* A NaN loaded from an 8-bit float as float32 converts it: NumPy's
+ * (ml_dtypes') canonical quiet NaN, PyTorch's payload with the quiet bit
+ * (E5M2 widens through float16) or as is (E4M3FN). */
+static inline float nk_f8_nan_np(float f) {
+  union { uint32_t u; float f; } v;
+  v.f = f;
+  if ((v.u & 0x7fffffffu) > 0x7f800000u) v.u = (v.u & 0x80000000u) | 0x7fc00000u;
+  return v.f;
+}
+/* c10's float -> bfloat16 makes every NaN 0x7FC0, positive. */
+static inline float nk_f8_nan_pos(float f) {
+  union { uint32_t u; float f; } v;
+  v.f = f;
+  if ((v.u & 0x7fffffffu) > 0x7f800000u) v.u = 0x7fc00000u;
+  return v.f;
+}
+static inline float nk_f8_nan_quiet(float f) {
+  union { uint32_t u; float f; } v;
+  v.f = f;
+  if ((v.u & 0x7fffffffu) > 0x7f800000u) v.u |= 0x00400000u;
+  return v.f;
+}
+#define nk_e4m3fn_load(b) nk_f8_load((b), 4, 3, 1)
+#define nk_e5m2_load(b) nk_f8_load((b), 5, 2, 0)
+#define nk_e4m3_load(b) nk_f8_load((b), 4, 3, 0)
+#define nk_e4m3fn_store(f) nk_f8_store((f), 4, 3, 1)
+#define nk_e5m2_store(f) nk_f8_store((f), 5, 2, 0)
+#define nk_e4m3_store(f) nk_f8_store((f), 4, 3, 0)
+
 /* exp: 2^(x/ln2) with a degree-6 polynomial on the reduced range; relative
  * error about 2 ulp; branch-free so loops vectorise. */
 static inline float nk_exp(float x) {

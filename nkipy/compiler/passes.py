@@ -140,6 +140,8 @@ def fold_constants(graph: Graph) -> int:
             # a division by a zero constant that must fail stays for run time
             and not (n.attrs.get("zero_div") == "raise"
                      and not np.all(np.asarray(producers[1].attrs["value"])))
+            # PyTorch's 8-bit float conversions are not NumPy's (the interpreter's)
+            and n.attrs.get("float8") != "torch"
         )
         if not foldable:
             new_nodes.append(n)

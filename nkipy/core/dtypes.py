@@ -26,12 +26,12 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from nkipy.core.ir import SUPPORTED_DTYPES, WIDE_DTYPES, bfloat16
+from nkipy.core.ir import FLOAT8_DTYPES, FLOAT8_OPS, SUPPORTED_DTYPES, WIDE_DTYPES, bfloat16
 
 __all__ = [
     "bfloat16", "SUPPORTED_DTYPES", "WIDE_DTYPES", "wide_dtypes", "keeps_wide",
     "torch_semantics", "zero_div_raises", "NARROWING",
-    "narrow", "to_dtype", "check_supported",
+    "narrow", "to_dtype", "check_supported", "is_float8", "check_float8_op",
     "sanitize_array", "Weak", "dtype_key", "result_type", "ufunc_dtypes", "is_float",
     "is_int", "is_bool", "is_signed", "can_cast_same_kind",
 ]
@@ -90,6 +90,12 @@ def zero_div_raises() -> bool:
     return _ZERO_DIV.get()
 
 
+def in_torch_semantics() -> bool:
+    """Whether kernels are traced inside :func:`torch_semantics` (8-bit float
+    casts then convert as PyTorch's CPU does)."""
+    return _ZERO_DIV.get()
+
+
 def to_dtype(dtype: Any) -> np.dtype:
     """``np.dtype(dtype)``, accepting Python types (``float`` -> float64, ...)."""
     if isinstance(dtype, str) and dtype == "bfloat16" and bfloat16 is not None:
@@ -116,23 +122,33 @@ def _narrow_promoted(dt: np.dtype, operands: Iterable[np.dtype]) -> np.dtype:
 def check_supported(dtype: Any, what: str = "value") -> np.dtype:
     """Narrows ``dtype`` and raises TypeError if kernels cannot hold it."""
     dt = narrow(dtype)
-    if dt not in SUPPORTED_DTYPES and not (dt in WIDE_DTYPES and _WIDE.get()):
-        refuse_float8(dt, what)
-        names = ", ".join(d.name for d in SUPPORTED_DTYPES)
+    if dt not in SUPPORTED_DTYPES and dt not in FLOAT8_DTYPES and \
+            not (dt in WIDE_DTYPES and _WIDE.get()):
+        names = ", ".join(d.name for d in SUPPORTED_DTYPES + FLOAT8_DTYPES)
         raise TypeError(f"nkipy kernels do not support dtype {dt} (for {what}); "
                         f"supported dtypes: {names} (64-bit types are narrowed to 32-bit)")
     return dt
 
 
-def refuse_float8(dt: Any, what: str = "value") -> None:
-    """TypeError for an 8-bit float dtype (float8_e4m3 and the other ml_dtypes
-    float8 types): the CPU device computes none of them exactly, so kernels
-    refuse them rather than compute in another precision."""
-    name = getattr(dt, "name", str(dt))
-    if name.startswith("float8"):
-        raise TypeError(f"nkipy kernels do not support dtype {name} (for {what}): this device "
-                        f"has no 8-bit float arithmetic; convert to float32/bfloat16 outside "
-                        f"the kernel (x.astype(np.float32)) and back after")
+def is_float8(dtype: Any) -> bool:
+    """Whether ``dtype`` is one of the 8-bit floats (``FLOAT8_DTYPES``)."""
+    try:
+        return np.dtype(dtype) in FLOAT8_DTYPES
+    except TypeError:
+        return False
+
+
+def check_float8_op(op: str, dtypes: Iterable[Any]) -> None:
+    """TypeError when IR op ``op`` would compute on an 8-bit float: kernels
+    store, convert and move them (``FLOAT8_OPS``), never round after an
+    arithmetic op as NumPy's ml_dtypes does."""
+    if op in FLOAT8_OPS:
+        return
+    for d in dtypes:
+        if is_float8(d):
+            raise TypeError(f"nkipy kernels do not compute on {np.dtype(d).name} ({op}): an "
+                            f"8-bit float is only stored, converted and moved; convert it "
+                            f"first (x.astype(np.float32)) and back after (.astype(...))")
 
 
 def sanitize_array(arr: np.ndarray, name: str = "", stacklevel: int = 3) -> np.ndarray:

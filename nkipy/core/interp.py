@@ -33,7 +33,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from nkipy.core.ir import PREDICATES, REDUCTIONS, Graph, Node, bfloat16
+from nkipy.core.ir import FLOAT8_DTYPES, PREDICATES, REDUCTIONS, Graph, Node, bfloat16
 from nkipy.core.philox import philox_word
 
 __all__ = ["run_graph", "eval_node", "np_sigmoid", "np_erf", "np_erfc", "np_lgamma", "np_rsqrt",
@@ -42,6 +42,32 @@ __all__ = ["run_graph", "eval_node", "np_sigmoid", "np_erf", "np_erfc", "np_lgam
 F32 = np.dtype(np.float32)
 HALF = tuple(d for d in (np.dtype(np.float16), bfloat16) if d is not None)
 
+
+def _torch_float8_cast(x: np.ndarray, dst: np.dtype) -> np.ndarray:
+    """A cast from or to an 8-bit float as PyTorch's CPU converts (the cast's
+    ``float8="torch"`` attribute; ctext.cast_c): E4M3FN saturates at +-448,
+    NaN is 0x7F / 0xFF; a NaN widened to float32 keeps its payload (E5M2's
+    quieted) and is 0x7FC0 in bfloat16, whatever its sign."""
+    if x.dtype in FLOAT8_DTYPES:                             # from float8
+        code = x.view(np.uint8).astype(np.uint32)
+        y = x.astype(np.float32)
+        nan = np.isnan(y)
+        mb = 3 if x.dtype.name.startswith("float8_e4m3") else 2
+        payload = ((code & 0x80) << 24) | 0x7F800000 | ((code & ((1 << mb) - 1)) << (23 - mb))
+        if x.dtype.name == "float8_e5m2":
+            payload |= 0x00400000
+        y = np.where(nan, np.float32(np.nan) if dst == bfloat16 else payload.view(np.float32), y)
+        if dst in FLOAT8_DTYPES:                             # to another float8
+            return _torch_float8_cast(y, dst)
+        return y.astype(dst)
+    y = x.astype(np.float32)
+    nan = np.isnan(y)
+    if dst.name == "float8_e4m3fn":
+        y = np.where(nan, y, np.clip(y, -448.0, 448.0))
+    out = y.astype(dst)
+    bits = out.view(np.uint8)
+    bits[nan] = 0x7F | (np.signbit(y[nan]).astype(np.uint8) << 7)
+    return out
 
 def _up(a: np.ndarray) -> np.ndarray:
     return a.astype(F32) if a.dtype in HALF else a
@@ -326,6 +352,8 @@ def eval_node(n: Node, args: list[np.ndarray]) -> list[np.ndarray]:
         return [np.asarray(args[1]).astype(out.dtype, copy=False)]
     if op == "cast":
         with np.errstate(all="ignore"):
+            if a.get("float8") == "torch":
+                return [_torch_float8_cast(np.asarray(args[0]), out.dtype)]
             return [args[0].astype(out.dtype)]
     if op == "constant":
         return [np.asarray(a["value"]).astype(out.dtype, copy=False)]

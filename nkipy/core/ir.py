@@ -14,8 +14,9 @@ Conventions every producer of IR keeps (``Graph.verify`` checks them):
   predicates (``PREDICATES``), whose result is ``bool``. ``where`` takes a
   ``bool`` condition and two operands of one dtype.
 * Axes in attributes are non-negative and sorted where they are sets.
-* Dtypes are those of ``IR_DTYPES``: ``SUPPORTED_DTYPES`` and the 64-bit
-  ``WIDE_DTYPES`` (int64, float64) that wide tracing keeps.
+* Dtypes are those of ``IR_DTYPES``: ``SUPPORTED_DTYPES``, the 64-bit
+  ``WIDE_DTYPES`` (int64, float64) that wide tracing keeps, and the 8-bit
+  floats ``FLOAT8_DTYPES``, which only the ``FLOAT8_OPS`` read or produce.
 """
 from __future__ import annotations
 
@@ -30,12 +31,17 @@ try:  # bfloat16 for NumPy
 
     bfloat16 = np.dtype(ml_dtypes.bfloat16)
     #: NKI's float8_e4m3 (1 sign, 4 exponent, 3 mantissa bits, bias 7, with
-    #: infinities and NaN: ml_dtypes.float8_e4m3, not float8_e4m3fn). Kernels
-    #: refuse it (no 8-bit float arithmetic on this device): dtypes.check_supported.
+    #: infinities and NaN: ml_dtypes.float8_e4m3, not float8_e4m3fn).
     float8_e4m3 = np.dtype(ml_dtypes.float8_e4m3)
+    #: The 8-bit floats kernels store and convert but do not compute on
+    #: (FLOAT8_OPS): OCP's E4M3FN and E5M2 (torch.float8_e4m3fn / float8_e5m2)
+    #: and NKI's E4M3.
+    FLOAT8_DTYPES: tuple[np.dtype, ...] = (
+        np.dtype(ml_dtypes.float8_e4m3fn), np.dtype(ml_dtypes.float8_e5m2), float8_e4m3)
 except ImportError:  # pragma: no cover - ml_dtypes is a dependency
     bfloat16 = None
     float8_e4m3 = None
+    FLOAT8_DTYPES = ()
 
 SUPPORTED_DTYPES = tuple(
     np.dtype(d)
@@ -46,7 +52,16 @@ SUPPORTED_DTYPES = tuple(
 #: kernel language narrows them to 32 bits unless traced under
 #: :func:`nkipy.core.dtypes.wide_dtypes` (torch.compile graphs are).
 WIDE_DTYPES = (np.dtype("int64"), np.dtype("float64"))
-IR_DTYPES = SUPPORTED_DTYPES + WIDE_DTYPES
+IR_DTYPES = SUPPORTED_DTYPES + WIDE_DTYPES + FLOAT8_DTYPES
+
+#: The ops that may read or produce an 8-bit float (FLOAT8_DTYPES): casts,
+#: constants and moving data (views, copies, concatenation, padding, where,
+#: gathers and slice updates); they keep every bit, NaN payloads included.
+#: Arithmetic on them is refused: PyTorch's CPU has none either (it converts
+#: to float32 first), and NumPy's (ml_dtypes') rounds after every op.
+FLOAT8_OPS = frozenset({
+    "cast", "constant", "copy", "reshape", "transpose", "slice", "broadcast_to", "concat",
+    "pad", "where", "take", "take_along_axis", "set_slice", "update_slice", "fail_if"})
 
 UNARY = frozenset({
     "neg", "abs", "exp", "expm1", "log", "log1p", "log2", "sqrt", "rsqrt", "reciprocal",

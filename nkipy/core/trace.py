@@ -72,6 +72,7 @@ class TraceContext:
         for v in inputs:
             if not isinstance(v, Value):  # pragma: no cover - internal misuse
                 raise TypeError(f"{op}: operand {v!r} is not an IR value")
+        _dt.check_float8_op(op, [v.dtype for v in inputs] + [d for _, d in out])
         return self.graph.add(op, inputs, attrs, out, location=_user_location())
 
     def constant(self, value: Any, dtype: Any = None) -> Value:

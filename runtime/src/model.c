@@ -15,7 +15,8 @@
 
 static const char *const dtype_names[NKRT_DTYPE_COUNT_] = {
     "unknown", "float32", "float16", "bfloat16", "int8",  "uint8",  "int16",
-    "uint16",  "int32",   "uint32",  "int64",    "uint64", "bool",  "float64"};
+    "uint16",  "int32",   "uint32",  "int64",    "uint64", "bool",  "float64",
+    "float8_e4m3fn", "float8_e5m2", "float8_e4m3"};
 
 const char *nkrt_dtype_name(uint32_t dtype) {
   return dtype < NKRT_DTYPE_COUNT_ ? dtype_names[dtype] : "unknown";

@@ -310,6 +310,8 @@ static void kinds_body(rank_job_t *j, nkrt_comm_t *c) {
             "is not supported");
   CHECK_ERR(nkrt_comm_all_reduce(c, NKRT_DTYPE_UINT64, 0, all, 3, src, dst, 1), NKRT_INVALID,
             "is not supported");
+  CHECK_ERR(nkrt_comm_all_reduce(c, NKRT_DTYPE_FLOAT8_E4M3FN, 0, all, 3, src, dst, 1),
+            NKRT_INVALID, "is not supported");
   CHECK_ERR(nkrt_comm_broadcast(c, NKRT_DTYPE_FLOAT32, all, 3, 0, src, NULL, 4), NKRT_INVALID,
             "broadcast: a NULL buffer");
   ok(j, nkrt_comm_barrier(c));

@@ -67,6 +67,14 @@ TEST(model_load_and_info) {
   nkrt_model_unload(m2);
   free(bytes);
   CHECK(strcmp(nkrt_dtype_name(99), "unknown") == 0 && nkrt_dtype_size(NKRT_DTYPE_BFLOAT16) == 2);
+  /* the 8-bit floats, appended after float64 (NEFFs built before keep their codes) */
+  CHECK(NKRT_DTYPE_FLOAT64 == 13 && NKRT_DTYPE_FLOAT8_E4M3FN == 14 && NKRT_DTYPE_FLOAT8_E5M2 == 15 &&
+        NKRT_DTYPE_FLOAT8_E4M3 == 16 && NKRT_DTYPE_COUNT_ == 17);
+  CHECK(strcmp(nkrt_dtype_name(NKRT_DTYPE_FLOAT8_E4M3FN), "float8_e4m3fn") == 0 &&
+        strcmp(nkrt_dtype_name(NKRT_DTYPE_FLOAT8_E5M2), "float8_e5m2") == 0 &&
+        strcmp(nkrt_dtype_name(NKRT_DTYPE_FLOAT8_E4M3), "float8_e4m3") == 0);
+  CHECK(nkrt_dtype_size(NKRT_DTYPE_FLOAT8_E4M3FN) == 1 && nkrt_dtype_size(NKRT_DTYPE_FLOAT8_E4M3) == 1 &&
+        nkrt_dtype_size(NKRT_DTYPE_COUNT_) == 0);
   nkrt_runtime_destroy(rt);
 }
 

@@ -23,7 +23,7 @@ import torch.fx
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
 from .._numbers import OPMATH_SECOND, wrap_int
-from ..dtypes import TORCH_DTYPES, dtype_name, torch_to_numpy
+from ..dtypes import FLOAT8, TORCH_DTYPES, dtype_name, torch_to_numpy
 from .registry import AtenOpRegistry, target_name
 from . import aten_numpy  # noqa: F401  (registers the entries)
 from . import aten_math  # noqa: F401  (registers the entries)
@@ -139,13 +139,30 @@ class Extern:
     call: str
 
 
+#: The ops a node reading or producing an 8-bit float may be (FLOAT8): casts,
+#: copies and views, whose lowerings only convert (nkipy's casts, as PyTorch's
+#: CPU converts under torch_semantics) or move the bytes. Everything else on
+#: float8 runs on the CPU, which computes what it computes (mm) or refuses
+#: (add, sum: "not implemented for 'Float8_e4m3fn'") as eager does.
+FLOAT8_ATEN = frozenset({
+    "prims.convert_element_type.default", "aten._to_copy.default", "aten.clone.default",
+    "aten.lift_fresh_copy.default", "aten.alias.default", "aten.detach.default",
+    "aten.view.default", "aten._unsafe_view.default", "aten.reshape.default",
+    "aten.permute.default", "aten.t.default", "aten.transpose.int", "aten.expand.default",
+    "aten.unsqueeze.default", "aten.squeeze.dim", "aten.squeeze.dims", "aten.squeeze.default",
+    "aten.cat.default", "aten.select.int", "aten.slice.Tensor", "aten.where.self"})
+
+
 def _has_unlowerable_dtype(node: torch.fx.Node) -> bool:
     """Whether a tensor ``node`` reads or produces has a dtype the generated
-    source cannot express (complex, unsigned beyond uint8, float8, ...)."""
+    source cannot express (complex, unsigned beyond uint8, ...), or is an
+    8-bit float read or produced by an op other than FLOAT8_ATEN's."""
     vals = [_meta_val(node)] + [_meta_val(a) for a in node.all_input_nodes]
+    float8_ok = target_name(node.target) in FLOAT8_ATEN
     for v in vals:
         for t in (v if isinstance(v, (list, tuple)) else [v]):
-            if isinstance(t, torch.Tensor) and t.dtype not in TORCH_DTYPES:
+            if isinstance(t, torch.Tensor) and (
+                    t.dtype not in TORCH_DTYPES or (t.dtype in FLOAT8 and not float8_ok)):
                 return True
     return False
 

@@ -74,9 +74,10 @@ def test_benchmark_result_math():
 
 def test_dtype_mapping():
     assert DTYPE_NAMES == ("float32", "float16", "bfloat16", "int8", "uint8", "int16", "uint16",
-                           "int32", "uint32", "int64", "uint64", "bool", "float64")
+                           "int32", "uint32", "int64", "uint64", "bool", "float64",
+                           "float8_e4m3fn", "float8_e5m2", "float8_e4m3")
     for name in DTYPE_NAMES:
-        if name == "bfloat16":
+        if name == "bfloat16" or name.startswith("float8"):
             pytest.importorskip("ml_dtypes")
         assert dtype_name(to_numpy_dtype(name)) == name
     assert to_numpy_dtype(np.float16) == np.float16

@@ -20,6 +20,16 @@ _STORAGE = {
     "float32": "float", "float16": "nk_f16", "bfloat16": "nk_bf16", "int8": "int8_t",
     "int16": "int16_t", "int32": "int32_t", "uint8": "uint8_t", "uint16": "uint16_t",
     "uint32": "uint32_t", "bool": "uint8_t", "int64": "int64_t", "float64": "double",
+    "float8_e4m3fn": "uint8_t", "float8_e5m2": "uint8_t", "float8_e4m3": "uint8_t",
+}
+
+#: The 8-bit floats (stored as bytes, computed in float; nkipy_prelude.h):
+#: name -> (prelude prefix, exponent bits, mantissa bits, fn (no infinities),
+#: NumPy's (ml_dtypes') NaN code, PyTorch saturates overflow, PyTorch's NaN code).
+FLOAT8 = {
+    "float8_e4m3fn": ("e4m3fn", 4, 3, 1, 0x7F, 1, 0x7F),
+    "float8_e5m2": ("e5m2", 5, 2, 0, 0x7E, 0, 0x7F),
+    "float8_e4m3": ("e4m3", 4, 3, 0, 0x7C, 0, 0x7C),
 }
 
 
@@ -28,7 +38,8 @@ _NKRT_DTYPE = {
     "bfloat16": "NKRT_DTYPE_BFLOAT16", "int8": "NKRT_DTYPE_INT8", "uint8": "NKRT_DTYPE_UINT8",
     "int16": "NKRT_DTYPE_INT16", "uint16": "NKRT_DTYPE_UINT16", "int32": "NKRT_DTYPE_INT32",
     "uint32": "NKRT_DTYPE_UINT32", "bool": "NKRT_DTYPE_BOOL", "int64": "NKRT_DTYPE_INT64",
-    "float64": "NKRT_DTYPE_FLOAT64",
+    "float64": "NKRT_DTYPE_FLOAT64", "float8_e4m3fn": "NKRT_DTYPE_FLOAT8_E4M3FN",
+    "float8_e5m2": "NKRT_DTYPE_FLOAT8_E5M2", "float8_e4m3": "NKRT_DTYPE_FLOAT8_E4M3",
 }
 
 
@@ -37,7 +48,8 @@ def storage_type(dtype: np.dtype) -> str:
 
 
 def is_float(dtype: np.dtype) -> bool:
-    return dtype_name(dtype) in ("float32", "float16", "bfloat16", "float64")
+    name = dtype_name(dtype)
+    return name in ("float32", "float16", "bfloat16", "float64") or name in FLOAT8
 
 
 def is_double(dtype: np.dtype) -> bool:
@@ -48,7 +60,7 @@ def compute_type(dtype: np.dtype) -> str:
     """The C type expressions of this dtype are computed in (64-bit types in
     64 bits: int64 as int64_t, float64 as double)."""
     name = dtype_name(dtype)
-    if name in ("float32", "float16", "bfloat16"):
+    if name in ("float32", "float16", "bfloat16") or name in FLOAT8:
         return "float"
     if name == "float64":
         return "double"
@@ -64,6 +76,8 @@ def load_expr(dtype: np.dtype, ref: str) -> str:
     name = dtype_name(dtype)
     if name == "bfloat16":
         return f"nk_bf2f({ref})"
+    if name in FLOAT8:
+        return f"nk_{FLOAT8[name][0]}_load({ref})"
     if name == "float16":
         return f"(float)({ref})"
     return f"({compute_type(dtype)})({ref})"
@@ -74,6 +88,8 @@ def store_expr(dtype: np.dtype, value: str) -> str:
     name = dtype_name(dtype)
     if name == "bfloat16":
         return f"nk_f2bf({value})"
+    if name in FLOAT8:
+        return f"nk_{FLOAT8[name][0]}_store({value})"
     if name == "bool":
         return f"(uint8_t)(({value}) != 0)"
     return f"({storage_type(dtype)})({value})"
@@ -230,11 +246,35 @@ BINARY_C: dict[str, tuple[str | None, str | None]] = {
 }
 
 
+def _float8_cast_c(n: Node, a: str) -> tuple[str, np.dtype]:
+    """(expression, dtype it has) of a cast's operand made ready for the cast:
+    an 8-bit float's NaN as float32 the way the front end converts it (the
+    cast's ``float8`` attribute: "torch" for PyTorch's, NumPy's otherwise)."""
+    s = n.inputs[0].dtype
+    name = dtype_name(s)
+    if name not in FLOAT8:
+        return a, s
+    torch_mode = n.attrs.get("float8") == "torch"
+    if not torch_mode:
+        a = f"nk_f8_nan_np({a})"
+    elif dtype_name(n.output.dtype) == "bfloat16":
+        a = f"nk_f8_nan_pos({a})"   # c10's float -> bfloat16: every NaN is 0x7FC0
+    elif name == "float8_e5m2":
+        a = f"nk_f8_nan_quiet({a})"
+    return a, np.dtype("float32")
+
+
 def cast_c(n: Node, a: str) -> str:
     """C expression of a cast node over its operand expression."""
     dst = n.output.dtype
-    s = n.inputs[0].dtype
+    a, s = _float8_cast_c(n, a)
     name = dtype_name(dst)
+    if name in FLOAT8:
+        # through float32 (as ml_dtypes and PyTorch do from float64 and the
+        # integers), rounded once to the format, kept in compute form
+        pre, eb, mb, fn, np_nan, t_sat, t_nan = FLOAT8[name]
+        sat, nan = (t_sat, t_nan) if n.attrs.get("float8") == "torch" else (0, np_nan)
+        return f"nk_{pre}_load(nk_f8_round((float)({a}), {eb}, {mb}, {fn}, {sat}, {nan}u))"
     if name == "bool":
         return f"(({a}) != 0)"
     if name == "float32":

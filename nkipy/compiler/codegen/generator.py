@@ -202,6 +202,8 @@ def const_array(b: Buffer) -> str:
         return (f"static const {ctype} {b.name}_raw[{max(flat.size, 1)}] = {{{items or '0'}}};\n"
                 f"#define {b.name}_data ((const {storage_type(b.dtype)} *){b.name}_raw)")
     flat = arr.reshape(-1)
+    if name.startswith("float8"):   # the bytes (ctext.FLOAT8 formats)
+        flat = flat.view(np.uint8)
     if name in ("float32", "float64", "int64"):
         items = ", ".join(c_literal(x, b.dtype) for x in flat)
     elif name == "bool":

@@ -72,9 +72,13 @@ def cast(v: Value, dtype: Any) -> Value:
     dt = _dt.check_supported(dtype, "a cast")
     if v.dtype == dt:
         return v
-    if v.node is not None and v.node.op == "constant":
+    torch8 = _dt.in_torch_semantics() and (_dt.is_float8(dt) or _dt.is_float8(v.dtype))
+    if v.node is not None and v.node.op == "constant" and not torch8:
         return const(np.asarray(v.node.attrs["value"]).astype(dt))
-    return emit1("cast", [v], {"dtype": dt}, v.shape, dt)
+    # under torch_semantics an 8-bit float converts as PyTorch's CPU does
+    # (E4M3FN saturates, NaN is 0x7F; ctext.cast_c)
+    attrs = {"dtype": dt, "float8": "torch"} if torch8 else {"dtype": dt}
+    return emit1("cast", [v], attrs, v.shape, dt)
 
 
 def unary(op: str, v: Value) -> Value:

@@ -51,7 +51,14 @@ typedef enum nkrt_dtype {
   NKRT_DTYPE_UINT64 = 11,
   NKRT_DTYPE_BOOL = 12,
   NKRT_DTYPE_FLOAT64 = 13,
-  NKRT_DTYPE_COUNT_ = 14
+  /* 8-bit floats (storage and conversion only; see docs/nkipy.md#float8):
+   * OCP E4M3FN (bias 7, no infinities, NaN 0x7F/0xFF, max 448), E5M2 (bias
+   * 15, IEEE-like with infinities), and NKI's E4M3 (bias 7, with
+   * infinities, max 240: ml_dtypes.float8_e4m3). */
+  NKRT_DTYPE_FLOAT8_E4M3FN = 14,
+  NKRT_DTYPE_FLOAT8_E5M2 = 15,
+  NKRT_DTYPE_FLOAT8_E4M3 = 16,
+  NKRT_DTYPE_COUNT_ = 17
 } nkrt_dtype_t;
 
 /* One input or output of a NEFF. */
@@ -208,7 +215,8 @@ typedef const nkrt_neff_desc_t *(*nkrt_neff_query_fn)(uint32_t runtime_abi_versi
 
 /* Byte size of one element; 0 for an unknown dtype. */
 static inline uint32_t nkrt_dtype_size(uint32_t dtype) {
-  static const uint8_t sizes[NKRT_DTYPE_COUNT_] = {0, 4, 2, 2, 1, 1, 2, 2, 4, 4, 8, 8, 1, 8};
+  static const uint8_t sizes[NKRT_DTYPE_COUNT_] = {0, 4, 2, 2, 1, 1, 2, 2, 4, 4,
+                                                       8, 8, 1, 8, 1, 1, 1};
   return dtype < NKRT_DTYPE_COUNT_ ? sizes[dtype] : 0u;
 }
 
