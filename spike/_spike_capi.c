@@ -245,6 +245,12 @@ static void capi_event_release(uint64_t generation, nkrt_event_t *event) {
   capi_leave();
 }
 
+static void capi_event_retain(uint64_t generation, nkrt_event_t *event) {
+  if (!event || !capi_enter(generation)) return;
+  nkrt_event_retain(event);
+  capi_leave();
+}
+
 static nkrt_status_t capi_memory_stats(uint64_t generation, uint32_t core,
                                        nkrt_memory_stats_t *out_stats) {
   nkrt_runtime_t *runtime = capi_enter(generation);
@@ -342,6 +348,7 @@ static const spike_capi_t g_capi = {
     .event_wait = capi_event_wait,
     .event_is_done = capi_event_is_done,
     .event_release = capi_event_release,
+    .event_retain = capi_event_retain,
 };
 
 PyObject *spike_module_nkrt_capi(PyObject *module, PyObject *unused) {

@@ -12,6 +12,7 @@
 #include "hazard.h"
 #include "kernel_env.h"
 #include "model.h"
+#include "trace.h"
 #include "queue.h"
 #include "runtime.h"
 #include "tensor.h"
@@ -50,8 +51,12 @@ NKRT_MUST_USE_RESULT
 static nkrt_status_t do_work(nkrt_work_t *w) {
   switch (w->kind) {
     case WORK_EXEC: return nkrt_kernel_run(w->model, w->ptrs, nkrt_event_id(w->event));
-    case WORK_WRITE: nkrt_tensor_write_raw(w->tensor, w->host, w->offset, w->size); break;
-    case WORK_READ: nkrt_tensor_read_raw(w->tensor, w->host, w->offset, w->size); break;
+    case WORK_WRITE:
+      nkrt_tensor_write_raw(w->tensor, w->host, w->offset, w->size, nkrt_event_id(w->event));
+      break;
+    case WORK_READ:
+      nkrt_tensor_read_raw(w->tensor, w->host, w->offset, w->size, nkrt_event_id(w->event));
+      break;
   }
   return NULL;
 }
@@ -160,6 +165,16 @@ static nkrt_status_t submit(nkrt_runtime_t *rt, uint32_t core, nkrt_work_t *w,
   /* registered before it is queued: a synchronous operation the caller issues
    * after this returns sees it; free_work unregisters it */
   if (ev) nkrt_hazard_add(rt, &w->hazard);
+  /* a "queued" trace event, sharing its tracking id (the event's id) with the
+   * start and stop the queue thread records: profilers attribute the work to
+   * what was running when it was submitted */
+  if (ev && nkrt_trace_enabled(rt)) {
+    bool exec = w->kind == WORK_EXEC;
+    nkrt_trace_record(rt, exec ? NKRT_TRACE_EXEC : w->kind == WORK_WRITE ? NKRT_TRACE_WRITE
+                                                                          : NKRT_TRACE_READ,
+                      2, core, nkrt_event_id(ev), nkrt_now_ns(), exec ? 0 : w->size,
+                      exec ? w->model->name : w->tensor->name);
+  }
   /* once queued, w belongs to the queue thread and may be gone at any time */
   nkrt_status_t st = ev ? enqueue(&rt->cores[core], w)
                         : nkrt_status_make(NKRT_RESOURCE, "out of host memory");

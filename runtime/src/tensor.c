@@ -142,9 +142,9 @@ static nkrt_status_t check_range(const nkrt_tensor_t *t, uint64_t offset, uint64
 }
 
 static uint64_t trace_begin(nkrt_runtime_t *rt, nkrt_trace_kind_t kind, uint32_t core,
-                            uint64_t bytes, const char *name) {
+                            uint64_t bytes, const char *name, uint64_t id) {
   if (!nkrt_trace_enabled(rt)) return 0;
-  uint64_t id = atomic_fetch_add(&rt->next_id, 1);
+  if (!id) id = atomic_fetch_add(&rt->next_id, 1);
   nkrt_trace_record(rt, kind, 0, core, id, nkrt_now_ns(), bytes, name);
   return id;
 }
@@ -160,15 +160,17 @@ static nkrt_range_t range_of(const nkrt_tensor_t *t, uint64_t offset, uint64_t s
   return (nkrt_range_t){lo, lo + (uintptr_t)size};
 }
 
-void nkrt_tensor_write_raw(nkrt_tensor_t *t, const void *src, uint64_t offset, uint64_t size) {
-  uint64_t id = trace_begin(t->runtime, NKRT_TRACE_WRITE, t->core, size, t->name);
+void nkrt_tensor_write_raw(nkrt_tensor_t *t, const void *src, uint64_t offset, uint64_t size,
+                           uint64_t trace_id) {
+  uint64_t id = trace_begin(t->runtime, NKRT_TRACE_WRITE, t->core, size, t->name, trace_id);
   t->runtime->driver->copy(t->va + offset, src, size);
   nkrt_pack_invalidate(t->runtime, t->va + offset, t->va + offset + size);
   trace_end(t->runtime, NKRT_TRACE_WRITE, t->core, id, size, t->name);
 }
 
-void nkrt_tensor_read_raw(const nkrt_tensor_t *t, void *dst, uint64_t offset, uint64_t size) {
-  uint64_t id = trace_begin(t->runtime, NKRT_TRACE_READ, t->core, size, t->name);
+void nkrt_tensor_read_raw(const nkrt_tensor_t *t, void *dst, uint64_t offset, uint64_t size,
+                          uint64_t trace_id) {
+  uint64_t id = trace_begin(t->runtime, NKRT_TRACE_READ, t->core, size, t->name, trace_id);
   t->runtime->driver->copy(dst, t->va + offset, size);
   trace_end(t->runtime, NKRT_TRACE_READ, t->core, id, size, t->name);
 }
@@ -179,7 +181,7 @@ nkrt_status_t nkrt_tensor_write(nkrt_tensor_t *t, const void *src, uint64_t offs
   if (size && !src) return nkrt_status_make(NKRT_INVALID, "write: source buffer is NULL");
   nkrt_range_t r = range_of(t, offset, size);
   nkrt_hazard_wait(t->runtime, &r, 1, NKRT_HAZARD_ALL_CORES);
-  nkrt_tensor_write_raw(t, src, offset, size);
+  nkrt_tensor_write_raw(t, src, offset, size, 0);
   return NULL;
 }
 
@@ -192,7 +194,7 @@ nkrt_status_t nkrt_tensor_update(nkrt_tensor_t *t, const void *src, uint64_t off
   if (size && !src) return nkrt_status_make(NKRT_INVALID, "update: source buffer is NULL");
   nkrt_range_t r = range_of(t, offset, size);
   nkrt_hazard_wait(t->runtime, &r, 1, NKRT_HAZARD_ALL_CORES);
-  uint64_t id = trace_begin(t->runtime, NKRT_TRACE_WRITE, t->core, size, t->name);
+  uint64_t id = trace_begin(t->runtime, NKRT_TRACE_WRITE, t->core, size, t->name, 0);
   const uint8_t *s = src;
   uint8_t *d = t->va + offset;
   uint64_t written = 0, run = 0; /* [run, off): differing blocks not yet written */
@@ -222,7 +224,7 @@ nkrt_status_t nkrt_tensor_read(const nkrt_tensor_t *t, void *dst, uint64_t offse
   if (size && !dst) return nkrt_status_make(NKRT_INVALID, "read: destination buffer is NULL");
   nkrt_range_t r = range_of(t, offset, size);
   nkrt_hazard_wait(t->runtime, &r, 1, NKRT_HAZARD_ALL_CORES);
-  nkrt_tensor_read_raw(t, dst, offset, size);
+  nkrt_tensor_read_raw(t, dst, offset, size, 0);
   return NULL;
 }
 
@@ -234,7 +236,7 @@ nkrt_status_t nkrt_tensor_copy(const nkrt_tensor_t *src, uint64_t src_offset, nk
     return nkrt_status_make(NKRT_INVALID, "copy between tensors of different runtimes");
   nkrt_range_t r[2] = {range_of(src, src_offset, size), range_of(dst, dst_offset, size)};
   nkrt_hazard_wait(dst->runtime, r, 2, NKRT_HAZARD_ALL_CORES);
-  uint64_t id = trace_begin(dst->runtime, NKRT_TRACE_COPY, dst->core, size, dst->name);
+  uint64_t id = trace_begin(dst->runtime, NKRT_TRACE_COPY, dst->core, size, dst->name, 0);
   if (size) memmove(dst->va + dst_offset, src->va + src_offset, size);
   nkrt_pack_invalidate(dst->runtime, dst->va + dst_offset, dst->va + dst_offset + size);
   trace_end(dst->runtime, NKRT_TRACE_COPY, dst->core, id, size, dst->name);
@@ -326,7 +328,7 @@ nkrt_status_t nkrt_tensor_write_2d(nkrt_tensor_t *t, const void *src, uint64_t s
   nkrt_range_t r = range_of(t, dst_offset, dst_extent);
   nkrt_hazard_wait(t->runtime, &r, 1, NKRT_HAZARD_ALL_CORES);
   uint64_t bytes = dst_extent ? rows * row_bytes : 0;
-  uint64_t id = trace_begin(t->runtime, NKRT_TRACE_WRITE, t->core, bytes, t->name);
+  uint64_t id = trace_begin(t->runtime, NKRT_TRACE_WRITE, t->core, bytes, t->name, 0);
   copy_rows(t->runtime->driver, t->va + dst_offset, dst_pitch, src, src_pitch, row_bytes, rows);
   nkrt_pack_invalidate(t->runtime, r.lo, r.hi);
   trace_end(t->runtime, NKRT_TRACE_WRITE, t->core, id, bytes, t->name);
@@ -345,7 +347,7 @@ nkrt_status_t nkrt_tensor_read_2d(const nkrt_tensor_t *t, void *dst, uint64_t ds
   nkrt_range_t r = range_of(t, src_offset, src_extent);
   nkrt_hazard_wait(t->runtime, &r, 1, NKRT_HAZARD_ALL_CORES);
   uint64_t bytes = dst_extent ? rows * row_bytes : 0;
-  uint64_t id = trace_begin(t->runtime, NKRT_TRACE_READ, t->core, bytes, t->name);
+  uint64_t id = trace_begin(t->runtime, NKRT_TRACE_READ, t->core, bytes, t->name, 0);
   copy_rows(t->runtime->driver, dst, dst_pitch, t->va + src_offset, src_pitch, row_bytes, rows);
   trace_end(t->runtime, NKRT_TRACE_READ, t->core, id, bytes, t->name);
   return NULL;
@@ -376,7 +378,7 @@ nkrt_status_t nkrt_tensor_copy_2d(const nkrt_tensor_t *src, uint64_t src_offset,
                             dst_offset + dst_extent, dst->name, src_pitch, dst_pitch);
   nkrt_hazard_wait(dst->runtime, r, 2, NKRT_HAZARD_ALL_CORES);
   uint64_t bytes = dst_extent ? rows * row_bytes : 0;
-  uint64_t id = trace_begin(dst->runtime, NKRT_TRACE_COPY, dst->core, bytes, dst->name);
+  uint64_t id = trace_begin(dst->runtime, NKRT_TRACE_COPY, dst->core, bytes, dst->name, 0);
   const uint8_t *s = src->va + src_offset;
   uint8_t *d = dst->va + dst_offset;
   if (!bytes) {

@@ -25,7 +25,11 @@ struct nkrt_tensor {
 bool nkrt_tensor_try_retain(nkrt_tensor_t *tensor);
 
 /* Copies without checks or hazard waits (queued work uses them). */
-void nkrt_tensor_write_raw(nkrt_tensor_t *tensor, const void *src, uint64_t offset, uint64_t size);
-void nkrt_tensor_read_raw(const nkrt_tensor_t *tensor, void *dst, uint64_t offset, uint64_t size);
+/* trace_id: the tracking id its trace events carry (queued work: the id its
+ * "queued" event carried); 0 takes a fresh one. */
+void nkrt_tensor_write_raw(nkrt_tensor_t *tensor, const void *src, uint64_t offset, uint64_t size,
+                           uint64_t trace_id);
+void nkrt_tensor_read_raw(const nkrt_tensor_t *tensor, void *dst, uint64_t offset, uint64_t size,
+                          uint64_t trace_id);
 
 #endif /* NKRT_TENSOR_INTERNAL_H */

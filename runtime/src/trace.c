@@ -210,7 +210,8 @@ nkrt_status_t nkrt_trace_events_json(nkrt_trace_session_t *s, bool drain, char *
   for (uint64_t i = 0; i < s->count; i++) {
     const trace_event_t *e = &s->events[i];
     sb_printf(&b, "%s{\"event_type\":\"%s\",\"phase\":\"%s\",\"nc_idx\":%u,\"tracking_id\":%" PRIu64
-              ",\"name\":", i ? "," : "", kind_name(e->kind), e->phase ? "stop" : "start",
+              ",\"name\":", i ? "," : "", kind_name(e->kind),
+              e->phase == 2 ? "queued" : e->phase ? "stop" : "start",
               e->core, e->tracking_id);
     sb_json_string(&b, e->name);
     sb_printf(&b, ",\"data\":{\"nc_timestamp_ns\":%" PRIu64 ",\"bytes\":%" PRIu64 "}}",

@@ -650,6 +650,38 @@ TEST(concurrency_many_threads) {
   nkrt_runtime_destroy(rt);
 }
 
+TEST(trace_queued_work_has_a_queued_event) {
+  nkrt_runtime_t *rt = nkrt_test_runtime("0", 1 << 20);
+  nkrt_tensor_t *t = NULL;
+  CHECK_OK(nkrt_tensor_allocate(rt, 0, 4096, "dst", &t));
+  static char src[4096];
+  nkrt_trace_session_t *s = NULL;
+  CHECK_OK(nkrt_trace_start(rt, -1, &s));
+  nkrt_event_t *ev = NULL;
+  CHECK_OK(nkrt_tensor_write_async(t, src, 0, sizeof(src), &ev));
+  CHECK_OK(nkrt_event_wait(ev, -1));
+  nkrt_trace_event_t *e = NULL;
+  size_t n = 0;
+  CHECK_OK(nkrt_trace_events(s, false, &e, &n));
+  CHECK(n == 3 && e != NULL);
+  if (e && n == 3) {
+    CHECK(e[0].phase == 2 && e[1].phase == 0 && e[2].phase == 1);
+    CHECK(e[0].kind == NKRT_TRACE_WRITE && e[0].bytes == sizeof(src));
+    CHECK(e[0].tracking_id == e[1].tracking_id && e[1].tracking_id == e[2].tracking_id);
+    CHECK(e[0].tracking_id == nkrt_event_id(ev));
+    CHECK(e[0].timestamp_ns <= e[1].timestamp_ns && strcmp(e[0].name, "dst") == 0);
+  }
+  nkrt_free(e);
+  char *json = NULL;
+  CHECK_OK(nkrt_trace_events_json(s, true, &json, NULL));
+  CHECK(json && strstr(json, "\"phase\":\"queued\"") != NULL);
+  nkrt_free(json);
+  nkrt_event_release(ev);
+  nkrt_trace_destroy(s);
+  nkrt_tensor_release(t);
+  nkrt_runtime_destroy(rt);
+}
+
 TEST(trace_sessions) {
   nkrt_runtime_t *rt = nkrt_test_runtime("0,1", 1 << 20);
   spin_job_t j0, j1;

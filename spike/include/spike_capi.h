@@ -149,6 +149,8 @@ typedef struct spike_capi {
   nkrt_status_t (*event_wait)(uint64_t generation, nkrt_event_t *event, int64_t timeout_ns);
   int (*event_is_done)(uint64_t generation, const nkrt_event_t *event);
   void (*event_release)(uint64_t generation, nkrt_event_t *event);
+  /* Version 7. Another reference to `event` (each released with event_release). */
+  void (*event_retain)(uint64_t generation, nkrt_event_t *event);
 } spike_capi_t;
 
 #ifdef __cplusplus

@@ -330,7 +330,7 @@ class NkipyAllocator final : public c10::DeviceAllocator {
 
   void record_history(bool trace, bool stacks, bool free_stacks, bool cpp, size_t max_entries) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (trace && !trace_on_)
+    if (trace)  // started afresh, as documented
       for (auto& t : trace_) t.clear();
     trace_on_ = trace;
     stacks_ = stacks;
@@ -397,6 +397,17 @@ class NkipyAllocator final : public c10::DeviceAllocator {
       NKIPY_LOG("runtime generation %llu closed: dropping cached blocks",
                 static_cast<unsigned long long>(generation_));
       for (int d = 0; d < kMaxDevices; d++) {
+        // the closed runtime took every block and segment with it: say so in
+        // the trace, so that it never shows memory the next runtime reuses
+        if (trace_on_)
+          for (Segment* seg : segments_[d]) {
+            for (Block* b = seg->first; b; b = b->next)
+              if (b->allocated)
+                trace_locked(d, "free_completed", reinterpret_cast<uint64_t>(b->ptr),
+                             static_cast<int64_t>(b->size), nullptr);
+            trace_locked(d, "segment_free", reinterpret_cast<uint64_t>(seg->base),
+                         static_cast<int64_t>(seg->size), nullptr);
+          }
         for (auto* pool : {&small_[d], &large_[d]}) {
           std::vector<Block*> blocks(pool->begin(), pool->end());
           pool->clear();

@@ -97,13 +97,15 @@ class PinnedAllocator final : public c10::Allocator {
   }
 
   // Waits for every queued copy from pinned memory (raises the first error).
+  // The blocks keep their copies meanwhile (this waits on references of its
+  // own), so a block freed during the wait still goes to pending_, and
+  // queries still see the copies in flight.
   void synchronize() {
     std::vector<std::pair<uint64_t, nkrt_event_t*>> all;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      for (auto& kv : live_) take(kv.second, &all);
-      for (PinnedBlock* b : pending_) take(b, &all);
-      collect_locked();
+      for (auto& kv : live_) retain_copies(kv.second, &all);
+      for (PinnedBlock* b : pending_) retain_copies(b, &all);
     }
     nkrt_status_t first = nullptr;
     for (auto& [gen, ev] : all) {
@@ -114,6 +116,7 @@ class PinnedAllocator final : public c10::Allocator {
     }
     {
       std::lock_guard<std::mutex> lock(mu_);
+      for (auto& kv : live_) release_done(kv.second);
       collect_locked();
     }
     check_status(first, "nkipy: a non_blocking copy from pinned memory failed");
@@ -164,10 +167,14 @@ class PinnedAllocator final : public c10::Allocator {
     return a < it->first + b->size ? b : nullptr;
   }
 
-  // Moves the block's in-flight copies to `out` (the caller waits for them).
-  static void take(PinnedBlock* b, std::vector<std::pair<uint64_t, nkrt_event_t*>>* out) {
-    out->insert(out->end(), b->copies.begin(), b->copies.end());
-    b->copies.clear();
+  // A reference to each of the block's in-flight copies, for the caller to
+  // wait on and release.
+  static void retain_copies(PinnedBlock* b,
+                            std::vector<std::pair<uint64_t, nkrt_event_t*>>* out) {
+    for (auto& c : b->copies) {
+      api().event_retain(c.first, c.second);
+      out->push_back(c);
+    }
   }
 
   // Drops the block's copies that are done.

@@ -8,8 +8,9 @@
 // op's correlation id on entry and exit). When the profile ends, each kernel
 // execution becomes a CONCURRENT_KERNEL activity and each copy a GPU_MEMCPY
 // activity (PyTorch reads both as PrivateUse1 device time), linked to the
-// innermost op that was running when it started: launches are synchronous,
-// so that op is the one that launched it. Runtime timestamps are
+// innermost op that was running when it was launched: when it started for
+// synchronous work, when it was queued for queued work (non_blocking copies
+// from pinned memory; the runtime records a "queued" event for those). Runtime timestamps are
 // CLOCK_MONOTONIC; Kineto's are the system clock: one offset, taken at start,
 // converts them.
 
@@ -62,6 +63,7 @@ struct OpSpan {
 struct DeviceOp {
   uint32_t kind, core;
   int64_t start, end;
+  int64_t submitted;  // queued work: when it was queued; else its start
   uint64_t bytes;
   std::string name;
 };
@@ -114,6 +116,9 @@ class Session final : public libkineto::IActivityProfilerSession {
     size_t n = 0;
     nkrt_status_t st = api().trace_events(gen_, trace_, 1, &ev, &n);
     if (st) {  // the runtime closed while profiling: its events went with it
+      errors_.push_back(std::string("nkipy: the device runtime closed during the profile; its "
+                                    "kernels and copies are not in it (") +
+                        api().status_message(st) + ")");
       api().status_free(st);
     } else {
       pair_events(ev, n);
@@ -147,7 +152,7 @@ class Session final : public libkineto::IActivityProfilerSession {
       a->endTime = op.end + offset_;
       a->device = static_cast<int32_t>(op.core);
       a->resource = 0;  // the core's one in-order queue: stream 0
-      uint64_t corr = innermost(spans, op.start);
+      uint64_t corr = innermost(spans, op.submitted);  // the op that launched or queued it
       a->id = static_cast<int64_t>(corr);
       if (corr && linked) a->linked = linked(static_cast<int32_t>(corr));
       a->addMetadata("device", op.core);
@@ -193,12 +198,18 @@ class Session final : public libkineto::IActivityProfilerSession {
 
   void pair_events(const nkrt_trace_event_t* ev, size_t n) {
     std::unordered_map<uint64_t, size_t> started;  // tracking id -> index in ops_
+    std::unordered_map<uint64_t, int64_t> queued;  // tracking id -> when it was queued
     for (size_t i = 0; i < n; i++) {
       const nkrt_trace_event_t& e = ev[i];
       int64_t ts = static_cast<int64_t>(e.timestamp_ns);
-      if (e.phase == 0) {
+      if (e.phase == 2) {
+        queued[e.tracking_id] = ts;
+      } else if (e.phase == 0) {
+        auto q = queued.find(e.tracking_id);
+        int64_t sub = q == queued.end() ? ts : q->second;
+        if (q != queued.end()) queued.erase(q);
         started[e.tracking_id] = ops_.size();
-        ops_.push_back({e.kind, e.core, ts, ts, e.bytes, std::string(e.name)});
+        ops_.push_back({e.kind, e.core, ts, ts, sub, e.bytes, std::string(e.name)});
       } else {
         auto it = started.find(e.tracking_id);
         if (it == started.end()) continue;  // started before the profile

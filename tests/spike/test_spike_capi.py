@@ -122,7 +122,8 @@ class _Capi:
                   ("tensor_write_async", C.CFUNCTYPE(vp, u64, vp, vp, u64, u64, C.POINTER(vp))),
                   ("event_wait", C.CFUNCTYPE(vp, u64, vp, C.c_int64)),
                   ("event_is_done", C.CFUNCTYPE(C.c_int, u64, vp)),
-                  ("event_release", C.CFUNCTYPE(None, u64, vp))]
+                  ("event_release", C.CFUNCTYPE(None, u64, vp)),
+                  ("event_retain", C.CFUNCTYPE(None, u64, vp))]
 
         class Table(C.Structure):
             _fields_ = fields
@@ -320,6 +321,9 @@ def test_capi_async_write_and_events(raw_spike):
     ev = C.c_void_p()
     assert t.tensor_write_async(gen, tensor, src, 0, 4096, C.byref(ev)) is None and ev.value
     assert t.event_wait(gen, ev, -1) is None and t.event_is_done(gen, ev) == 1
+    t.event_retain(gen, ev)                                 # two references: two releases
+    t.event_release(gen, ev)
+    assert t.event_is_done(gen, ev) == 1
     out = (C.c_uint8 * 4)()
     assert t.tensor_read(gen, tensor, out, 100, 4) is None and list(out) == [7] * 4
     t.event_release(gen, ev)

@@ -16,19 +16,28 @@ N = 1024  # the sleep kernel: output0 = x + 1 over float32[1024] after ms[0] ms
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory, spike_torch_module):
-    """The runtime's sleep and inplace test kernels, loaded on core 0."""
+def neffs(tmp_path_factory, spike_torch_module):
+    """The runtime's sleep and inplace test kernels, built once."""
     import spike
 
     out = tmp_path_factory.mktemp("neff")
-    rt = spike.get_spike_singleton()
-    loaded = {}
+    built = {}
     for name in ("sleep", "inplace"):
-        neff = out / f"{name}.neff"
+        built[name] = out / f"{name}.neff"
         subprocess.run(["cc", "-std=c11", "-O2", "-shared", "-fPIC", "-I", spike.get_include(),
-                        str(KERNELS / f"{name}.c"), "-o", str(neff)], check=True)
-        loaded[name] = rt.load_model(str(neff))
-    return loaded
+                        str(KERNELS / f"{name}.c"), "-o", str(built[name])], check=True)
+    return built
+
+
+@pytest.fixture
+def models(neffs, nkipy):
+    """Those kernels loaded on core 0 of the runtime this test runs on (after
+    the autouse fixture set it up: a module-wide load was made stale when the
+    previous file of the same pytest worker left another runtime behind)."""
+    import spike
+
+    rt = spike.get_spike_singleton()
+    return {name: rt.load_model(str(path)) for name, path in neffs.items()}
 
 
 def calls():

@@ -175,3 +175,45 @@ def test_summary_and_memory_info():
 def test_history_arguments_are_checked(kwargs, message):
     with pytest.raises(ValueError, match=__import__("re").escape(message)):
         torch.nkipy._record_memory_history(**kwargs)
+
+
+def test_trace_across_a_runtime_reset_frees_what_the_runtime_took():
+    """Closing the runtime frees every block and segment: the trace says so,
+    so that replaying it never shows memory the next runtime reuses."""
+    import warnings
+
+    import spike_torch
+
+    torch.nkipy._record_memory_history(stacks="python")
+    x = torch.randn(1000, device="nkipy")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        spike_torch.reset()
+    spike.configure([0, 1], core_memory_bytes=CORE_MEMORY)
+    del x
+    y = torch.randn(1000, device="nkipy")
+    trace = torch.nkipy._snapshot()["device_traces"][0]
+    live, segs = {}, {}
+    for e in trace:
+        if e["action"] == "alloc":
+            assert e["addr"] not in live, "an address the trace still shows allocated"
+            live[e["addr"]] = e["size"]
+        elif e["action"] == "free_completed":
+            live.pop(e["addr"], None)
+        elif e["action"] == "segment_alloc":
+            assert e["addr"] not in segs
+            segs[e["addr"]] = e["size"]
+        elif e["action"] == "segment_free":
+            segs.pop(e["addr"], None)       # (one taken before the trace began, too)
+    assert list(live) == [y.data_ptr()]
+    now = {seg["address"] for seg in torch.nkipy._snapshot()["segments"] if seg["device"] == 0}
+    assert set(segs) <= now and any(a <= y.data_ptr() < a + n for a, n in segs.items())
+
+
+def test_enabling_the_trace_again_starts_it_afresh():
+    torch.nkipy._record_memory_history(stacks="python")
+    a = torch.empty(16, device="nkipy")
+    assert torch.nkipy._snapshot()["device_traces"][0]
+    torch.nkipy._record_memory_history(stacks="python")      # on again, without stopping
+    assert torch.nkipy._snapshot()["device_traces"][0] == []
+    del a

@@ -80,3 +80,38 @@ def test_freed_blocks_are_cached_and_released():
     assert torch.empty(8000, pin_memory=True).data_ptr() == ptr       # same size class
     _C.lib.spike_torch_pinned_empty_cache()
     assert _C.pinned_stats()["cached_bytes"] == 0
+
+
+def test_a_block_freed_while_another_thread_synchronizes_is_not_reused():
+    """synchronize() waits on references of its own and leaves the copies in
+    their blocks: a source freed by another thread meanwhile still waits for
+    its copy before the allocator hands it out again (it went straight back to
+    the cache, and the copy read the next user's bytes: a reviewer's find)."""
+    import threading
+    import time
+
+    for _ in range(4):
+        _C.lib.spike_torch_pinned_empty_cache()
+        holder = {"p": torch.full((N,), 1.0).pin_memory()}
+        src = holder["p"].data_ptr()
+        go, out = threading.Event(), {}
+
+        def other_thread():
+            go.wait()
+            time.sleep(0.002)
+            del holder["p"]                              # the user is done with it
+            out["busy"] = not torch.nkipy.current_stream().query()
+            q = torch.empty(N, pin_memory=True)
+            out["reused"] = q.data_ptr() == src
+            q.fill_(7.0)
+            out["q"] = q
+
+        t = threading.Thread(target=other_thread)
+        t.start()
+        d = holder["p"].to("nkipy", non_blocking=True)
+        go.set()
+        torch.nkipy.synchronize()
+        t.join()
+        assert torch.equal(d.cpu(), torch.full((N,), 1.0))
+        if out["reused"]:
+            assert not out["busy"]       # only once the copy was done

@@ -127,3 +127,25 @@ def test_schedule_and_step_profiles_collect_device_time(activity, tmp_path):
             torch.exp(a)
             prof.step()
     assert done == [2]
+
+
+def test_a_queued_copy_counts_for_the_op_that_queued_it():
+    """A non_blocking copy from pinned memory starts after its copy_ returned;
+    the runtime records when it was queued, and the activity is linked to the
+    op running then, not to whatever runs when the copy starts."""
+    src = torch.randn(4 << 20).pin_memory()
+    a = torch.ones(64, device="nkipy")
+    _warm(torch.neg, a)
+    torch.nkipy.synchronize()
+    with profile(activities=BOTH) as prof:
+        with record_function("COPY"):
+            d = src.to("nkipy", non_blocking=True)
+        with record_function("AFTER"):
+            torch.neg(a)
+        torch.nkipy.synchronize()
+    avg = {e.key: e for e in prof.key_averages()}
+    copies = [e for e in _device_events(prof) if e.name.startswith("Memcpy HtoD")]
+    assert len(copies) == 1
+    assert avg["COPY"].device_time_total >= copies[0].time_range.elapsed_us() * 0.99
+    assert avg["AFTER"].device_time_total < copies[0].time_range.elapsed_us()
+    assert torch.equal(d.cpu(), src)

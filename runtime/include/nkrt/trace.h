@@ -4,7 +4,9 @@
  * execution (event_type "nc_exec_running", as libnrt's system trace names
  * it) and every copy ("tensor_write", "tensor_read", "tensor_copy") on its
  * core (or all cores), each as a start and a stop event with a monotonic
- * nanosecond timestamp and a tracking id shared by the pair. Sessions are
+ * nanosecond timestamp and a tracking id shared by the pair; queued work
+ * (nkrt_execute_async, nkrt_tensor_write_async/read_async) has a third,
+ * "queued" event with the same id, recorded when it was submitted. Sessions are
  * independent; when none is active, recording costs one atomic load.
  *
  * Events read back as JSON in the system-trace shape:
@@ -42,7 +44,8 @@ typedef struct nkrt_trace_event {
   uint64_t timestamp_ns; /* CLOCK_MONOTONIC */
   uint64_t bytes;        /* copies: bytes moved; executions: 0 */
   uint32_t kind;         /* nkrt_trace_kind_t */
-  uint32_t phase;        /* 0 start, 1 stop */
+  uint32_t phase;        /* 0 start, 1 stop, 2 queued (work submitted to a core's queue:
+                          * nkrt_execute_async and the async copies, before it starts) */
   uint32_t core;
   char name[64];         /* model or tensor name, truncated, NUL-terminated */
 } nkrt_trace_event_t;
