@@ -26,6 +26,7 @@ from nkipy.runtime import DeviceTensor
 
 from . import buckets as _buckets
 from .buckets import check_buckets, infer_buckets, next_pow2
+from . import bundle as _bundle
 from .bundle import (Bundle, execute_bundle, execute_pipelined, flush_pipeline, get_bundle,
                      register_bundle, unregister_bundle)
 from .memory import (MEMORY_STAT_KEYS, clear_memory_pool, empty_cache, get_cached_blocks,
@@ -53,10 +54,8 @@ def init(device_id: int = 0) -> None:
     their models on it)."""
     import spike_torch
 
-    from .bundle import set_device
-
     spike_torch.set_device(device_id)
-    set_device(device_id)
+    _bundle.set_device(device_id)
 
 
 def is_initialized() -> bool:
@@ -73,9 +72,7 @@ def close() -> None:
     import sys
 
     flush()
-    from .bundle import unregister_all
-
-    unregister_all()
+    _bundle.unregister_all()
     kernel = sys.modules.get("torch_to_nkipy.kernel")
     if kernel is not None:
         kernel.clear_loaded_kernels()
@@ -99,9 +96,7 @@ def flush() -> None:
     kernel = sys.modules.get("torch_to_nkipy.kernel")
     if kernel is not None:
         kernel.flush_all()
-    from .bundle import flush_all
-
-    flush_all()
+    _bundle.flush_all()
 
 
 def __getattr__(name: str):

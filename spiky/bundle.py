@@ -33,9 +33,10 @@ from nkipy.runtime import DeviceTensor
 from spike import SpikeModel, SpikeTensor, get_spike_singleton
 from spike._dtypes import to_numpy_dtype
 
-from .buckets import check_buckets
+from .buckets import check_buckets, select_bucket
 from .buffers import BufferSet
-from .padding import PadGeometry, copy_padded, copy_unpadded, read_unpadded, write_padded
+from .padding import (PadGeometry, copy_padded, copy_unpadded, pad_on_host, read_unpadded,
+                      write_padded)
 from .stats import record_execution
 
 log = logging.getLogger("spiky")
@@ -148,10 +149,7 @@ class Bundle:
 
     def select(self, actual_len: int) -> int:
         """The smallest bucket ``>= actual_len``, else the largest."""
-        for b in self.buckets:
-            if b >= actual_len:
-                return b
-        return self.buckets[-1]
+        return select_bucket(self.buckets, actual_len) or self.buckets[-1]
 
     def unload(self) -> None:
         with self.lock:
@@ -177,7 +175,13 @@ class Bundle:
 
     # -- a call --------------------------------------------------------------------
 
-    def _actual(self, inputs: Sequence[Any], actual_len: int) -> int:
+    def _actual(self, m: SpikeModel, bucket: int, inputs: Sequence[Any], actual_len: int) -> int:
+        """The call's actual size (``actual_len``, else the primary input's size),
+        once the inputs are as many as the model takes."""
+        names = list(m.input_tensors_info)
+        if len(inputs) != len(names):
+            raise ValueError(f"bundle {self.bundle_id}: the model of bucket {bucket} takes "
+                             f"{len(names)} inputs ({', '.join(names)}), got {len(inputs)}")
         if actual_len:
             if actual_len < 0:
                 raise ValueError(f"actual_len must be >= 0 (0: read it from the inputs), "
@@ -186,18 +190,19 @@ class Bundle:
         if not self.dynamic_specs:
             return 0
         i, d = next(iter(self.dynamic_specs.items()))
-        return int(inputs[i].shape[d])
+        shape = tuple(inputs[i].shape)
+        if not -len(shape) <= d < len(shape):
+            raise ValueError(f"bundle {self.bundle_id}: input {i} ('{names[i]}') has shape "
+                             f"{list(shape)}, without its dynamic dimension {d}")
+        return int(shape[d])
 
     def _write_inputs(self, m: SpikeModel, bucket: int, actual: int, inputs: Sequence[Any],
                       bufs: BufferSet, pad_on_device: bool,
                       only_changes: bool) -> Dict[str, SpikeTensor]:
         """The call's device inputs by name: arrays written into ``bufs`` (padded
         to the bucket along their dynamic dimension), device tensors passed
-        through or copied padded."""
+        through or copied padded. ``inputs`` were counted by :meth:`_actual`."""
         names = list(m.input_tensors_info)
-        if len(inputs) != len(names):
-            raise ValueError(f"bundle {self.bundle_id}: the model of bucket {bucket} takes "
-                             f"{len(names)} inputs ({', '.join(names)}), got {len(inputs)}")
         rt = get_spike_singleton()
         out: Dict[str, SpikeTensor] = {}
         for i, (name, a) in enumerate(zip(names, inputs)):
@@ -230,7 +235,7 @@ class Bundle:
                 if pad_on_device:
                     copy_padded(rt, a.tensor_ref, 0, dst.tensor_ref, 0, geo)
                 else:
-                    dst.write_from_numpy(_host_pad(a.numpy(), d, shape))
+                    dst.write_from_numpy(pad_on_host(a.numpy(), shape))
                 out[name] = dst
                 continue
             arr = np.asarray(a)
@@ -249,7 +254,7 @@ class Bundle:
                 write_padded(rt, buf.tensor_ref, 0, arr, PadGeometry.of(arr.shape, d, bucket,
                                                                          dtype.itemsize))
             else:
-                buf.write_from_numpy(_host_pad(arr, d, shape))
+                buf.write_from_numpy(pad_on_host(arr, shape))
             out[name] = buf
         return out
 
@@ -263,12 +268,7 @@ class Bundle:
             next_inputs = _as_inputs(next_inputs)
         with self.lock:
             m = self.model(bucket)
-            n_in = len(m.input_tensors_info)
-            if len(inputs) != n_in:
-                raise ValueError(f"bundle {self.bundle_id}: the model of bucket {bucket} takes "
-                                 f"{n_in} inputs ({', '.join(m.input_tensors_info)}), got "
-                                 f"{len(inputs)}")
-            actual = self._actual(inputs, actual_len)
+            actual = self._actual(m, bucket, inputs, actual_len)
             if actual > bucket:
                 raise ValueError(f"bundle {self.bundle_id}: actual size {actual} exceeds the "
                                  f"bucket {bucket} (select_bucket({self.bundle_id}, {actual}) "
@@ -299,16 +299,14 @@ class Bundle:
             if next_inputs:        # (a list: _as_inputs)
                 other = sets[k ^ 1]
                 other.wait()
-                nxt = self._actual(next_inputs, 0) if self.dynamic_specs else 0
-                nb = self.select(nxt) if self.dynamic_specs else bucket
-                if nb == bucket:
-                    try:
+                try:
+                    nxt = self._actual(m, bucket, next_inputs, 0)
+                    if not self.dynamic_specs or self.select(nxt) == bucket:
                         self._write_inputs(m, bucket, nxt, next_inputs, other, pad_on_device,
                                            only_changes=False)
                         other.prefetched = (bucket, nxt)
-                    except ValueError as exc:    # raised again by the call that uses them
-                        log.debug("bundle %d: next_inputs not prefetched: %s",
-                                  self.bundle_id, exc)
+                except ValueError as exc:    # raised again by the call that uses them
+                    log.debug("bundle %d: next_inputs not prefetched: %s", self.bundle_id, exc)
             results = self._results(m, inputs, ins, outs, bucket, actual,
                                     keep_outputs_on_device, unpad_outputs)
         t3 = time.perf_counter()
@@ -395,13 +393,6 @@ def _as_inputs(inputs: Sequence[Any]) -> List[Any]:
     return [a if isinstance(a, SpikeTensor) else np.asarray(a) for a in inputs]
 
 
-def _host_pad(arr: np.ndarray, dim: int, shape: Sequence[int]) -> np.ndarray:
-    """``arr`` zero-padded along ``dim`` to ``shape`` on the host (pad_on_device=False)."""
-    out = np.zeros(shape, arr.dtype)
-    out[tuple(slice(0, n) for n in arr.shape)] = arr
-    return out
-
-
 # ---- the original's module-level functions -------------------------------------------
 
 def register_bundle(bucket_to_neff: Mapping[int, str], dynamic_specs: Mapping[int, int],
@@ -466,11 +457,6 @@ def unregister_all() -> None:
     """Unregisters every bundle (``spiky.close`` does this)."""
     for bid in list(_bundles):
         unregister_bundle(bid)
-
-
-def select_bundle_bucket(bundle_id: int, actual_len: int) -> int:
-    """The bundle's smallest bucket ``>= actual_len``, else its largest."""
-    return get_bundle(bundle_id).select(actual_len)
 
 
 def execute_bundle(bundle_id: int, bucket_size: int, inputs: Sequence[Any],

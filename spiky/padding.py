@@ -13,6 +13,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence, Tuple
 
+import numpy as np
+
 _ATTR = "_spiky_padding"
 
 
@@ -79,6 +81,14 @@ def copy_padded(rt: Any, src: Any, src_offset: int, dst: Any, dst_offset: int,
     tail = geo.padded_bytes - geo.real_bytes
     if tail:
         rt.tensor_memset_2d(dst, 0, dst_offset + geo.real_bytes, geo.padded_bytes, tail, geo.rows)
+
+
+def pad_on_host(arr: np.ndarray, shape: Sequence[int]) -> np.ndarray:
+    """``arr`` zero-padded at the end of each dimension to ``shape``, on the host
+    (the ``pad_on_device=False`` path)."""
+    out = np.zeros(shape, arr.dtype)
+    out[tuple(slice(0, n) for n in arr.shape)] = arr
+    return out
 
 
 def read_unpadded(rt: Any, src: Any, src_offset: int, dst: Any, geo: PadGeometry) -> None:

@@ -22,7 +22,8 @@ from spike_torch._C import kernel_calls
 from spike_torch.dtypes import FLOAT8, TORCH_DTYPES
 from spiky.buffers import BufferSet
 from spiky.padding import (PadGeometry, PaddingMetadata, attach_metadata, copy_padded,
-                           copy_unpadded, get_metadata, read_unpadded, write_padded)
+                           copy_unpadded, get_metadata, pad_on_host, read_unpadded,
+                           write_padded)
 from spiky.profiling import now_ns
 from spiky.stats import record_execution
 
@@ -115,14 +116,14 @@ class Executor:
             if opts.pad_on_device:
                 copy_padded(self.rt, src.tensor_ref, 0, dst.tensor_ref, 0, geo)
             else:
-                dst.write_from_numpy(_host_pad(src.numpy(), pd.dim, shape))
+                dst.write_from_numpy(pad_on_host(src.numpy(), shape))
             return dst, geo
         arr = device.torch_to_numpy(a)
         buf = bufs.buffer(p, shape, np_dtype)
         if opts.pad_on_device:
             write_padded(self.rt, buf.tensor_ref, 0, arr, geo)
         else:
-            buf.write_from_numpy(_host_pad(arr, pd.dim, shape))
+            buf.write_from_numpy(pad_on_host(arr, shape))
         return buf, geo
 
     # -- outputs -------------------------------------------------------------
@@ -442,13 +443,6 @@ class Executor:
 #: 8-bit floats, which NumPy has no native type for
 _FAST_DTYPES = {name: t for t, name in TORCH_DTYPES.items()
                 if t != torch.bfloat16 and t not in FLOAT8}
-
-
-def _host_pad(arr: np.ndarray, dim: int, shape: Sequence[int]) -> np.ndarray:
-    """``arr`` zero-padded along ``dim`` to ``shape`` on the host (pad_on_device=False)."""
-    out = np.zeros(shape, arr.dtype)
-    out[tuple(slice(0, n) for n in arr.shape)] = arr
-    return out
 
 
 def run_sliced(parts: Sequence[Tuple["NKIPyKernel", int, int, int]], args: Sequence[Any],

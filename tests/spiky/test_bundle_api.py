@@ -427,3 +427,19 @@ def test_spiky_starts_the_backend_when_needed(nkipy_cache, monkeypatch):
     finally:
         torch._dynamo.reset()
         reset_nkipy_backend()
+
+
+def test_next_inputs_that_cannot_be_prefetched_do_not_fail_this_call(bundle):
+    """Wrong next_inputs (too few, a 0-d primary input) are not prefetched; the
+    current call's results stand, and the call that uses them raises."""
+    x = np.ones((3, 32), np.float32)
+    w = np.ones((32, 16), np.float32)
+    for bad in ([x], [np.ones((), np.float32), w]):
+        outs = spiky.execute_pipelined(bundle, 4, [x, w], bad)
+        _check(outs, x, w)
+    spiky.flush_pipeline(bundle)
+    with pytest.raises(ValueError, match=r"takes 2 inputs \(x, w\), got 1"):
+        spiky.execute_pipelined(bundle, 4, [x])
+    with pytest.raises(ValueError, match=r"input 0 \('x'\) has shape \[\], without its "
+                                         r"dynamic dimension 0"):
+        spiky.execute_bundle(bundle, 4, [np.ones((), np.float32), w])
